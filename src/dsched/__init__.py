@@ -1,0 +1,13 @@
+"""dsched: a resource-aware distributed task scheduler.
+
+The public API grows here as the client lands: Client, LocalCluster, Future, annotate, wait,
+as_completed, progress, get_gpu_ids and config.
+"""
+
+from . import config
+from .errors import ResourceSpecError, SchedError
+from .resources import Resources, parse_resources
+
+__version__ = "0.1.0"
+
+__all__ = ["Resources", "ResourceSpecError", "SchedError", "config", "parse_resources"]

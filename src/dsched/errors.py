@@ -1,0 +1,50 @@
+"""The exception types users of dsched see.
+
+Every error a user can cause or meet has one type here, so that callers can catch it by name
+and so that one message style holds across the command line, the daemons and the client.
+"""
+
+from __future__ import annotations
+
+
+class SchedError(Exception):
+    """Base class of every error dsched raises on purpose."""
+
+
+class ResourceSpecError(SchedError, ValueError):
+    """A resource spec (``"GPU=2 MEMORY=100e9"``, a dict, a TOML table) is invalid.
+
+    The message names the bad part and the expected ``NAME=VALUE`` form.
+    """
+
+
+class ConfigError(SchedError, ValueError):
+    """A configuration file, environment variable or override is invalid."""
+
+
+class ProtocolError(SchedError):
+    """Something went wrong in the wire protocol."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent something we cannot accept: close that connection, keep serving others."""
+
+
+class LocalProtocolError(ProtocolError):
+    """We tried to send something invalid: a bug on our side, raised to the caller."""
+
+
+class AuthenticationError(RemoteProtocolError):
+    """The peer failed the token challenge, or we failed the peer's."""
+
+
+class VersionMismatchError(RemoteProtocolError):
+    """The peer speaks another protocol version; the message names both."""
+
+
+class CommClosedError(SchedError, ConnectionError):
+    """The connection is closed; ``reason`` says why when the peer or we gave one."""
+
+    def __init__(self, reason: str = "connection closed"):
+        super().__init__(reason)
+        self.reason = reason

@@ -1,0 +1,250 @@
+"""Resource vectors and the parsing of resource specs: the one copy of that arithmetic.
+
+A :class:`Resources` maps arbitrary, case-sensitive names (``GPU``, ``MEMORY``, ``gpu0``) to
+non-negative quantities held exactly in fixed point (``SCALE`` units per 1), so that adding and
+removing ``GPU=0.1`` ten times leaves exactly zero. The scheduler's view of a worker and the
+worker's own ledger both use these operations.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from typing import Iterable, Iterator, Mapping, Union
+
+from .errors import ResourceSpecError
+
+#: Units per 1 of any resource: quantities are exact to 1e-4.
+SCALE = 10_000
+#: The largest quantity of one resource (kept so a quantity always fits a signed 64-bit int).
+MAX_QUANTITY = 10**14
+
+_FORM = "expected NAME=VALUE pairs separated by spaces or commas, e.g. \"GPU=2 MEMORY=100e9\""
+_SEPARATORS = re.compile(r"[\s,]+")
+_BAD_NAME_CHARS = re.compile(r"[\s,=]")
+
+ResourcesLike = Union["Resources", Mapping[str, object], str, None]
+
+
+class Resources(Mapping[str, int]):
+    """An immutable, hashable vector of resource quantities.
+
+    ``res[name]`` gives the quantity in fixed-point units (``SCALE`` per 1); use
+    :meth:`quantity` for the value as a user wrote it. Names absent from the vector count as
+    zero in every comparison, so a demand of ``{}`` fits anywhere.
+    """
+
+    __slots__ = ("_units", "_hash")
+
+    def __init__(self, units: Mapping[str, int] | None = None):
+        self._units: dict[str, int] = dict(units) if units else {}
+        self._hash: int | None = None
+
+    # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def parse(cls, spec: ResourcesLike) -> "Resources":
+        """Build from a spec string, a mapping of name to number, or another Resources."""
+        if spec is None:
+            return EMPTY
+        if isinstance(spec, Resources):
+            return spec
+        if isinstance(spec, str):
+            return cls(_parse_text(spec))
+        if isinstance(spec, Mapping):
+            return cls(_parse_mapping(spec))
+        raise ResourceSpecError(
+            f"invalid resource spec {spec!r} of type {type(spec).__name__}: {_FORM}, "
+            "or a mapping such as {'GPU': 1}"
+        )
+
+    @classmethod
+    def from_wire(cls, units: Mapping[str, int]) -> "Resources":
+        """Rebuild from :meth:`to_wire` output; checks types so a peer cannot smuggle floats."""
+        checked: dict[str, int] = {}
+        for name, value in units.items():
+            if not isinstance(name, str) or not isinstance(value, int) or isinstance(value, bool):
+                raise ResourceSpecError(f"invalid resource units {name!r}: {value!r}")
+            if value < 0 or value > MAX_QUANTITY * SCALE:
+                raise ResourceSpecError(f"resource units out of range for {name!r}: {value}")
+            checked[name] = value
+        return cls(checked)
+
+    def to_wire(self) -> dict[str, int]:
+        return dict(self._units)
+
+    # -- mapping protocol -----------------------------------------------------------------
+
+    def __getitem__(self, name: str) -> int:
+        return self._units[name]
+
+    def get(self, name: str, default: int = 0) -> int:  # type: ignore[override]
+        return self._units.get(name, default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._units)
+
+    def __len__(self) -> int:
+        return len(self._units)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset((n, u) for n, u in self._units.items() if u))
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Resources):
+            return NotImplemented
+        names = self._units.keys() | other._units.keys()
+        return all(self.get(n) == other.get(n) for n in names)
+
+    # -- arithmetic -----------------------------------------------------------------------
+
+    def names(self) -> frozenset[str]:
+        """Names with a non-zero quantity."""
+        return frozenset(n for n, u in self._units.items() if u)
+
+    def quantity(self, name: str) -> float:
+        """The quantity of ``name`` as a number (not exact: for display and user code)."""
+        units = self._units.get(name, 0)
+        return units // SCALE if units % SCALE == 0 else units / SCALE
+
+    def is_empty(self) -> bool:
+        return not any(self._units.values())
+
+    def fits(self, available: Mapping[str, int]) -> bool:
+        """True when every quantity here is at most the one in ``available``."""
+        get = available.get
+        for name, units in self._units.items():
+            if units and get(name, 0) < units:
+                return False
+        return True
+
+    def __le__(self, other: "Resources") -> bool:
+        return self.fits(other)
+
+    def __ge__(self, other: "Resources") -> bool:
+        return other.fits(self)
+
+    def __add__(self, other: "Resources") -> "Resources":
+        units = dict(self._units)
+        for name, value in other._units.items():
+            units[name] = units.get(name, 0) + value
+        return Resources(units)
+
+    def __sub__(self, other: "Resources") -> "Resources":
+        """Subtract; raises ``ValueError`` if any quantity would go negative (accounting bug)."""
+        units = dict(self._units)
+        for name, value in other._units.items():
+            left = units.get(name, 0) - value
+            if left < 0:
+                raise ValueError(
+                    f"resource accounting would go negative: {name} {format_units(units.get(name, 0))}"
+                    f" - {format_units(value)}"
+                )
+            units[name] = left
+        return Resources(units)
+
+    def missing_names(self, offered: Iterable[str]) -> list[str]:
+        """Names demanded here (non-zero) that are not among ``offered``, sorted."""
+        offered = set(offered)
+        return sorted(n for n, u in self._units.items() if u and n not in offered)
+
+    def __repr__(self) -> str:
+        return f"Resources({str(self)!r})"
+
+    def __str__(self) -> str:
+        return " ".join(f"{n}={format_units(u)}" for n, u in sorted(self._units.items()))
+
+    def __reduce__(self):
+        return (Resources, (self._units,))
+
+
+EMPTY = Resources()
+
+
+def parse_resources(spec: ResourcesLike) -> Resources:
+    """Parse a resource spec; see :meth:`Resources.parse`."""
+    return Resources.parse(spec)
+
+
+def parse_quantity(text: object, name: str = "", part: str | None = None) -> int:
+    """Turn ``"100e9"``, ``2``, ``0.5`` into fixed-point units, or raise ResourceSpecError."""
+    shown = part if part is not None else f"{name}={text}"
+    if isinstance(text, bool):
+        raise ResourceSpecError(f"invalid resource {shown!r}: the value must be a number; {_FORM}")
+    if isinstance(text, float):
+        if not math.isfinite(text):
+            raise ResourceSpecError(f"invalid resource {shown!r}: the value must be finite; {_FORM}")
+        text = repr(text)
+    try:
+        value = Decimal(str(text).strip())
+    except InvalidOperation:
+        raise ResourceSpecError(
+            f"invalid resource {shown!r}: {str(text)!r} is not a number; {_FORM}"
+        ) from None
+    if not value.is_finite():
+        raise ResourceSpecError(f"invalid resource {shown!r}: the value must be finite; {_FORM}")
+    if value < 0:
+        raise ResourceSpecError(f"invalid resource {shown!r}: the value must not be negative; {_FORM}")
+    if value > MAX_QUANTITY:
+        raise ResourceSpecError(
+            f"invalid resource {shown!r}: the value is above the maximum {MAX_QUANTITY:.0e}"
+        )
+    units = int((value * SCALE).to_integral_value(rounding=ROUND_HALF_EVEN))
+    if units == 0 and value != 0:
+        raise ResourceSpecError(
+            f"invalid resource {shown!r}: the value is below the resolution {1 / SCALE}"
+        )
+    return units
+
+
+def format_units(units: int) -> str:
+    """Fixed-point units as short decimal text: ``2``, ``0.5``, ``1e11``."""
+    value = (Decimal(units) / SCALE).normalize()
+    _, digits, exponent = value.as_tuple()
+    if isinstance(exponent, int) and exponent >= 6:
+        mantissa = Decimal((0, digits, 1 - len(digits)))
+        return f"{mantissa}e{exponent + len(digits) - 1}"
+    return format(value, "f")
+
+
+def _check_name(name: object, part: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise ResourceSpecError(f"invalid resource {part!r}: the name is empty; {_FORM}")
+    if _BAD_NAME_CHARS.search(name):
+        raise ResourceSpecError(
+            f"invalid resource {part!r}: names may not hold spaces, commas or '='; {_FORM}"
+        )
+    return name
+
+
+def _parse_text(spec: str) -> dict[str, int]:
+    units: dict[str, int] = {}
+    for part in _SEPARATORS.split(spec.strip()):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        if not sep:
+            raise ResourceSpecError(f"invalid resource {part!r}: {_FORM}")
+        if not value:
+            raise ResourceSpecError(f"invalid resource {part!r}: the value is missing; {_FORM}")
+        _check_name(name, part)
+        if name in units:
+            raise ResourceSpecError(f"invalid resource spec {spec!r}: {name!r} is given twice")
+        units[name] = parse_quantity(value, name, part)
+    return units
+
+
+def _parse_mapping(spec: Mapping[str, object]) -> dict[str, int]:
+    units: dict[str, int] = {}
+    for name, value in spec.items():
+        part = f"{name}={value}"
+        _check_name(name, part)
+        if isinstance(value, Mapping):
+            raise ResourceSpecError(f"invalid resource {name!r}: the value must be a number, not a table")
+        units[name] = parse_quantity(value, name, part)
+    return units
