@@ -1,0 +1,147 @@
+"""How functions, arguments, results and exceptions travel between client, worker and task.
+
+A task travels as two opaque byte strings: the function (cloudpickled once per function, so a
+``map`` over 10,000 items pickles it once) and the arguments (cloudpickled with every future
+replaced by a :class:`TaskRef`). The worker unpickles them only after the scheduler and the
+peer authenticated, swaps each ``TaskRef`` for the dependency's value, and runs the call.
+
+An exception raised by a task comes back as its pickle plus the formatted remote traceback; the
+client re-raises it with its original type and the remote traceback chained as its cause (the
+way ``concurrent.futures`` reports errors from worker processes).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Any, Callable, Mapping
+
+import cloudpickle
+
+PICKLE_PROTOCOL = 5
+
+
+class TaskRef:
+    """A placeholder for the result of task ``key`` inside a task's arguments."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def __reduce__(self):
+        return (TaskRef, (self.key,))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TaskRef) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash(("TaskRef", self.key))
+
+    def __repr__(self) -> str:
+        return f"TaskRef({self.key!r})"
+
+
+class RemoteTraceback(Exception):
+    """Carries the traceback text of an exception raised on a worker."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return "\n" + self.text
+
+
+class TaskError(Exception):
+    """Stands in for a task's exception that could not be pickled; names its type."""
+
+    def __init__(self, type_name: str, message: str):
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.message = message
+
+    def __reduce__(self):
+        return (TaskError, (self.type_name, self.message))
+
+
+def dumps(obj: Any) -> bytes:
+    return cloudpickle.dumps(obj, protocol=PICKLE_PROTOCOL)
+
+
+def loads(data: bytes | memoryview) -> Any:
+    return cloudpickle.loads(data)
+
+
+def replace_futures(obj: Any, to_ref: Callable[[Any], TaskRef | None]) -> tuple[Any, set[str]]:
+    """Return ``obj`` with futures (as recognised by ``to_ref``) replaced, and their keys.
+
+    Walks lists, tuples, sets and dicts, the containers users pass futures in; other objects
+    are left alone (and so are pickled as they are).
+    """
+    keys: set[str] = set()
+
+    def walk(value: Any) -> Any:
+        ref = to_ref(value)
+        if ref is not None:
+            keys.add(ref.key)
+            return ref
+        kind = type(value)
+        if kind in (list, tuple, set, frozenset):
+            return kind(walk(item) for item in value)
+        if kind is dict:
+            return {key: walk(item) for key, item in value.items()}
+        return value
+
+    return walk(obj), keys
+
+
+def substitute(obj: Any, data: Mapping[str, Any]) -> Any:
+    """Replace each TaskRef in ``obj`` by ``data[ref.key]`` (the dependency's result)."""
+    kind = type(obj)
+    if kind is TaskRef:
+        return data[obj.key]
+    if kind in (list, tuple, set, frozenset):
+        return kind(substitute(item, data) for item in obj)
+    if kind is dict:
+        return {key: substitute(item, data) for key, item in obj.items()}
+    return obj
+
+
+def dumps_exception(exc: BaseException) -> tuple[bytes, str]:
+    """The exception's pickle (or a TaskError that names it) and its traceback text."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        payload = dumps(exc)
+        loads(payload)  # some exceptions pickle but cannot be rebuilt
+    except Exception:
+        payload = dumps(TaskError(type(exc).__qualname__, str(exc)))
+    return payload, text
+
+
+def loads_exception(payload: bytes, text: str) -> BaseException:
+    """Rebuild a task's exception with the remote traceback chained as its cause."""
+    try:
+        exc = loads(payload)
+        if not isinstance(exc, BaseException):
+            raise TypeError(f"not an exception: {type(exc).__name__}")
+    except Exception as err:  # the client lacks the exception's module, say
+        exc = TaskError("UnpicklableError", f"{err}; remote traceback follows")
+    exc.__cause__ = RemoteTraceback(text)
+    return exc
+
+
+def sizeof(obj: Any) -> int:
+    """A cheap estimate of an object's size in bytes, for locality decisions and reports."""
+    nbytes = getattr(obj, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes
+    if isinstance(obj, (bytes, bytearray, memoryview, str)):
+        return len(obj)
+    if isinstance(obj, (list, tuple, set, frozenset)) and len(obj) < 10_000:
+        return sys.getsizeof(obj) + sum(sizeof(item) for item in obj)
+    if isinstance(obj, dict) and len(obj) < 10_000:
+        return sys.getsizeof(obj) + sum(sizeof(k) + sizeof(v) for k, v in obj.items())
+    return sys.getsizeof(obj)

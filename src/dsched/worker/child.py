@@ -1,0 +1,80 @@
+"""The child process that runs Python tasks granted GPUs.
+
+The worker starts one with ``CUDA_VISIBLE_DEVICES`` naming exactly the task's devices, so the
+setting is in place before any task code (or CUDA library) loads, and reuses it for later tasks
+on the same devices. Requests come on stdin and replies go out on a private copy of stdout;
+fd 1 itself is pointed at stderr so that a task's prints reach the worker's log instead of
+corrupting the reply stream.
+
+A frame is an 8-byte big-endian length and a pickle. Request: ``(function bytes, arguments
+bytes)``; reply: ``("ok", result bytes, start, stop, peak_rss)`` or ``("error", exception
+bytes, traceback text, start, stop, peak_rss)``.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import struct
+import sys
+import time
+
+HEADER = struct.Struct("!Q")
+
+
+def read_frame(stream) -> bytes | None:
+    header = stream.read(HEADER.size)
+    if len(header) < HEADER.size:
+        return None
+    (length,) = HEADER.unpack(header)
+    body = stream.read(length)
+    if len(body) < length:
+        return None
+    return body
+
+
+def write_frame(stream, body: bytes) -> None:
+    stream.write(HEADER.pack(len(body)))
+    stream.write(body)
+    stream.flush()
+
+
+def peak_rss() -> int:
+    # ru_maxrss is in KiB on Linux.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def main() -> None:
+    requests = os.fdopen(os.dup(0), "rb")
+    replies = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    from dsched import serialize
+
+    functions: dict[bytes, object] = {}
+    while True:
+        body = read_frame(requests)
+        if body is None:
+            return
+        function_bytes, argument_bytes = serialize.loads(body)
+        start = time.time()
+        try:
+            function = functions.get(function_bytes)
+            if function is None:
+                if len(functions) >= 64:
+                    functions.clear()
+                function = functions[function_bytes] = serialize.loads(function_bytes)
+            args, kwargs = serialize.loads(argument_bytes)
+            result = function(*args, **kwargs)
+            reply = ("ok", serialize.dumps(result), start, time.time(), peak_rss())
+        except BaseException as exc:  # the task's error is data to report, not ours to handle
+            payload, text = serialize.dumps_exception(exc)
+            reply = ("error", payload, text, start, time.time(), peak_rss())
+        write_frame(replies, serialize.dumps(reply))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Where the worker runs Python tasks: a thread pool, or pinned child processes for GPU tasks.
+
+Tasks granted no GPU run on the worker's thread pool (``--nthreads`` wide) inside the worker
+process, which itself sees no GPU. Tasks granted GPUs run in a child process (``child.py``)
+started with ``CUDA_VISIBLE_DEVICES`` naming exactly their devices and
+``CUDA_DEVICE_ORDER=PCI_BUS_ID``; an idle child for the same devices is reused, and a cancelled
+task's child is killed with its whole process group.
+
+This is I/O: it holds no scheduling decisions, which live in ``WorkerState``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .. import serialize
+from .child import HEADER
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a task ended: ``value`` on success, else the exception's pickle and traceback."""
+
+    ok: bool
+    start: float
+    stop: float
+    value: Any = None
+    exception: bytes = b""
+    traceback: str = ""
+    peak_memory: int = 0
+
+
+class TaskKilled(Exception):
+    """The task's process was killed (cancelled, or the worker is stopping)."""
+
+
+def gpu_environment(gpus: tuple[int, ...], base: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a task that holds exactly ``gpus``."""
+    env = dict(base)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in gpus)
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    return env
+
+
+class ThreadRunner:
+    """Runs tasks on a thread pool in the worker process."""
+
+    def __init__(self, nthreads: int):
+        self._pool = ThreadPoolExecutor(max_workers=nthreads, thread_name_prefix="sched-task")
+        self._functions: dict[bytes, Any] = {}
+
+    def function(self, function_bytes: bytes) -> Any:
+        function = self._functions.get(function_bytes)
+        if function is None:
+            if len(self._functions) >= 256:
+                self._functions.clear()
+            function = self._functions[function_bytes] = serialize.loads(function_bytes)
+        return function
+
+    async def run(self, function_bytes: bytes, args: tuple, kwargs: dict) -> Outcome:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._call, function_bytes, args, kwargs)
+
+    def _call(self, function_bytes: bytes, args: tuple, kwargs: dict) -> Outcome:
+        start = time.time()
+        try:
+            value = self.function(function_bytes)(*args, **kwargs)
+            return Outcome(True, start, time.time(), value=value)
+        except BaseException as exc:  # the task's error is data to report
+            payload, text = serialize.dumps_exception(exc)
+            return Outcome(False, start, time.time(), exception=payload, traceback=text)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class GpuChild:
+    """One child process pinned to a set of devices; runs one task at a time."""
+
+    def __init__(self, gpus: tuple[int, ...], process: asyncio.subprocess.Process):
+        self.gpus = gpus
+        self.process = process
+
+    @classmethod
+    async def start(cls, gpus: tuple[int, ...], base_env: Mapping[str, str]) -> "GpuChild":
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "dsched.worker.child",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            env=gpu_environment(gpus, base_env), start_new_session=True,
+        )
+        return cls(gpus, process)
+
+    async def run(self, function_bytes: bytes, argument_bytes: bytes) -> Outcome:
+        request = serialize.dumps((function_bytes, argument_bytes))
+        assert self.process.stdin is not None and self.process.stdout is not None
+        try:
+            self.process.stdin.write(HEADER.pack(len(request)) + request)
+            await self.process.stdin.drain()
+            (length,) = HEADER.unpack(await self.process.stdout.readexactly(HEADER.size))
+            reply = serialize.loads(await self.process.stdout.readexactly(length))
+        except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError) as exc:
+            raise TaskKilled(f"task process for GPUs {self.gpus} exited") from exc
+        if reply[0] == "ok":
+            _, result, start, stop, peak = reply
+            return Outcome(True, start, stop, value=serialize.loads(result), peak_memory=peak)
+        _, payload, text, start, stop, peak = reply
+        return Outcome(False, start, stop, exception=payload, traceback=text, peak_memory=peak)
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    async def close(self) -> None:
+        if self.process.returncode is None:
+            self.kill()
+            await self.process.wait()
+
+
+class GpuProcessPool:
+    """Child processes keyed by device set; idle ones are reused for the same devices."""
+
+    def __init__(self, base_env: Mapping[str, str] | None = None, max_idle: int = 8):
+        self._base_env = dict(os.environ if base_env is None else base_env)
+        self._idle: dict[tuple[int, ...], list[GpuChild]] = {}
+        self._busy: dict[str, GpuChild] = {}
+        self._max_idle = max_idle
+
+    async def run(self, key: str, gpus: tuple[int, ...], function_bytes: bytes,
+                  argument_bytes: bytes) -> Outcome:
+        idle = self._idle.get(gpus)
+        child = idle.pop() if idle else await GpuChild.start(gpus, self._base_env)
+        self._busy[key] = child
+        try:
+            outcome = await child.run(function_bytes, argument_bytes)
+        except BaseException:
+            await child.close()
+            raise
+        finally:
+            self._busy.pop(key, None)
+        if sum(len(children) for children in self._idle.values()) < self._max_idle:
+            self._idle.setdefault(gpus, []).append(child)
+        else:
+            await child.close()
+        return outcome
+
+    def kill(self, key: str) -> bool:
+        """Kill the child running ``key``; its ``run`` then raises TaskKilled."""
+        child = self._busy.get(key)
+        if child is None:
+            return False
+        child.kill()
+        return True
+
+    async def close(self) -> None:
+        children = list(self._busy.values()) + [c for cs in self._idle.values() for c in cs]
+        self._idle.clear()
+        for child in children:
+            await child.close()

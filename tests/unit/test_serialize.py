@@ -1,0 +1,59 @@
+"""Task arguments, results and exceptions survive the trip between client and worker."""
+
+import pytest
+
+from dsched import serialize
+from dsched.serialize import RemoteTraceback, TaskError, TaskRef
+
+
+class Placeholder:
+    def __init__(self, key):
+        self.key = key
+
+
+def to_ref(value):
+    return TaskRef(value.key) if isinstance(value, Placeholder) else None
+
+
+def test_futures_in_nested_containers_become_refs_and_are_substituted_back():
+    args = ([Placeholder("a"), (1, Placeholder("b"))], {"x": Placeholder("a"), "y": 2})
+    replaced, keys = serialize.replace_futures(args, to_ref)
+    assert keys == {"a", "b"}
+    assert replaced == ([TaskRef("a"), (1, TaskRef("b"))], {"x": TaskRef("a"), "y": 2})
+    shipped = serialize.loads(serialize.dumps(replaced))
+    assert serialize.substitute(shipped, {"a": 10, "b": 20}) == ([10, (1, 20)], {"x": 10, "y": 2})
+
+
+def test_lambdas_and_closures_travel():
+    offset = 5
+    function = serialize.loads(serialize.dumps(lambda x: x + offset))
+    assert function(1) == 6
+
+
+def test_an_exception_comes_back_with_its_type_and_remote_traceback():
+    def failing():
+        raise KeyError("missing thing")
+
+    try:
+        failing()
+    except KeyError as exc:
+        payload, text = serialize.dumps_exception(exc)
+    rebuilt = serialize.loads_exception(payload, text)
+    assert type(rebuilt) is KeyError and rebuilt.args == ("missing thing",)
+    assert isinstance(rebuilt.__cause__, RemoteTraceback)
+    assert "in failing" in str(rebuilt.__cause__)
+
+
+def test_an_unpicklable_exception_becomes_a_task_error_naming_its_type():
+    class Local(Exception):
+        def __reduce__(self):
+            raise TypeError("no pickling")
+
+    payload, text = serialize.dumps_exception(Local("boom"))
+    rebuilt = serialize.loads_exception(payload, text)
+    assert isinstance(rebuilt, TaskError) and "Local" in str(rebuilt) and "boom" in str(rebuilt)
+
+
+@pytest.mark.parametrize("value, low", [(b"x" * 1000, 1000), ("y" * 50, 50), ([b"z" * 100] * 3, 300)])
+def test_sizeof_counts_payload_bytes(value, low):
+    assert serialize.sizeof(value) >= low

@@ -1,0 +1,70 @@
+"""The executor runs tasks on threads, or in a child process pinned to exactly its GPUs."""
+
+import asyncio
+import os
+import sys
+
+import cloudpickle
+import pytest
+
+from dsched import serialize
+from dsched.worker.executor import GpuProcessPool, TaskKilled, ThreadRunner
+
+# The child process cannot import this test module, so ship its functions by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def visible_devices():
+    import os
+
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("CUDA_DEVICE_ORDER"), os.getpid()
+
+
+def fail():
+    raise ValueError("bad input")
+
+
+async def test_thread_runner_returns_values_and_exceptions():
+    runner = ThreadRunner(2)
+    try:
+        ok = await runner.run(serialize.dumps(lambda a, b=0: a + b), (1,), {"b": 2})
+        assert ok.ok and ok.value == 3 and ok.stop >= ok.start
+        bad = await runner.run(serialize.dumps(fail), (), {})
+        assert not bad.ok and "bad input" in bad.traceback
+        assert type(serialize.loads_exception(bad.exception, bad.traceback)) is ValueError
+    finally:
+        runner.close()
+
+
+async def test_gpu_child_sees_exactly_its_devices_and_is_reused():
+    pool = GpuProcessPool(base_env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    function, args = serialize.dumps(visible_devices), serialize.dumps(((), {}))
+    try:
+        first = await pool.run("a", (1, 3), function, args)
+        second = await pool.run("b", (1, 3), function, args)
+        other = await pool.run("c", (0,), function, args)
+        assert first.value[:2] == ("1,3", "PCI_BUS_ID")
+        assert second.value[2] == first.value[2], "an idle child for the same devices is reused"
+        assert other.value[:2] == ("0", "PCI_BUS_ID") and other.value[2] != first.value[2]
+        failed = await pool.run("d", (0,), serialize.dumps(fail), args)
+        assert not failed.ok and "ValueError" in failed.traceback
+    finally:
+        await pool.close()
+
+
+async def test_killing_a_running_gpu_task_ends_its_process():
+    import time
+
+    pool = GpuProcessPool()
+    try:
+        run = asyncio.ensure_future(
+            pool.run("slow", (0,), serialize.dumps(time.sleep), serialize.dumps(((60,), {})))
+        )
+        deadline = time.monotonic() + 30
+        while not pool.kill("slow"):
+            assert time.monotonic() < deadline, "the task never started"
+            await asyncio.sleep(0.01)
+        with pytest.raises(TaskKilled):
+            await asyncio.wait_for(run, 30)
+    finally:
+        await pool.close()
