@@ -1,1 +1,516 @@
-"""Configuration (being written)."""
+"""Configuration: the defaults, the TOML file, ``SCHED_*`` environment variables, overrides.
+
+Holds the one table of defaults (:data:`DEFAULTS`) and the type of every key, and merges the
+layers, each over the one before: defaults, then the file, then the environment, then
+:class:`set` (in-process), then the command line (``load(overrides=...)``). ``set()`` wins over
+the environment and the file, as ``dask.config.set`` does, because code that sets it in-process
+(a LocalCluster, a test, a notebook) means it for that block; the command line wins over
+everything because it is what the user just typed. Within ``worker.resources`` a layer that
+names one resource (``SCHED_WORKER__RESOURCES__GPU=2``, ``set({"worker.resources.GPU": 2})``)
+changes that name only; a layer that gives the whole table (``--resources``, ``[worker.resources]``,
+``set({"worker.resources": {...}})``) replaces it.
+
+The file is the explicit path (``--config``, ``load(path=...)``), else ``$SCHED_CONFIG``, else
+``$XDG_CONFIG_HOME/sched/config.toml`` (``~/.config/sched/config.toml``), else
+``/etc/sched/config.toml``: the first that exists; an explicit path or ``SCHED_CONFIG`` naming a
+missing file is an error. Environment variables are ``SCHED_<SECTION>__<KEY>[__<KEY>]``; levels
+are case-insensitive, resource names keep their case; values are read as TOML literals when they
+parse (``2``, ``0.5``, ``true``, ``"text"``, ``[0, 1]``) and as text otherwise. ``SCHED_CONFIG``
+and ``SCHED_TOKEN`` (read by the auth code, never stored here) are not settings.
+
+Every key and value is checked: an unknown key or a bad value raises :class:`ConfigError` naming
+the key and where it came from (file, variable, ``config.set()``). This module must not log,
+start anything, or read any file but the config file.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import math
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from .errors import ConfigError, ResourceSpecError
+from .resources import Resources
+
+MiB = 2**20
+#: The last place looked for a config file (a module attribute so tests can move it).
+SYSTEM_CONFIG = Path("/etc/sched/config.toml")
+#: SCHED_* variables that are not settings.
+RESERVED_ENV = ("SCHED_CONFIG", "SCHED_TOKEN")
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "scheduler": {
+        "host": "0.0.0.0",  # all interfaces: remote workers must reach it; the token guards it
+        "port": 8786,
+        "dashboard_port": 8787,  # None = no dashboard
+        "state_dir": None,  # journal and token; None = $XDG_STATE_HOME/sched (~/.local/state/sched)
+        "token_file": None,  # None = <state_dir>/token, created with mode 0600 on first start
+        "tls": {"cert": None, "key": None, "ca": None, "require_client_cert": False},
+        "allowed_failures": 3,  # worker deaths a task may be executing on before it fails
+        "no_worker_timeout": None,  # seconds a task no worker can run waits; None = for ever
+        "heartbeat_timeout": 60.0,  # seconds without a heartbeat before a worker is removed
+        "prefetch": 2,  # resource-free tasks a worker may hold beyond its free threads
+        "log_level": "info",
+    },
+    "worker": {
+        "scheduler_address": None,  # used when sched-worker is given no address
+        "resources": {},  # open table of case-sensitive names: {"GPU": 2, "MEMORY": 1e11}
+        "nthreads": None,  # None = the CPUs this process may run on
+        "nworkers": 1,  # worker processes under one nanny, each with all of `resources`
+        "name": None,  # None = chosen from host and port
+        "gpus": "auto",  # "auto" (NVML, within CUDA_VISIBLE_DEVICES), "none", or [0, 1]/UUIDs
+        "memory_limit": "auto",  # "auto" = memory / nworkers; None; bytes; "4GiB"; fraction 0-1
+        "local_directory": None,  # None = a directory under the system temp dir
+        "heartbeat_interval": 2.0,
+        "reconnect_backoff_min": 0.5,  # seconds before the first reconnect; doubles each try
+        "reconnect_backoff_max": 30.0,
+        "drain_timeout": 60.0,  # seconds SIGTERM lets running tasks finish before killing them
+        "death_timeout": None,  # seconds without a scheduler before exiting; None = never
+        "token_file": None,  # None = the scheduler's token file on this machine
+        "tls": {"cert": None, "key": None, "ca": None},
+        "log_level": "info",
+    },
+    "comm": {
+        "max_frame_size": 256 * MiB,  # checked before any allocation
+        "outbox_limit": 512 * MiB,  # bytes queued for one peer before it is disconnected
+        "connect_timeout": 10.0,
+        "handshake_timeout": 10.0,
+    },
+    "client": {
+        "scheduler_address": None,  # None: Client() starts a LocalCluster, `sched` uses localhost
+        "connect_timeout": 30.0,
+        "token_file": None,  # None = the scheduler's token file on this machine
+        "tls": {"cert": None, "key": None, "ca": None},
+    },
+}
+
+
+# -- kinds: each checks and normalizes one value, or raises _Bad(what it expected) ----------
+
+
+class _Bad(ValueError):
+    """A value of the wrong type or range; the message says what was expected."""
+
+
+def _kind(expected: str, accept: Callable[[Any], bool],
+          convert: Callable[[Any], Any] = lambda v: v) -> Callable[[Any], Any]:
+    def check(v: Any) -> Any:
+        if accept(v):
+            return convert(v)
+        raise _Bad(expected)
+
+    return check
+
+
+def _nullable(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def check(v: Any) -> Any:
+        if v is None or (isinstance(v, str) and v.strip().lower() in ("", "none", "off")):
+            return None
+        try:
+            return kind(v)
+        except _Bad as e:
+            raise _Bad(f"{e}, or 'none'") from None
+
+    return check
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _integer(lo: int, hi: int | None = None) -> Callable[[Any], Any]:
+    expected = f"an integer from {lo} to {hi}" if hi is not None else f"an integer >= {lo}"
+    return _kind(expected, lambda v: isinstance(v, int) and not isinstance(v, bool)
+                 and lo <= v and (hi is None or v <= hi))
+
+
+_LEVELS = ("debug", "info", "warning", "error", "critical")
+_text = _kind("a non-empty string", lambda v: isinstance(v, str) and v.strip() != "", str.strip)
+_path = _kind("a path", lambda v: isinstance(v, (str, os.PathLike)) and str(v).strip() != "",
+              lambda v: os.path.expanduser(str(v).strip()))
+_flag = _kind("true or false", lambda v: isinstance(v, bool))
+_seconds = _kind("a positive number of seconds", lambda v: _is_number(v) and v > 0, float)
+_log_level = _kind("one of " + ", ".join(_LEVELS),
+                   lambda v: isinstance(v, str) and v.strip().lower() in _LEVELS,
+                   lambda v: v.strip().lower())
+_SIZE = re.compile(r"\s*(\d*\.?\d+(?:e[+-]?\d+)?)\s*([kmgtp]i?)?b?\s*", re.I)
+
+
+def _bytes(v: Any) -> int:
+    if isinstance(v, str) and (m := _SIZE.fullmatch(v)):
+        unit = (m.group(2) or "").lower()
+        v = float(m.group(1)) * (1024 if unit.endswith("i") else 1000) ** (
+            "kmgtp".index(unit[0]) + 1 if unit else 0)
+    if _is_number(v) and v >= 1:
+        return int(v)
+    raise _Bad("a size in bytes such as 268435456, '256MiB' or '100e9'")
+
+
+def _memory_limit(v: Any) -> Any:
+    if isinstance(v, str) and v.strip().lower() == "auto":
+        return "auto"
+    if isinstance(v, float) and 0 < v <= 1:
+        return v  # a fraction of the machine's memory, as in Dask
+    try:
+        return _bytes(v)
+    except _Bad:
+        raise _Bad("'auto', a fraction in (0, 1] or a size such as '4GiB'") from None
+
+
+def _device(item: Any) -> int | str | None:
+    if isinstance(item, str) and item.strip():
+        return int(item.strip()) if item.strip().isdigit() else item.strip()
+    return item if isinstance(item, int) and not isinstance(item, bool) and item >= 0 else None
+
+
+def _gpus(v: Any) -> Any:
+    if v is None or (isinstance(v, str) and v.strip().lower() in ("auto", "none")):
+        return "none" if v is None else v.strip().lower()
+    items = v.split(",") if isinstance(v, str) else [v] if isinstance(v, int) else v
+    devices = [_device(item) for item in items] if isinstance(items, list) else []
+    if not devices or None in devices or len(devices) != len({str(d) for d in devices}):
+        raise _Bad("'auto', 'none', or distinct device indices or UUIDs as in '0,1' or [0, 1]")
+    return devices
+
+
+def _resource_table(v: Any) -> dict[str, int | float]:
+    # Resources.parse is the one parser; its ResourceSpecError reaches the user unchanged.
+    if not isinstance(v, (str, Mapping)):
+        raise _Bad("a resource spec such as 'GPU=2 MEMORY=100e9' or a table such as {GPU = 2}")
+    parsed = Resources.parse(v)
+    return {name: parsed.quantity(name) for name in parsed}
+
+
+_TLS = {"cert": _nullable(_path), "key": _nullable(_path), "ca": _nullable(_path)}
+_PORT = _integer(0, 65535)
+_KINDS: dict[str, dict[str, Any]] = {
+    "scheduler": {
+        "host": _text, "port": _PORT, "dashboard_port": _nullable(_PORT),
+        "state_dir": _nullable(_path), "token_file": _nullable(_path),
+        "tls": {**_TLS, "require_client_cert": _flag}, "allowed_failures": _integer(0),
+        "no_worker_timeout": _nullable(_seconds), "heartbeat_timeout": _seconds,
+        "prefetch": _integer(0), "log_level": _log_level,
+    },
+    "worker": {
+        "scheduler_address": _nullable(_text), "resources": _resource_table,
+        "nthreads": _nullable(_integer(1)), "nworkers": _integer(1), "name": _nullable(_text),
+        "gpus": _gpus, "memory_limit": _nullable(_memory_limit),
+        "local_directory": _nullable(_path), "heartbeat_interval": _seconds,
+        "reconnect_backoff_min": _seconds, "reconnect_backoff_max": _seconds,
+        "drain_timeout": _seconds, "death_timeout": _nullable(_seconds),
+        "token_file": _nullable(_path), "tls": dict(_TLS), "log_level": _log_level,
+    },
+    "comm": {
+        "max_frame_size": _bytes, "outbox_limit": _bytes,
+        "connect_timeout": _seconds, "handshake_timeout": _seconds,
+    },
+    "client": {
+        "scheduler_address": _nullable(_text), "connect_timeout": _seconds,
+        "token_file": _nullable(_path), "tls": dict(_TLS),
+    },
+}
+
+_RESOURCES = ("worker", "resources")
+KeyPath = tuple[str, ...]
+
+
+def _flatten_kinds(kinds: Mapping[str, Any], prefix: KeyPath = ()) -> dict[KeyPath, Any]:
+    flat: dict[KeyPath, Any] = {}
+    for key, kind in kinds.items():
+        if isinstance(kind, Mapping):
+            flat[prefix + (key,)] = None  # a table of settings, not a setting
+            flat.update(_flatten_kinds(kind, prefix + (key,)))
+        else:
+            flat[prefix + (key,)] = kind
+    return flat
+
+
+_FLAT = _flatten_kinds(_KINDS)
+_TABLES = frozenset(p for p, kind in _FLAT.items() if kind is None) | {()}
+
+
+# -- keys and entries: (path, value, source) triples, checked before any is applied ---------
+
+
+def _key_path(parts: list[str], joiner: str, prefix: KeyPath = ()) -> KeyPath:
+    """Levels are case-insensitive ('-' reads as '_'); a resource name keeps its case."""
+    path = prefix
+    for i, part in enumerate(parts):
+        if path == _RESOURCES:
+            return path + (joiner.join(parts[i:]),)
+        path += (part.strip().lower().replace("-", "_"),)
+    return path
+
+
+def _entries(mapping: Mapping, source: str, split: bool, prefix: KeyPath = ()) -> list:
+    """Flatten nested tables (and, with ``split``, dotted keys) down to single settings."""
+    out = []
+    for key, value in mapping.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{source}: key {key!r} is not a string")
+        path = _key_path(key.split(".") if split else [key], ".", prefix)
+        if path in _TABLES and isinstance(value, Mapping):
+            out.extend(_entries(value, source, split, path))
+        else:
+            out.append((path, value, source))
+    return out
+
+
+def _unknown(path: KeyPath, source: str) -> ConfigError:
+    key = ".".join(path)
+    known = [".".join(p) for p in _FLAT]  # settings and tables: '[shceduler]' is a typo too
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    if close:
+        hint = f"did you mean {close[0]!r}?"
+    elif path[:1] in _TABLES:
+        names = [p[-1] for p in _FLAT if len(p) == 2 and p[0] == path[0]]
+        hint = f"the keys of [{path[0]}] are: {', '.join(names)}"
+    else:
+        hint = f"the sections are: {', '.join(_KINDS)}"
+    return ConfigError(f"{source + ': ' if source else ''}unknown key {key!r}; {hint}")
+
+
+def _check(path: KeyPath, value: Any, source: str) -> Any:
+    key = ".".join(path)
+    where = f"{source}: " if source else ""
+    if path in _TABLES:
+        raise ConfigError(f"{where}{key} is a table of settings, got {value!r}")
+    if len(path) == 3 and path[:2] == _RESOURCES:
+        kind: Callable[[Any], Any] = lambda v: _resource_table({path[2]: v})[path[2]]
+    elif path in _FLAT:
+        kind = _FLAT[path]
+    else:
+        raise _unknown(path, source)
+    try:
+        return kind(value)
+    except ResourceSpecError as e:
+        raise ConfigError(f"{where}{key}: {e}") from None
+    except _Bad as e:
+        raise ConfigError(f"{where}{key} must be {e}, got {value!r}") from None
+
+
+def _checked(entries: list) -> list[tuple[KeyPath, Any]]:
+    seen: dict[KeyPath, str] = {}
+    checked = []
+    for path, value, source in entries:
+        if path in seen:
+            raise ConfigError(f"{source}: {'.'.join(path)!r} is given twice (also by {seen[path]})")
+        seen[path] = source
+        checked.append((path, _check(path, value, source)))
+    # A whole resource table first, so that single names given beside it are kept.
+    return sorted(checked, key=lambda entry: len(entry[0]))
+
+
+def _apply(cfg: dict, entries: list[tuple[KeyPath, Any]]) -> None:
+    for path, value in entries:
+        node = cfg
+        for part in path[:-1]:
+            node = node[part]
+        node[path[-1]] = copy.deepcopy(value)
+
+
+def check_value(key: str, value: Any, source: str = "") -> Any:
+    """Check one setting (``"worker.memory_limit"``) and return it normalized, or raise."""
+    return _check(_key_path(key.split("."), "."), value, source)
+
+
+# -- sources ---------------------------------------------------------------------------------
+
+
+def find_config_file(path: str | os.PathLike | None = None,
+                     env: Mapping[str, str] | None = None) -> Path | None:
+    """The config file to read, or None; raises ConfigError for a missing explicit one."""
+    env = os.environ if env is None else env
+    for explicit, where in ((path, "config file"), (env.get("SCHED_CONFIG"), "SCHED_CONFIG")):
+        if explicit:
+            chosen = Path(explicit).expanduser()
+            if not chosen.is_file():
+                raise ConfigError(f"{where}: {chosen} does not exist or is not a file")
+            return chosen
+    home = Path(env.get("HOME") or os.path.expanduser("~"))
+    config_home = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
+    for candidate in (config_home / "sched" / "config.toml", SYSTEM_CONFIG):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _read(file: Path) -> bytes:
+    try:
+        return file.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"config file {file}: cannot be read: {e.strerror}") from None
+
+
+def _file_entries(file: Path, content: bytes) -> list:
+    source = f"config file {file}"
+    try:
+        data = tomllib.loads(content.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"{source}: invalid TOML: {e}") from None
+    return _entries(data, source, split=False)
+
+
+def parse_literal(text: str) -> Any:
+    """Text as a TOML literal when it is one (``2``, ``0.5``, ``true``, ``[0, 1]``), else text.
+
+    How ``SCHED_*`` values (and the command line's free-form options) are read.
+    """
+    try:
+        parsed = tomllib.loads(f"v = {text}")
+    except tomllib.TOMLDecodeError:
+        return text
+    return parsed["v"] if list(parsed) == ["v"] else text  # "1\nx = 2" is text, not two keys
+
+
+def _env_entries(env: Mapping[str, str]) -> list:
+    out = []
+    for name in sorted(env):
+        if not name.startswith("SCHED_") or name in RESERVED_ENV:
+            continue
+        source = f"environment variable {name}"
+        rest = name[len("SCHED_"):]
+        if "__" not in rest and rest.lower() not in _KINDS:  # SCHED_WORKER='{...}' is a table
+            # SCHED_WORKER_RESOURCES_GPU looks meant for us: say so rather than ignore it.
+            if rest.lower().split("_")[0] in _KINDS:
+                raise ConfigError(f"{source}: levels are separated by double underscores, "
+                                  "as in SCHED_WORKER__RESOURCES__GPU=2")
+            continue
+        path, value = _key_path(rest.split("__"), "__"), parse_literal(env[name])
+        if path in _TABLES and isinstance(value, Mapping):
+            out.extend(_entries(value, source, split=False, prefix=path))
+        else:
+            out.append((path, value, source))
+    return out
+
+
+_cache: dict[str, tuple] = {}
+
+
+def _base(path: Any, env: Mapping[str, str]) -> dict:
+    """Defaults, file and environment merged; parsed again only when the file or SCHED_* change.
+
+    The key holds the file's bytes, not its mtime: two edits within one clock tick look alike.
+    """
+    file = find_config_file(path, env)
+    content = _read(file) if file is not None else b""
+    variables = tuple(sorted((k, v) for k, v in env.items() if k.startswith("SCHED_")))
+    key = (str(file), content, variables)
+    cached = _cache.get("base")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    cfg = copy.deepcopy(DEFAULTS)
+    if file is not None:
+        _apply(cfg, _checked(_file_entries(file, content)))
+    _apply(cfg, _checked(_env_entries(env)))
+    _cache["base"] = (key, cfg)
+    return cfg
+
+
+def _resolve(cfg: dict, env: Mapping[str, str]) -> None:
+    scheduler = cfg["scheduler"]
+    if scheduler["state_dir"] is None:
+        home = env.get("HOME") or os.path.expanduser("~")
+        state_home = env.get("XDG_STATE_HOME") or os.path.join(home, ".local", "state")
+        scheduler["state_dir"] = os.path.join(state_home, "sched")
+    if scheduler["token_file"] is None:
+        scheduler["token_file"] = os.path.join(scheduler["state_dir"], "token")
+    for section in ("worker", "client"):  # same machine: find the token where it is made
+        if cfg[section]["token_file"] is None:
+            cfg[section]["token_file"] = scheduler["token_file"]
+
+
+def _check_together(cfg: dict) -> None:
+    for section in ("scheduler", "worker", "client"):
+        tls = cfg[section]["tls"]
+        if (tls["cert"] is None) != (tls["key"] is None):
+            raise ConfigError(f"{section}.tls.cert and {section}.tls.key must be given together")
+    tls = cfg["scheduler"]["tls"]
+    if tls["require_client_cert"] and (tls["ca"] is None or tls["cert"] is None):
+        raise ConfigError("scheduler.tls.require_client_cert needs scheduler.tls.cert, .key and "
+                          ".ca (the CA that signed the client certificates)")
+    worker = cfg["worker"]
+    if worker["reconnect_backoff_min"] > worker["reconnect_backoff_max"]:
+        raise ConfigError("worker.reconnect_backoff_min must not exceed reconnect_backoff_max")
+
+
+# -- the public reading API ------------------------------------------------------------------
+
+_lock = threading.Lock()
+_layers: list[list[tuple[KeyPath, Any]]] = []  # active set() calls, oldest first
+_MISSING = object()
+
+
+def load(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
+         overrides: Mapping[str, Any] | None = None, *, source: str = "overrides") -> dict:
+    """The merged, checked config as a fresh nested dict.
+
+    ``path`` is an explicit config file; ``env`` replaces ``os.environ``; ``overrides`` (dotted
+    keys or nested dicts, as from the command line, named ``source`` in errors) win over
+    everything; a None value there sets the key to None. Paths come back resolved:
+    ``scheduler.state_dir`` and every ``token_file`` are never None.
+    """
+    env = os.environ if env is None else env
+    cfg = copy.deepcopy(_base(path, env))
+    with _lock:
+        layers = list(_layers)
+    for entries in layers:
+        _apply(cfg, entries)
+    if overrides:
+        _apply(cfg, _checked(_entries(overrides, source, split=True)))
+    _resolve(cfg, env)
+    _check_together(cfg)
+    return cfg
+
+
+def get(key: str, default: Any = _MISSING) -> Any:
+    """The effective value of ``key`` (``"scheduler.port"``, ``"worker.resources"``)."""
+    node: Any = load()
+    for part in _key_path(key.split("."), "."):
+        if not isinstance(node, dict) or part not in node:
+            if default is _MISSING:
+                raise KeyError(key)
+            return default
+        node = node[part]
+    return node
+
+
+class set:  # noqa: N801 - named as dask.config.set, which users know
+    """Override settings in this process: ``with config.set({"worker.resources.GPU": 2}):``.
+
+    Keys are dotted or nested dicts (or keyword arguments with ``__`` for dots). They are
+    checked at once, take effect at once, and stay in effect until the ``with`` block ends (or
+    :meth:`restore` is called); nested blocks stack, the innermost winning. The overrides are
+    process-wide, not per thread, so workers started in threads inside the block see them.
+    """
+
+    def __init__(self, arg: Mapping[str, Any] | None = None, /, **kwargs: Any):
+        mapping = dict(arg or {})
+        mapping.update({key.replace("__", "."): value for key, value in kwargs.items()})
+        self._entries = _checked(_entries(mapping, "config.set()", split=True))
+        with _lock:
+            _layers.append(self._entries)
+
+    def __enter__(self) -> "set":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.restore()
+
+    def restore(self) -> None:
+        """Remove these overrides, wherever they are in the stack (blocks may end out of order)."""
+        with _lock:
+            for i in range(len(_layers) - 1, -1, -1):
+                if _layers[i] is self._entries:
+                    del _layers[i]
+                    break

@@ -1,0 +1,121 @@
+"""What the click commands share: option types checked by the config's rules, common options,
+and turning options into a config.
+
+Each command module parses its options, builds the config with :func:`build_config`, and calls
+one library function. Nothing else belongs here: no daemon logic, no networking, no logging setup.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import click
+
+from .. import config
+from ..errors import ConfigError, ResourceSpecError
+from ..resources import Resources
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+class ConfigValue(click.ParamType):
+    """An option value checked by the config's own rule for ``key``, so both say the same.
+
+    The value is read as a TOML literal when it is one (``0.5`` is a number), as environment
+    variables are, and passed on unconverted: ``config.load`` normalizes it, and a value that
+    normalizes to None (``--memory-limit none``) still counts as given.
+    """
+
+    name = "value"
+
+    def __init__(self, key: str, metavar: str):
+        self.key = key
+        self.metavar = metavar
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return self.metavar
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        literal = config.parse_literal(value) if isinstance(value, str) else value
+        try:
+            config.check_value(self.key, literal)
+        except ConfigError as e:
+            self.fail(str(e), param, ctx)
+        return literal
+
+
+class ResourceSpec(click.ParamType):
+    """A task's resource demand (``"GPU=1 MEMORY=8e9"``), parsed by ``Resources.parse``."""
+
+    name = "spec"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "NAME=VALUE ..."
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return Resources.parse(value)
+        except ResourceSpecError as e:
+            self.fail(str(e), param, ctx)
+
+
+def default_of(key: str) -> Any:
+    """The built-in default of a dotted key, for help texts (never reads a file)."""
+    node: Any = config.DEFAULTS
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def config_option() -> Decorator:
+    return click.option(
+        "--config", "config_file", metavar="FILE",
+        help="TOML config file [default: $SCHED_CONFIG, else ~/.config/sched/config.toml, "
+        "else /etc/sched/config.toml, the first that exists].",
+    )
+
+
+def log_level_option(section: str) -> Decorator:
+    return click.option(
+        "--log-level", type=click.Choice(["debug", "info", "warning", "error", "critical"],
+                                         case_sensitive=False),
+        help=f"Logging level [{section}.log_level; default {default_of(section + '.log_level')}].",
+    )
+
+
+def tls_options(section: str) -> Decorator:
+    """--tls-cert, --tls-key and --tls-ca for the ``tls`` table of ``section``."""
+    options = [
+        click.option("--tls-cert", metavar="FILE",
+                     help=f"TLS certificate (PEM) [{section}.tls.cert]."),
+        click.option("--tls-key", metavar="FILE",
+                     help=f"TLS private key (PEM) [{section}.tls.key]."),
+        click.option("--tls-ca", metavar="FILE",
+                     help=f"CA certificate to check the peer's certificate [{section}.tls.ca]."),
+    ]
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def build_config(config_file: str | None, options: Mapping[str, Any]) -> dict:
+    """``config.load`` with the options the user gave (None = not given) over everything else.
+
+    A bad config file, variable or value is a usage error: one line naming the bad part, exit 2.
+    """
+    given = {key: value for key, value in options.items() if value is not None}
+    try:
+        return config.load(config_file, overrides=given, source="command line")
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def not_implemented(what: str) -> int:
+    """Stand-in for a library function that has not landed yet: say so, exit status 1."""
+    click.echo(f"{what}: not implemented yet (the options and configuration are valid)", err=True)
+    return 1

@@ -1,0 +1,52 @@
+"""``sched-scheduler``: parse the options into a config and run the scheduler daemon.
+
+Thin on purpose: the daemon itself lives in ``dsched.scheduler``; this module only turns the
+command line into a config (``dsched.config``) and calls one function.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from . import (CONTEXT_SETTINGS, build_config, config_option, default_of, log_level_option,
+               not_implemented, tls_options)
+
+
+def run_scheduler(cfg: dict) -> int:
+    """Placeholder for the scheduler daemon (issue 3); returns the exit status."""
+    return not_implemented("sched-scheduler")
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--host", metavar="HOST",
+              help="Interface to listen on "
+              f"[scheduler.host; default {default_of('scheduler.host')}].")
+@click.option("--port", type=click.IntRange(0, 65535),
+              help="Port for workers and clients, 0 for any free one "
+              f"[scheduler.port; default {default_of('scheduler.port')}].")
+@click.option("--dashboard-port", type=click.IntRange(0, 65535),
+              help="Port of the dashboard, API and metrics "
+              f"[scheduler.dashboard_port; default {default_of('scheduler.dashboard_port')}].")
+@click.option("--token-file", metavar="FILE",
+              help="Shared token file; created (mode 0600) when missing "
+              "[scheduler.token_file; default STATE_DIR/token].")
+@tls_options("scheduler")
+@click.option("--state-dir", metavar="DIR",
+              help="Directory of the job journal and token "
+              "[scheduler.state_dir; default ~/.local/state/sched].")
+@config_option()
+@log_level_option("scheduler")
+@click.version_option(__version__, prog_name="sched-scheduler")
+@click.pass_context
+def main(ctx: click.Context, host: str | None, port: int | None, dashboard_port: int | None,
+         token_file: str | None, tls_cert: str | None, tls_key: str | None, tls_ca: str | None,
+         state_dir: str | None, config_file: str | None, log_level: str | None) -> None:
+    """Run the dsched scheduler: it tracks workers and places tasks on them."""
+    cfg = build_config(config_file, {
+        "scheduler.host": host, "scheduler.port": port, "scheduler.dashboard_port": dashboard_port,
+        "scheduler.token_file": token_file, "scheduler.tls.cert": tls_cert,
+        "scheduler.tls.key": tls_key, "scheduler.tls.ca": tls_ca,
+        "scheduler.state_dir": state_dir, "scheduler.log_level": log_level,
+    })
+    ctx.exit(run_scheduler(cfg))

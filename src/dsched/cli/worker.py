@@ -1,0 +1,62 @@
+"""``sched-worker``: parse the options into a config and run a worker daemon (or a nanny).
+
+Thin on purpose: the worker lives in ``dsched.worker``; this module only turns the command line
+into a config (``dsched.config``) and calls one function.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .. import __version__
+from . import (CONTEXT_SETTINGS, ConfigValue, build_config, config_option, default_of,
+               log_level_option, not_implemented, tls_options)
+
+
+def run_worker(cfg: dict) -> int:
+    """Placeholder for the worker daemon and nanny (issue 4); returns the exit status."""
+    return not_implemented("sched-worker")
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("scheduler_address", required=False)
+@click.option("--resources", type=ConfigValue("worker.resources", "NAME=VALUE ..."),
+              help='Abstract resources this worker offers, e.g. "GPU=2 MEMORY=100e9"; replaces '
+              "the config's table [worker.resources; default: none, plus GPU=<count> found].")
+@click.option("--nthreads", type=click.IntRange(min=1),
+              help="Tasks run at once [worker.nthreads; default: the CPUs this process may use].")
+@click.option("--nworkers", type=click.IntRange(min=1),
+              help="Worker processes under one nanny, each with all the resources given "
+              f"[worker.nworkers; default {default_of('worker.nworkers')}].")
+@click.option("--name", help="Worker name [worker.name; default: from host and port].")
+@click.option("--gpus", type=ConfigValue("worker.gpus", "auto|none|0,1,..."),
+              help="GPUs to use: auto (found by NVML), none, or device indices or UUIDs "
+              f"[worker.gpus; default {default_of('worker.gpus')}].")
+@click.option("--memory-limit", type=ConfigValue("worker.memory_limit", "auto|none|SIZE|FRACTION"),
+              help="Memory limit: auto, none, bytes ('4GiB') or a fraction of the machine's "
+              f"[worker.memory_limit; default {default_of('worker.memory_limit')}].")
+@click.option("--local-directory", metavar="DIR",
+              help="Scratch directory [worker.local_directory; default: under the temp dir].")
+@click.option("--token-file", metavar="FILE",
+              help="Shared token file "
+              "[worker.token_file; default: the scheduler's on this machine].")
+@tls_options("worker")
+@config_option()
+@log_level_option("worker")
+@click.version_option(__version__, prog_name="sched-worker")
+@click.pass_context
+def main(ctx: click.Context, scheduler_address: str | None, config_file: str | None,
+         **options: Any) -> None:
+    """Run a dsched worker that connects to SCHEDULER_ADDRESS (host:port).
+
+    Without SCHEDULER_ADDRESS, worker.scheduler_address from the config is used.
+    """
+    # Each option is named for its key in the worker section (tls_cert is worker.tls.cert).
+    cfg = build_config(config_file, {"worker.scheduler_address": scheduler_address, **{
+        "worker." + name.replace("tls_", "tls."): value for name, value in options.items()}})
+    if cfg["worker"]["scheduler_address"] is None:
+        raise click.UsageError("missing SCHEDULER_ADDRESS (or set worker.scheduler_address in "
+                               "the config or SCHED_WORKER__SCHEDULER_ADDRESS)")
+    ctx.exit(run_worker(cfg))

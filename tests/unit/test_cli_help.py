@@ -1,0 +1,185 @@
+"""The click commands: every --help, and options turned into a checked config (exit 2 if bad).
+
+The daemons do not exist yet, so a valid command line ends in "not implemented yet" (exit 1);
+tests that look at the config built replace the placeholder library function with a recorder.
+HOME, XDG and /etc/sched are moved under tmp_path and SCHED_* variables removed.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from dsched import config
+from dsched.cli import sched, scheduler, worker
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("SCHED_"):
+            monkeypatch.delenv(name)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    monkeypatch.setattr(config, "SYSTEM_CONFIG", tmp_path / "etc" / "sched" / "config.toml")
+    return home
+
+
+@pytest.fixture
+def bad_config(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[scheduler]\nprot = 1\n")
+    return path
+
+
+def run(command, *args, env=None):
+    return CliRunner().invoke(command, list(args), env=env)
+
+
+def recorded(monkeypatch, module, name):
+    """Replace module.name (a placeholder library function) by one that records its arguments."""
+    calls = []
+    monkeypatch.setattr(module, name, lambda *args: calls.append(args) or 0)
+    return calls
+
+
+HELP_CASES = [
+    (scheduler.main, [], ["--host", "--port", "--dashboard-port", "--token-file", "--tls-cert",
+                          "--tls-key", "--tls-ca", "--state-dir", "--config", "--log-level"]),
+    (worker.main, [], ["SCHEDULER_ADDRESS", "--resources", "--nthreads", "--nworkers", "--name",
+                       "--gpus", "--memory-limit", "--local-directory", "--token-file",
+                       "--tls-cert", "--tls-key", "--tls-ca", "--config", "--log-level"]),
+    (sched.main, [], ["submit", "status", "workers", "cancel", "logs", "wait", "--scheduler"]),
+    (sched.main, ["submit"], ["--resources", "--priority", "--retries", "COMMAND"]),
+    (sched.main, ["status"], ["JOB_ID"]),
+    (sched.main, ["workers"], ["workers [OPTIONS]"]),
+    (sched.main, ["cancel"], ["JOB_ID"]),
+    (sched.main, ["logs"], ["--follow"]),
+    (sched.main, ["wait"], ["--timeout"]),
+]
+
+
+@pytest.mark.parametrize("command, words, expected", HELP_CASES)
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help(command, words, expected, flag):
+    result = run(command, *words, flag)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("Usage:")
+    for text in expected:
+        assert text in result.output
+
+
+def test_every_sched_subcommand_has_a_one_line_help():
+    result = run(sched.main, "--help")
+    for name in ("submit", "status", "workers", "cancel", "logs", "wait"):
+        line = next(line for line in result.output.splitlines() if line.strip().startswith(name))
+        assert not line.rstrip().endswith("..."), line  # short enough to show whole
+
+
+def test_subcommand_help_works_with_a_broken_config(bad_config):
+    result = run(sched.main, "submit", "--help", env={"SCHED_CONFIG": str(bad_config)})
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("spec, part", [("foo", "'foo'"), ("GPU=x", "'GPU=x'"),
+                                        ("GPU=-1", "'GPU=-1'")])
+def test_worker_invalid_resources_exit_2_naming_the_bad_part(spec, part):
+    result = run(worker.main, "--resources", spec, "127.0.0.1:8786")
+    assert result.exit_code == 2
+    assert part in result.output and "NAME=VALUE" in result.output
+    assert "Invalid value for '--resources'" in result.output
+
+
+def test_submit_invalid_resources_exit_2():
+    result = run(sched.main, "submit", "--resources", "foo", "--", "true")
+    assert result.exit_code == 2
+    assert "'foo'" in result.output and "NAME=VALUE" in result.output
+
+
+@pytest.mark.parametrize("command, args", [
+    (scheduler.main, []), (worker.main, ["127.0.0.1:8786"]), (sched.main, ["workers"])])
+def test_invalid_config_file_exits_2_naming_file_and_key(command, args, bad_config):
+    result = run(command, "--config", str(bad_config), *args)
+    assert result.exit_code == 2, result.output
+    error = result.output.strip().splitlines()[-1]
+    assert error.startswith("Error: config file ") and str(bad_config) in error
+    assert "unknown key 'scheduler.prot'" in error
+
+
+def test_invalid_config_from_sched_config_and_environment_exit_2(bad_config):
+    result = run(scheduler.main, env={"SCHED_CONFIG": str(bad_config)})
+    assert result.exit_code == 2 and "scheduler.prot" in result.output
+    result = run(scheduler.main, env={"SCHED_SCHEDULER__PORT": "abc"})
+    assert result.exit_code == 2
+    assert "SCHED_SCHEDULER__PORT: scheduler.port must be an integer" in result.output
+
+
+def test_missing_config_file_exits_2(tmp_path):
+    result = run(scheduler.main, "--config", str(tmp_path / "nope.toml"))
+    assert result.exit_code == 2 and "nope.toml does not exist" in result.output
+
+
+def test_valid_command_lines_say_not_implemented_and_exit_1():
+    for command, args in [(scheduler.main, ["--port", "0"]), (worker.main, ["h:1"]),
+                          (sched.main, ["status"])]:
+        result = run(command, *args)
+        assert result.exit_code == 1, result.output
+        assert "not implemented yet" in result.output
+
+
+def test_worker_options_reach_the_config_over_environment(monkeypatch, tmp_path):
+    calls = recorded(monkeypatch, worker, "run_worker")
+    result = run(worker.main, "tcp://h:8786", "--resources", "GPU=2 MEMORY=100e9",
+                 "--nthreads", "4", "--memory-limit", "none", "--gpus", "0,1",
+                 "--tls-cert", "c.pem", "--tls-key", "k.pem", "--log-level", "DEBUG",
+                 env={"SCHED_WORKER__NTHREADS": "8", "SCHED_WORKER__RESOURCES__X": "1"})
+    assert result.exit_code == 0, result.output
+    [(cfg,)] = calls
+    settings = cfg["worker"]
+    assert settings["scheduler_address"] == "tcp://h:8786"
+    assert settings["resources"] == {"GPU": 2, "MEMORY": 100_000_000_000}  # replaced, not merged
+    assert settings["nthreads"] == 4
+    assert settings["memory_limit"] is None
+    assert settings["gpus"] == [0, 1]
+    assert settings["tls"] == {"cert": "c.pem", "key": "k.pem", "ca": None}
+    assert settings["log_level"] == "debug"
+
+
+def test_worker_address_may_come_from_the_config(monkeypatch):
+    calls = recorded(monkeypatch, worker, "run_worker")
+    result = run(worker.main, env={"SCHED_WORKER__SCHEDULER_ADDRESS": "h:1"})
+    assert result.exit_code == 0 and calls[0][0]["worker"]["scheduler_address"] == "h:1"
+    result = run(worker.main, env={"SCHED_WORKER__SCHEDULER_ADDRESS": None})
+    assert result.exit_code == 2 and "missing SCHEDULER_ADDRESS" in result.output
+
+
+def test_worker_bad_option_value_exit_2():
+    result = run(worker.main, "h:1", "--memory-limit", "lots")
+    assert result.exit_code == 2
+    assert "Invalid value for '--memory-limit'" in result.output
+
+
+def test_scheduler_options_reach_the_config(monkeypatch, tmp_path):
+    calls = recorded(monkeypatch, scheduler, "run_scheduler")
+    result = run(scheduler.main, "--port", "9000", "--state-dir", str(tmp_path / "state"),
+                 env={"SCHED_SCHEDULER__PORT": "1"})
+    assert result.exit_code == 0, result.output
+    [(cfg,)] = calls
+    assert cfg["scheduler"]["port"] == 9000
+    assert cfg["scheduler"]["token_file"] == str(tmp_path / "state" / "token")
+
+
+def test_sched_submit_passes_the_job(monkeypatch):
+    calls = recorded(monkeypatch, sched, "run_command")
+    result = run(sched.main, "-s", "h:1", "submit", "--resources", "GPU=1", "--",
+                 "python", "train.py", "--lr", "0.1")
+    assert result.exit_code == 0, result.output
+    [(name, cfg, arguments)] = calls
+    assert name == "submit" and cfg["client"]["scheduler_address"] == "h:1"
+    assert arguments["command"] == ("python", "train.py", "--lr", "0.1")
+    assert str(arguments["resources"]) == "GPU=1"
