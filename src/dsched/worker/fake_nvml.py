@@ -1,0 +1,134 @@
+"""A test double of the pynvml calls dsched makes, so that every GPU path runs without a GPU.
+
+``gpus.py`` uses it in place of pynvml when ``SCHED_FAKE_NVML`` is set, so that tests can start
+real worker daemons "with 4 GPUs" on a machine that has none. The variable holds a JSON
+description, inline (text starting with ``{``) or in the file it names::
+
+    {"gpus": [{"uuid": "GPU-...", "name": "...", "memory_total": 17179869184,
+               "memory_used": 0, "utilization": 0}],
+     "init_error": null}
+
+Every device field is optional. ``{"count": 4}`` is short for four default devices.
+``init_error`` makes ``nvmlInit`` fail as real NVML does: ``"library_not_found"``,
+``"driver_not_loaded"``, ``"no_permission"`` or ``"unknown"``. A device with
+``"error": "gpu_lost"`` fails when it is read.
+
+It raises pynvml's own exception classes (it takes only those from pynvml), so the code under
+test catches exactly what it would for real. It must never call the real NVML library.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Mapping
+
+import pynvml  # for its exception classes and error codes only
+
+ENV = "SCHED_FAKE_NVML"
+GIB = 1024**3
+
+_INIT_ERRORS = {
+    "library_not_found": pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+    "driver_not_loaded": pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+    "no_permission": pynvml.NVML_ERROR_NO_PERMISSION,
+    "unknown": pynvml.NVML_ERROR_UNKNOWN,
+}
+_DEVICE_ERRORS = {"gpu_lost": pynvml.NVML_ERROR_GPU_IS_LOST, "unknown": pynvml.NVML_ERROR_UNKNOWN}
+
+
+def default_device(index: int) -> dict[str, Any]:
+    return {
+        "uuid": f"GPU-fa4e{index:04x}-0000-4000-8000-{index:012x}",
+        "name": "dsched Fake GPU",
+        "memory_total": 16 * GIB,
+        "memory_used": 0,
+        "utilization": 0,
+    }
+
+
+class FakeNvml:
+    """Stands in for the ``pynvml`` module: same function names, same exception types."""
+
+    NVMLError = pynvml.NVMLError
+    NVML_ERROR_LIBRARY_NOT_FOUND = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
+    NVML_ERROR_DRIVER_NOT_LOADED = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+
+    def __init__(self, gpus: list[Mapping[str, Any]] | None = None, init_error: str | None = None):
+        if init_error is not None and init_error not in _INIT_ERRORS:
+            raise ValueError(f"unknown init_error {init_error!r}; one of {sorted(_INIT_ERRORS)}")
+        self.gpus = [{**default_device(i), **gpu} for i, gpu in enumerate(gpus or [])]
+        for gpu in self.gpus:
+            error = gpu.get("error")
+            if error is not None and error not in _DEVICE_ERRORS:
+                raise ValueError(f"unknown device error {error!r}; one of {sorted(_DEVICE_ERRORS)}")
+        self.init_error = init_error
+        self.initialized = 0  # NVML counts nvmlInit calls; nvmlShutdown undoes one
+        self.init_calls = 0
+
+    @classmethod
+    def from_description(cls, description: Mapping[str, Any]) -> "FakeNvml":
+        gpus = description.get("gpus")
+        if gpus is None:
+            gpus = [{} for _ in range(int(description.get("count", 0)))]
+        return cls(list(gpus), description.get("init_error"))
+
+    @classmethod
+    def from_env_value(cls, value: str) -> "FakeNvml":
+        """Read ``SCHED_FAKE_NVML``: inline JSON, or the path of a JSON file."""
+        text = value if value.lstrip().startswith("{") else Path(value).read_text(encoding="utf-8")
+        return cls.from_description(json.loads(text))
+
+    @classmethod
+    def with_count(cls, count: int) -> "FakeNvml":
+        return cls([{} for _ in range(count)])
+
+    # -- the pynvml calls -----------------------------------------------------------------
+
+    def nvmlInit(self) -> None:  # noqa: N802 (pynvml's names)
+        self.init_calls += 1
+        if self.init_error is not None:
+            raise pynvml.NVMLError(_INIT_ERRORS[self.init_error])
+        self.initialized += 1
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        self._check_initialized()
+        self.initialized -= 1
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        self._check_initialized()
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> SimpleNamespace:  # noqa: N802
+        self._check_initialized()
+        if not 0 <= index < len(self.gpus):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return SimpleNamespace(index=index)
+
+    def nvmlDeviceGetUUID(self, handle: SimpleNamespace) -> str:  # noqa: N802
+        return self._device(handle)["uuid"]
+
+    def nvmlDeviceGetName(self, handle: SimpleNamespace) -> str:  # noqa: N802
+        return self._device(handle)["name"]
+
+    def nvmlDeviceGetMemoryInfo(self, handle: SimpleNamespace) -> SimpleNamespace:  # noqa: N802
+        gpu = self._device(handle)
+        total, used = int(gpu["memory_total"]), int(gpu["memory_used"])
+        return SimpleNamespace(total=total, used=used, free=total - used)
+
+    def nvmlDeviceGetUtilizationRates(  # noqa: N802
+        self, handle: SimpleNamespace
+    ) -> SimpleNamespace:
+        return SimpleNamespace(gpu=int(self._device(handle)["utilization"]), memory=0)
+
+    def _device(self, handle: SimpleNamespace) -> dict[str, Any]:
+        self._check_initialized()
+        gpu = self.gpus[handle.index]
+        if gpu.get("error"):
+            raise pynvml.NVMLError(_DEVICE_ERRORS[gpu["error"]])
+        return gpu
+
+    def _check_initialized(self) -> None:
+        if self.initialized <= 0:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)

@@ -1,0 +1,309 @@
+"""Finding the worker's GPUs with NVML, and the plans made from what was found.
+
+This is the only module that calls NVML (``pynvml`` of nvidia-ml-py), and it loads it lazily.
+``detect_gpus`` lists the devices the worker may use; no library, no driver or no device means
+no GPUs and one info line in the log, never an error. ``gpu_usage`` reads utilization and
+memory for heartbeats. The rest is pure: what the worker advertises (``resources_with_gpus``),
+which devices back its ``GPU`` resource (``ledger_devices``), and how ``--nworkers`` divides
+the devices (``split_gpus``, ``gpus_option``).
+
+Indices are NVML's, the PCI bus order, which CUDA follows only with
+``CUDA_DEVICE_ORDER=PCI_BUS_ID``: tasks get that setting, and integer entries of the worker's
+own ``CUDA_VISIBLE_DEVICES`` are read as NVML indices (UUID entries are exact whatever the
+order). With ``SCHED_FAKE_NVML`` set, the test double in ``fake_nvml`` replaces pynvml.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence, TypeVar
+
+from ..errors import ConfigError, ResourceSpecError
+from ..resources import SCALE, Resources, format_units
+from .ledger import GPU
+
+logger = logging.getLogger(__name__)
+
+FAKE_NVML_ENV = "SCHED_FAKE_NVML"
+_FROM_ENV: Any = object()  # default of ``visible``: read CUDA_VISIBLE_DEVICES at call time
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    index: int  # NVML index (PCI bus order)
+    uuid: str = ""
+    name: str = ""
+    memory_total: int = 0  # bytes
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """The devices this worker may use; ``reason`` says why there are none."""
+
+    devices: tuple[GpuDevice, ...] = ()
+    reason: str = ""
+
+    @property
+    def count(self) -> int:
+        return len(self.devices)
+
+    @property
+    def indices(self) -> tuple[int, ...]:
+        return tuple(device.index for device in self.devices)
+
+
+@dataclass(frozen=True)
+class GpuUsage:
+    index: int
+    utilization: int  # percent of time a kernel ran, over NVML's last sample period
+    memory_used: int  # bytes
+    memory_total: int
+
+
+def load_nvml(environ: Any = os.environ) -> Any:
+    """The NVML backend: the fake when ``SCHED_FAKE_NVML`` is set, else pynvml; None if absent."""
+    value = environ.get(FAKE_NVML_ENV)
+    if value:
+        from .fake_nvml import FakeNvml
+
+        return FakeNvml.from_env_value(value)
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+def detect_gpus(
+    visible: str | None = _FROM_ENV, select: str = "auto", backend: Any = None
+) -> GpuInventory:
+    """The GPUs this worker may use.
+
+    ``visible`` is ``CUDA_VISIBLE_DEVICES`` (read from the environment when not given; ``None``
+    means unset, ``""`` no device). ``select`` is the ``--gpus`` value: ``auto`` (every visible
+    device), ``none``, or indices/UUIDs such as ``0,2``; a device it names that is not found
+    raises ConfigError, since the user asked for it by name.
+    """
+    if visible is _FROM_ENV:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    wanted = parse_gpus_option(select)
+    if wanted == ():
+        return _found((), "GPUs are turned off (--gpus none)")
+    if visible is not None and not visible.strip():
+        devices: tuple[GpuDevice, ...] = ()
+        reason = "CUDA_VISIBLE_DEVICES is empty"
+    else:
+        devices, reason = _read_devices(backend if backend is not None else load_nvml())
+        if visible is not None and devices:
+            devices = _visible(devices, visible)
+            reason = "" if devices else f"CUDA_VISIBLE_DEVICES={visible!r} names none of them"
+    if wanted is not None:
+        devices = _select(devices, wanted, select, reason)
+    return _found(devices, reason)
+
+
+def _found(devices: tuple[GpuDevice, ...], reason: str) -> GpuInventory:
+    if devices:
+        logger.info("Found %d GPU(s): %s", len(devices), "; ".join(
+            f"{d.index} {d.name} {d.uuid} {d.memory_total / 2**30:.0f} GiB" for d in devices
+        ))
+        return GpuInventory(devices)
+    logger.info("No GPUs: %s; the worker runs without GPUs", reason)
+    return GpuInventory((), reason)
+
+
+def _read_devices(nvml: Any) -> tuple[tuple[GpuDevice, ...], str]:
+    if nvml is None:
+        return (), "nvidia-ml-py (pynvml) is not installed"
+    nvml_error = getattr(nvml, "NVMLError", Exception)
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVML that cannot start, whatever the cause, means "no GPUs"
+        return (), _init_failure(nvml, exc)
+    devices = []
+    try:
+        for index in range(nvml.nvmlDeviceGetCount()):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                devices.append(GpuDevice(
+                    index, _text(nvml.nvmlDeviceGetUUID(handle)),
+                    _text(nvml.nvmlDeviceGetName(handle)),
+                    int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+                ))
+            except nvml_error as exc:
+                logger.warning("Leaving out GPU %d: NVML cannot read it (%s)", index, exc)
+    except nvml_error as exc:
+        return (), f"NVML could not count the devices ({exc})"
+    finally:
+        _shutdown(nvml)
+    return tuple(devices), "" if devices else "NVML found no GPU"
+
+
+def _init_failure(nvml: Any, exc: Exception) -> str:
+    code = getattr(exc, "value", None)
+    if code == getattr(nvml, "NVML_ERROR_LIBRARY_NOT_FOUND", 12):
+        return "the NVML library was not found (no NVIDIA driver is installed)"
+    if code == getattr(nvml, "NVML_ERROR_DRIVER_NOT_LOADED", 9):
+        return "the NVIDIA driver is not loaded"
+    return f"NVML could not start ({type(exc).__name__}: {exc})"
+
+
+def _shutdown(nvml: Any) -> None:
+    try:
+        nvml.nvmlShutdown()
+    except Exception as exc:  # nothing left to do with NVML; the devices are already read
+        logger.debug("nvmlShutdown failed: %s", exc)
+
+
+def _text(value: str | bytes) -> str:
+    # Older nvidia-ml-py versions return bytes.
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _match(entry: str, devices: Sequence[GpuDevice]) -> GpuDevice | None:
+    """The device an index or (a unique prefix of) a UUID names, as CUDA matches them."""
+    if entry.isdigit():
+        return next((d for d in devices if d.index == int(entry)), None)
+    if entry.startswith("GPU-"):
+        matches = [d for d in devices if d.uuid.startswith(entry)]
+        return matches[0] if len(matches) == 1 else None
+    return None
+
+
+def _visible(devices: tuple[GpuDevice, ...], text: str) -> tuple[GpuDevice, ...]:
+    chosen: list[GpuDevice] = []
+    for entry in (part.strip() for part in text.split(",")):
+        device = _match(entry, devices)
+        if device is None:
+            logger.warning(
+                "CUDA_VISIBLE_DEVICES=%r: %r names no GPU found here; as CUDA does, it and the "
+                "entries after it are ignored", text, entry,
+            )
+            break
+        if device not in chosen:
+            chosen.append(device)
+    return tuple(chosen)
+
+
+def parse_gpus_option(text: str) -> tuple[str, ...] | None:
+    """``--gpus``: None for ``auto``, ``()`` for ``none``, else the entries named."""
+    value = text.strip()
+    if value.lower() == "auto":
+        return None
+    if value.lower() in ("none", ""):
+        return ()
+    entries = tuple(part.strip() for part in value.split(","))
+    for entry in entries:
+        if not (entry.isdigit() or entry.startswith("GPU-")):
+            raise ConfigError(
+                f"invalid --gpus value {text!r}: {entry!r} is not a GPU index or UUID; expected "
+                "auto, none, or a comma-separated list such as 0,2 or GPU-5d3f...,GPU-91a0..."
+            )
+    return entries
+
+
+def _select(devices: tuple[GpuDevice, ...], wanted: tuple[str, ...], text: str,
+            reason: str) -> tuple[GpuDevice, ...]:
+    chosen: list[GpuDevice] = []
+    for entry in wanted:
+        device = _match(entry, devices)
+        if device is None:
+            found = ", ".join(str(d.index) for d in devices) or f"none: {reason}"
+            raise ConfigError(f"--gpus {text}: GPU {entry} is not available here (found {found})")
+        if device not in chosen:
+            chosen.append(device)
+    return tuple(chosen)
+
+
+# -- plans on what was found (pure) -------------------------------------------------------
+
+
+def resources_with_gpus(resources: Resources, gpus: Sequence[GpuDevice]) -> Resources:
+    """What the worker advertises: ``GPU=<count>`` added when GPUs were found and none given.
+
+    A ``GPU`` given explicitly (``GPU=0`` included) is kept as given.
+    """
+    if GPU in resources or not gpus:
+        return resources
+    return resources + Resources({GPU: len(gpus) * SCALE})
+
+
+def ledger_devices(resources: Resources, gpus: Sequence[GpuDevice]) -> tuple[int, ...]:
+    """The device indices behind the worker's ``GPU`` resource, for ``WorkerState``.
+
+    Without devices found, abstract ``GPU=N`` maps to ``0..N-1``. With devices found, ``GPU=N``
+    takes the first N of them by index, and asking for more than were found is an error (it
+    would let tasks share devices the user thinks are separate).
+    """
+    units = resources.get(GPU)
+    if units % SCALE:
+        raise ResourceSpecError(
+            f"invalid worker resource GPU={format_units(units)}: a worker offers whole GPUs"
+        )
+    count = units // SCALE
+    if not gpus:
+        return tuple(range(count))
+    indices = sorted(device.index for device in gpus)
+    if count > len(indices):
+        raise ResourceSpecError(
+            f"the worker offers GPU={count} but only {len(indices)} GPU(s) were found "
+            f"({', '.join(map(str, indices))}): offer at most GPU={len(indices)}, or leave GPU "
+            "out to offer all of them"
+        )
+    return tuple(indices[:count])
+
+
+def split_gpus(gpus: Sequence[T], nworkers: int) -> list[list[T]]:
+    """Divide devices among ``nworkers`` worker processes, as evenly as possible.
+
+    Contiguous blocks, the first ones one larger when the count does not divide. With fewer
+    devices than workers, the first workers get one each and the rest none (they run CPU
+    tasks only): sharing a device between workers would break the rule that two tasks share
+    a device only when both asked for a fraction of one.
+    """
+    if nworkers < 1:
+        raise ValueError(f"nworkers must be at least 1, not {nworkers}")
+    size, extra = divmod(len(gpus), nworkers)
+    shares, start = [], 0
+    for worker in range(nworkers):
+        end = start + size + (1 if worker < extra else 0)
+        shares.append(list(gpus[start:end]))
+        start = end
+    return shares
+
+
+def gpus_option(share: Sequence[GpuDevice]) -> str:
+    """The ``--gpus`` value that gives one worker process exactly ``share``."""
+    return ",".join(str(device.index) for device in share) or "none"
+
+
+def gpu_usage(indices: Iterable[int], backend: Any = None) -> list[GpuUsage]:
+    """Utilization and memory of these devices for a heartbeat; ``[]`` without NVML.
+
+    A device that cannot be read is left out (logged at debug level: heartbeats repeat).
+    """
+    indices = list(indices)
+    nvml = backend if backend is not None else load_nvml()
+    if nvml is None or not indices:
+        return []
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # no NVML: heartbeats carry no GPU figures
+        logger.debug("GPU usage unavailable: %s", exc)
+        return []
+    usage = []
+    try:
+        for index in indices:
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                rates = nvml.nvmlDeviceGetUtilizationRates(handle)
+                usage.append(GpuUsage(index, int(rates.gpu), int(memory.used), int(memory.total)))
+            except getattr(nvml, "NVMLError", Exception) as exc:
+                logger.debug("GPU %d usage unavailable: %s", index, exc)
+    finally:
+        _shutdown(nvml)
+    return usage

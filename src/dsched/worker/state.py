@@ -1,0 +1,383 @@
+"""WorkerState: every decision a worker makes, in one object changed only by ``handle``.
+
+It holds the tasks the scheduler sent and where each stands, the threads and resources in use,
+the GPU ledger, the inputs being fetched from peer workers and the results held here. The
+async shell turns messages and executor outcomes into events (``events.py``) and carries out
+the actions (``actions.py``) that ``handle`` returns, in order.
+
+It trusts the scheduler with nothing it can check: it never runs more tasks than ``nthreads``
+or than its resources allow. Tasks over that wait in a ready queue, scanned in priority order,
+where a task that does not fit now does not hold back the ones behind it. Inputs fetched from
+peers are held only while a task here needs them; results computed here are held until the
+scheduler frees them.
+
+Pure: no I/O, no clock, no asyncio, no NVML.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Iterable
+
+from ..errors import ResourceSpecError
+from ..resources import EMPTY, Resources, format_units
+from . import events as ev
+from .actions import (
+    GPU_PROCESS, THREAD, Action, FetchDependency, ReleaseResult, ReportCancelled, ReportDone,
+    ReportFailed, ReportMissingData, ReportRejected, RunningTask, StartTask, StopTask,
+    WorkerSnapshot,
+)
+from .ledger import GPU, GpuLedger, check_gpu_request
+from .task import RUNNING, Fetch, HeldResult, TaskState, WorkerTask
+
+
+class WorkerState:
+    """One worker's books; see the module docstring. Change it only through ``handle``."""
+
+    def __init__(
+        self,
+        nthreads: int,
+        resources: Resources = EMPTY,
+        gpus: Iterable[int] | None = None,
+        address: str = "",
+    ):
+        """``gpus``: the NVML indices behind the ``GPU`` resource; ``None`` maps an abstract
+        ``GPU=N`` to ``0..N-1``. ``address``: this worker's own, never fetched from."""
+        if nthreads < 1:
+            raise ValueError(f"a worker needs at least one thread, not {nthreads}")
+        units = resources.get(GPU)
+        if gpus is None:
+            self.ledger = GpuLedger.abstract(units)
+        else:
+            self.ledger = GpuLedger(gpus)
+            if self.ledger.capacity != units:
+                raise ValueError(
+                    f"the worker offers GPU={format_units(units)} but was given devices "
+                    f"{self.ledger.devices}: the two must agree"
+                )
+        self.nthreads = nthreads
+        self.total = resources
+        self.address = address
+        self.used: Resources = EMPTY
+        self.free_threads = nthreads
+        self.closing = False
+        self.tasks: dict[str, WorkerTask] = {}
+        self.results: dict[str, HeldResult] = {}
+        self.fetches: dict[str, Fetch] = {}
+        # input key -> the tasks here that need it (missing or not).
+        self.needed_by: dict[str, set[str]] = {}
+        self.ready: list[tuple[int, int, str]] = []  # sorted queue entries of READY tasks
+        self._seq = 0
+        self._handlers = {
+            ev.ExecuteRequested: self._execute,
+            ev.DependencyFetched: self._fetched,
+            ev.DependencyFetchFailed: self._fetch_failed,
+            ev.TaskCompleted: self._completed,
+            ev.TaskFailed: self._failed,
+            ev.TaskStopped: self._stopped,
+            ev.CancelRequested: self._cancel,
+            ev.FreeKeys: self._free_keys,
+            ev.DrainRequested: self._drain,
+        }
+
+    # -- the one mutator ------------------------------------------------------------------
+
+    def handle(self, event: ev.Event) -> list[Action]:
+        handler = self._handlers.get(type(event))
+        if handler is None:
+            raise TypeError(f"WorkerState cannot handle {event!r}")
+        actions = handler(event)
+        return actions + self._start_ready()
+
+    # -- queries --------------------------------------------------------------------------
+
+    @property
+    def available(self) -> Resources:
+        return self.total - self.used
+
+    def state_of(self, key: str) -> TaskState | None:
+        task = self.tasks.get(key)
+        if task is not None:
+            return task.state
+        held = self.results.get(key)
+        return TaskState.DONE if held is not None and held.owned else None
+
+    def snapshot(self) -> WorkerSnapshot:
+        tasks = sorted(self.tasks.values(), key=lambda t: t.seq)
+        return WorkerSnapshot(
+            running=tuple(
+                RunningTask(t.key, t.state.value, t.resources, t.gpus)
+                for t in tasks if t.state in RUNNING
+            ),
+            waiting=tuple(t.key for t in tasks if t.state not in RUNNING),
+            results={key: held.nbytes for key, held in self.results.items() if held.owned},
+        )
+
+    def is_idle(self) -> bool:
+        """Nothing running, waiting or being fetched, and nothing held for a task."""
+        return (
+            not self.tasks and not self.fetches and not self.needed_by
+            and self.free_threads == self.nthreads and self.used.is_empty()
+            and self.ledger.in_use() == 0
+        )
+
+    # -- handlers -------------------------------------------------------------------------
+
+    def _execute(self, event: ev.ExecuteRequested) -> list[Action]:
+        key = event.key
+        if key in self.tasks:
+            return []  # sent again (a reconnect): the copy here stands and will report
+        held = self.results.get(key)
+        if held is not None and held.report is not None:
+            return [held.report]
+        if held is not None or key in self.fetches:
+            return [ReportRejected(key, f"{key} is an input held or being fetched here")]
+        if self.closing:
+            return [ReportRejected(key, "the worker is closing")]
+        reason = self._never_fits(event.resources)
+        if reason:
+            return [ReportRejected(key, reason)]
+        dependencies = tuple(dep for dep in event.who_has if dep != key)
+        # Find a source for every missing input before taking the task on, so that a task
+        # that cannot be fed leaves nothing behind.
+        sources: dict[str, list[str]] = {}
+        for dep in dependencies:
+            if dep in self.results or dep in self.tasks or dep in self.fetches:
+                continue
+            workers = [w for w in event.who_has[dep] if w != self.address]
+            if not workers:
+                return [ReportMissingData(key, dep, tuple(event.who_has[dep]))]
+            sources[dep] = workers
+        self._seq += 1
+        task = WorkerTask(
+            key, event.spec, event.resources, event.priority, self._seq, dependencies,
+            missing={dep for dep in dependencies if dep not in self.results},
+        )
+        self.tasks[key] = task
+        for dep in dependencies:
+            self.needed_by.setdefault(dep, set()).add(key)
+        actions: list[Action] = []
+        for dep, workers in sources.items():
+            fetch = self.fetches[dep] = Fetch(workers[0], workers[1:], [], event.nbytes.get(dep, 0))
+            actions.append(FetchDependency(dep, fetch.worker, fetch.nbytes))
+        if not task.missing:
+            self._make_ready(task)
+        return actions
+
+    def _fetched(self, event: ev.DependencyFetched) -> list[Action]:
+        key = event.key
+        if self.fetches.pop(key, None) is None:
+            # Not asked for: drop the copy, unless it is data this worker tracks.
+            return [] if key in self.results or key in self.tasks else [ReleaseResult(key)]
+        waiting = self.needed_by.get(key)
+        if not waiting:
+            return [ReleaseResult(key)]  # the tasks that wanted it have gone
+        self.results[key] = HeldResult(event.nbytes, owned=False)
+        self._input_arrived(key)
+        return []
+
+    def _fetch_failed(self, event: ev.DependencyFetchFailed) -> list[Action]:
+        fetch = self.fetches.get(event.key)
+        if fetch is None or fetch.worker != event.worker:
+            return []  # a late answer to a fetch already settled
+        fetch.tried.append(event.worker)
+        if self.needed_by.get(event.key) and fetch.untried:
+            fetch.worker = fetch.untried.pop(0)
+            return [FetchDependency(event.key, fetch.worker, fetch.nbytes)]
+        del self.fetches[event.key]
+        return self._lose_input(event.key, tuple(fetch.tried))
+
+    def _completed(self, event: ev.TaskCompleted) -> list[Action]:
+        task = self.tasks.get(event.key)
+        if task is None or task.state not in RUNNING:
+            # Not started here: the stored copy belongs to nobody.
+            return [] if event.key in self.results else [ReleaseResult(event.key)]
+        self._free(task)
+        if task.state is TaskState.CANCELLING:
+            return [ReleaseResult(task.key), ReportCancelled(task.key),
+                    *self._end_without_result(task)]
+        duration = event.stop - event.start if event.duration is None else event.duration
+        report = ReportDone(
+            task.key, event.nbytes, event.start, event.stop, duration, event.peak_memory, task.gpus
+        )
+        self.results[task.key] = HeldResult(event.nbytes, owned=True, report=report)
+        actions: list[Action] = [report, *self._forget(task)]
+        self._input_arrived(task.key)
+        return actions
+
+    def _failed(self, event: ev.TaskFailed) -> list[Action]:
+        task = self.tasks.get(event.key)
+        if task is None or task.state not in RUNNING:
+            return []
+        self._free(task)
+        if task.state is TaskState.CANCELLING:
+            report: Action = ReportCancelled(task.key)
+        else:
+            report = ReportFailed(task.key, event.exception, event.text, event.start, event.stop)
+        return [report] + self._end_without_result(task)
+
+    def _stopped(self, event: ev.TaskStopped) -> list[Action]:
+        task = self.tasks.get(event.key)
+        if task is None or task.state not in RUNNING:
+            return []
+        self._free(task)
+        if task.state is TaskState.CANCELLING:
+            report: Action = ReportCancelled(task.key)
+        else:
+            # Stopped without being cancelled (its process died): the task failed.
+            text = f"the task's process was stopped: {event.reason or 'no reason given'}"
+            report = ReportFailed(task.key, b"", text)
+        return [report] + self._end_without_result(task)
+
+    def _cancel(self, event: ev.CancelRequested) -> list[Action]:
+        task = self.tasks.get(event.key)
+        if task is None or task.state is TaskState.CANCELLING:
+            return []
+        if task.state is TaskState.EXECUTING:
+            task.state = TaskState.CANCELLING
+            return [StopTask(task.key)]
+        return [ReportCancelled(task.key)] + self._end_without_result(task)
+
+    def _free_keys(self, event: ev.FreeKeys) -> list[Action]:
+        actions: list[Action] = []
+        for key in event.keys:
+            held = self.results.get(key)
+            if held is None or not held.owned:
+                continue  # fetched copies go when the tasks that need them do
+            if key in self.needed_by:
+                # Still an input of a task here: keep it as long as that task needs it.
+                self.results[key] = HeldResult(held.nbytes, owned=False)
+            else:
+                del self.results[key]
+                actions.append(ReleaseResult(key))
+        return actions
+
+    def _drain(self, event: ev.DrainRequested) -> list[Action]:
+        self.closing = True
+        actions: list[Action] = []
+        for task in sorted(self.tasks.values(), key=lambda t: t.seq):
+            if task.state not in RUNNING:
+                actions.append(ReportRejected(task.key, "the worker is closing"))
+                actions += self._forget(task)
+        return actions
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def _never_fits(self, resources: Resources) -> str:
+        """Why a task with these resources can never run here; "" when it can."""
+        try:
+            check_gpu_request(resources.get(GPU))
+        except ResourceSpecError as exc:
+            return str(exc)
+        if resources.fits(self.total):
+            return ""
+        absent = resources.missing_names(self.total.names())
+        if absent:
+            return f"this worker has no {', '.join(absent)} (it offers {self.total or 'nothing'})"
+        return f"the task needs {resources} but this worker offers only {self.total}"
+
+    def _make_ready(self, task: WorkerTask) -> None:
+        task.state = TaskState.READY
+        bisect.insort(self.ready, task.queue_entry)
+
+    def _start_ready(self) -> list[Action]:
+        if not self.ready or not self.free_threads:
+            return []
+        actions: list[Action] = []
+        available = self.available
+        waiting = []
+        for entry in self.ready:
+            task = self.tasks[entry[2]]
+            gpus = None
+            if self.free_threads and task.resources.fits(available):
+                gpus = self.ledger.allocate(task.key, task.resources.get(GPU))
+            if gpus is None:
+                waiting.append(entry)  # does not fit now; later tasks may
+                continue
+            available = available - task.resources
+            self.used = self.used + task.resources
+            self.free_threads -= 1
+            task.state, task.gpus = TaskState.EXECUTING, gpus
+            actions.append(StartTask(
+                task.key, task.spec, gpus, GPU_PROCESS if gpus else THREAD,
+                task.dependencies, task.resources,
+            ))
+        self.ready = waiting
+        return actions
+
+    def _free(self, task: WorkerTask) -> None:
+        self.used = self.used - task.resources
+        self.free_threads += 1
+        self.ledger.release(task.key)
+
+    def _forget(self, task: WorkerTask) -> list[Action]:
+        """Drop a task that holds no resources; release fetched inputs nobody needs now."""
+        del self.tasks[task.key]
+        if task.state is TaskState.READY:
+            self.ready.remove(task.queue_entry)
+        actions: list[Action] = []
+        for dep in task.dependencies:
+            needers = self.needed_by[dep]
+            needers.discard(task.key)
+            if needers:
+                continue
+            del self.needed_by[dep]
+            held = self.results.get(dep)
+            if held is not None and not held.owned:
+                del self.results[dep]
+                actions.append(ReleaseResult(dep))
+        return actions
+
+    def _end_without_result(self, task: WorkerTask) -> list[Action]:
+        return self._forget(task) + self._lose_input(task.key, ())
+
+    def _lose_input(self, dep: str, tried: tuple[str, ...]) -> list[Action]:
+        """``dep`` will not arrive: the tasks here waiting for it are handed back."""
+        actions: list[Action] = []
+        for key in sorted(self.needed_by.get(dep, ()), key=lambda k: self.tasks[k].seq):
+            task = self.tasks.get(key)
+            if task is None:
+                continue  # handed back already, as a dependent of an earlier one
+            actions.append(ReportMissingData(key, dep, tried))
+            actions += self._end_without_result(task)
+        return actions
+
+    def _input_arrived(self, dep: str) -> None:
+        for key in sorted(self.needed_by.get(dep, ()), key=lambda k: self.tasks[k].seq):
+            task = self.tasks[key]
+            task.missing.discard(dep)
+            if not task.missing and task.state is TaskState.FETCHING:
+                self._make_ready(task)
+
+    # -- checks ---------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Raise AssertionError when any of the worker's books do not balance."""
+        running = [t for t in self.tasks.values() if t.state in RUNNING]
+        assert 0 <= self.free_threads == self.nthreads - len(running), (
+            f"free threads {self.free_threads}, running {len(running)} of {self.nthreads}"
+        )
+        assert sum((t.resources for t in running), EMPTY) == self.used, f"used {self.used}"
+        assert self.used.fits(self.total), f"using {self.used} of {self.total}"
+        self.ledger.validate()
+        assert self.ledger.holders() == {t.key: t.gpus for t in running if t.gpus}
+        assert self.ledger.in_use() == self.used.get(GPU)
+        assert all(self.ledger.units_held(t.key) == t.resources.get(GPU) for t in running)
+        assert self.ready == sorted(self.ready)
+        assert {e[2] for e in self.ready} == {
+            t.key for t in self.tasks.values() if t.state is TaskState.READY
+        } and len(self.ready) == len(set(self.ready))
+        for task in self.tasks.values():
+            assert task.key not in self.results and task.key not in self.fetches, task.key
+            assert task.missing == {d for d in task.dependencies if d not in self.results}
+            assert bool(task.missing) == (task.state is TaskState.FETCHING), task
+            assert all(d in self.fetches or d in self.tasks for d in task.missing), task
+            assert all(task.key in self.needed_by.get(d, ()) for d in task.dependencies)
+            assert not (self.closing and task.state not in RUNNING), task
+        for dep, needers in self.needed_by.items():
+            assert needers and all(dep in self.tasks[k].dependencies for k in needers), dep
+        for key, held in self.results.items():
+            assert held.owned or key in self.needed_by, f"fetched {key} is held for nobody"
+            assert held.owned == (held.report is not None), key
+        for key in self.fetches:
+            assert key not in self.results and key not in self.tasks, key

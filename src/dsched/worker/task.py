@@ -1,0 +1,63 @@
+"""The records ``WorkerState`` keeps: a task received, a result held, a fetch under way.
+
+Plain mutable records owned by one ``WorkerState``; nothing outside it changes them.
+
+Pure data: no I/O, no logic beyond naming a queue position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ..resources import Resources
+from .actions import ReportDone
+
+
+class TaskState(str, Enum):
+    """Where a task stands on this worker. Tasks that ended are forgotten once reported."""
+
+    FETCHING = "fetching"      # waiting for inputs from peers (or from a task here)
+    READY = "ready"            # inputs here; waiting for a thread and its resources
+    EXECUTING = "executing"
+    CANCELLING = "cancelling"  # StopTask sent; it holds its resources until the shell confirms
+    DONE = "done"              # its result is held here
+
+
+RUNNING = (TaskState.EXECUTING, TaskState.CANCELLING)
+
+
+@dataclass(eq=False)
+class WorkerTask:
+    key: str
+    spec: bytes
+    resources: Resources
+    priority: int
+    seq: int
+    dependencies: tuple[str, ...]
+    missing: set[str]
+    state: TaskState = TaskState.FETCHING
+    gpus: tuple[int, ...] = ()
+
+    @property
+    def queue_entry(self) -> tuple[int, int, str]:
+        # Higher priority first, then arrival order.
+        return (-self.priority, self.seq, self.key)
+
+
+@dataclass(frozen=True)
+class HeldResult:
+    """A result stored here. ``owned``: computed here and reported, kept until FreeKeys;
+    otherwise a copy fetched (or freed while still an input) that goes when no task needs it."""
+
+    nbytes: int
+    owned: bool
+    report: ReportDone | None = None
+
+
+@dataclass
+class Fetch:
+    worker: str                                   # the peer asked now
+    untried: list[str] = field(default_factory=list)
+    tried: list[str] = field(default_factory=list)
+    nbytes: int = 0

@@ -1,0 +1,235 @@
+"""WorkerState as a story of events in and instructions out; validate() after every event."""
+
+import pytest
+
+from dsched.resources import Resources
+from dsched.worker.actions import (
+    FetchDependency, ReleaseResult, ReportCancelled, ReportDone, ReportFailed, ReportMissingData,
+    ReportRejected, StartTask, StopTask,
+)
+from dsched.worker.events import (
+    CancelRequested, DependencyFetched, DependencyFetchFailed, DrainRequested, ExecuteRequested,
+    FreeKeys, TaskCompleted, TaskFailed, TaskStopped,
+)
+from dsched.worker.state import TaskState, WorkerState
+
+R = Resources.parse
+
+
+def handle(state: WorkerState, *events):
+    actions = []
+    for event in events:
+        actions += state.handle(event)
+        state.validate()
+    return actions
+
+
+def execute(key, resources=None, priority=0, who_has=None, nbytes=None):
+    return ExecuteRequested(key, b"spec-" + key.encode(), R(resources), priority,
+                            who_has or {}, nbytes or {})
+
+
+def done(key, nbytes=10):
+    return TaskCompleted(key, nbytes, start=100.0, stop=101.5, peak_memory=1 << 20)
+
+
+def started(actions):
+    return {a.key: a.gpus for a in actions if isinstance(a, StartTask)}
+
+
+def test_a_task_starts_in_a_thread_and_reports_done():
+    state = WorkerState(nthreads=2)
+    assert handle(state, execute("x")) == [StartTask("x", b"spec-x", (), "thread", (), R(None))]
+    assert state.state_of("x") is TaskState.EXECUTING
+    assert handle(state, done("x")) == [
+        ReportDone("x", 10, 100.0, 101.5, 1.5, peak_memory=1 << 20)
+    ]
+    assert state.state_of("x") is TaskState.DONE
+    assert state.snapshot().results == {"x": 10}
+    assert state.is_idle()
+
+
+def test_never_more_than_nthreads_and_the_rest_waits_in_priority_order():
+    state = WorkerState(nthreads=2)
+    actions = handle(state, execute("a"), execute("b"), execute("c"), execute("d", priority=5))
+    assert list(started(actions)) == ["a", "b"]
+    assert state.free_threads == 0
+    assert list(started(handle(state, done("a")))) == ["d"]  # higher priority jumps the queue
+    assert list(started(handle(state, done("b")))) == ["c"]
+
+
+def test_gpu_task_gets_its_device_and_a_pinned_process():
+    state = WorkerState(nthreads=4, resources=R("GPU=2"))
+    actions = handle(state, execute("train", "GPU=1"))
+    assert actions == [StartTask("train", b"spec-train", (0,), "gpu-process", (), R("GPU=1"))]
+    assert state.used == R("GPU=1") and state.available == R("GPU=1")
+
+
+def test_physical_devices_are_what_tasks_get():
+    # A worker restricted to devices 2,3 (CUDA_VISIBLE_DEVICES=2,3) hands out 2 and 3.
+    state = WorkerState(nthreads=4, resources=R("GPU=2"), gpus=(2, 3))
+    actions = handle(state, execute("a", "GPU=1"), execute("b", "GPU=1"))
+    assert started(actions) == {"a": (2,), "b": (3,)}
+    with pytest.raises(ValueError, match="must agree"):
+        WorkerState(nthreads=1, resources=R("GPU=2"), gpus=(0,))
+
+
+def test_no_head_of_line_blocking_behind_a_task_that_does_not_fit():
+    state = WorkerState(nthreads=4, resources=R("GPU=1 MEMORY=10"))
+    actions = handle(state, execute("gpu1", "GPU=1"), execute("gpu2", "GPU=1", priority=9),
+                     execute("cpu"), execute("mem", "MEMORY=10"))
+    assert started(actions) == {"gpu1": (0,), "cpu": (), "mem": ()}
+    assert state.state_of("gpu2") is TaskState.READY
+    assert started(handle(state, done("gpu1"))) == {"gpu2": (0,)}
+
+
+def test_halves_share_a_device_and_a_whole_request_waits_for_a_free_one():
+    state = WorkerState(nthreads=8, resources=R("GPU=2"))
+    actions = handle(state, execute("h1", "GPU=0.5"), execute("h2", "GPU=0.5"),
+                     execute("w2", "GPU=2"), execute("w1", "GPU=1"))
+    assert started(actions) == {"h1": (0,), "h2": (0,), "w1": (1,)}
+    handle(state, done("h1"), done("h2"))
+    assert state.state_of("w2") is TaskState.READY  # device 1 is still taken
+    assert started(handle(state, done("w1"))) == {"w2": (0, 1)}
+
+
+def test_tasks_that_can_never_run_here_are_rejected_not_queued():
+    state = WorkerState(nthreads=2, resources=R("GPU=2"))
+    [bad] = handle(state, execute("frac", "GPU=1.5"))
+    assert isinstance(bad, ReportRejected) and "whole number of GPUs" in bad.reason
+    [absent] = handle(state, execute("fpga", "FPGA=1"))
+    assert "has no FPGA" in absent.reason
+    [big] = handle(state, execute("big", "GPU=3"))
+    assert "offers only GPU=2" in big.reason
+    assert state.is_idle() and not state.tasks
+
+
+def test_failure_releases_everything_and_reports_the_exception():
+    state = WorkerState(nthreads=1, resources=R("GPU=1"))
+    handle(state, execute("x", "GPU=1"), execute("y", "GPU=0.5"))
+    actions = handle(state, TaskFailed("x", b"pickled", "Traceback ... ValueError", 1.0, 2.0))
+    assert actions[0] == ReportFailed("x", b"pickled", "Traceback ... ValueError", 1.0, 2.0)
+    assert started(actions) == {"y": (0,)}
+    handle(state, TaskFailed("y", b"", "boom"))
+    assert state.is_idle() and state.results == {}
+
+
+def test_cancel_of_a_running_task_stops_it_and_frees_only_when_it_has_stopped():
+    state = WorkerState(nthreads=1, resources=R("GPU=1"))
+    handle(state, execute("x", "GPU=1"), execute("next", "GPU=1"))
+    assert handle(state, CancelRequested("x")) == [StopTask("x")]
+    assert handle(state, CancelRequested("x")) == []
+    assert state.ledger.holders() == {"x": (0,)}  # the process may still hold the device
+    actions = handle(state, TaskStopped("x"))
+    assert actions == [ReportCancelled("x"), StartTask("next", b"spec-next", (0,), "gpu-process",
+                                                       (), R("GPU=1"))]
+
+
+def test_a_cancelled_task_that_finished_first_is_still_cancelled_and_its_result_dropped():
+    state = WorkerState(nthreads=1)
+    handle(state, execute("x"), CancelRequested("x"))
+    assert handle(state, done("x")) == [ReleaseResult("x"), ReportCancelled("x")]
+    assert handle(state, TaskStopped("x")) == []  # the late confirmation changes nothing
+    assert state.is_idle() and not state.results
+
+
+def test_cancel_of_a_waiting_task_reports_at_once():
+    state = WorkerState(nthreads=1)
+    handle(state, execute("a"), execute("b"))
+    assert handle(state, CancelRequested("b")) == [ReportCancelled("b")]
+    assert handle(state, CancelRequested("unknown")) == []
+    handle(state, done("a"))
+    assert state.is_idle()
+
+
+def test_a_process_that_dies_without_a_cancel_is_a_failure():
+    state = WorkerState(nthreads=1)
+    handle(state, execute("x"))
+    [report] = handle(state, TaskStopped("x", reason="killed by signal 9"))
+    assert isinstance(report, ReportFailed) and "signal 9" in report.text
+    assert state.is_idle()
+
+
+def test_inputs_are_fetched_once_from_peers_and_released_after_use():
+    state = WorkerState(nthreads=2, address="tcp://me:1")
+    who = {"d": ("tcp://me:1", "tcp://w1:1", "tcp://w2:1")}
+    actions = handle(state, execute("t1", who_has=who, nbytes={"d": 800}),
+                     execute("t2", who_has=who))
+    assert actions == [FetchDependency("d", "tcp://w1:1", 800)]  # never from itself; once
+    assert state.state_of("t1") is TaskState.FETCHING
+    assert handle(state, DependencyFetchFailed("d", "tcp://w1:1", "gone")) == [
+        FetchDependency("d", "tcp://w2:1", 800)
+    ]
+    actions = handle(state, DependencyFetched("d", 800, "tcp://w2:1"))
+    assert started(actions) == {"t1": (), "t2": ()}
+    assert actions[0].dependencies == ("d",)
+    assert handle(state, done("t1")) == [ReportDone("t1", 10, 100.0, 101.5, 1.5, 1 << 20)]
+    assert handle(state, done("t2"))[-1] == ReleaseResult("d")  # nobody here needs it now
+    assert set(state.results) == {"t1", "t2"}
+
+
+def test_an_input_on_no_reachable_worker_hands_the_task_back():
+    state = WorkerState(nthreads=1)
+    handle(state, execute("t", who_has={"d": ("tcp://w1:1",), "e": ("tcp://w1:1",)}))
+    actions = handle(state, DependencyFetchFailed("d", "tcp://w1:1"))
+    assert actions == [ReportMissingData("t", "d", ("tcp://w1:1",))]
+    # The other fetch was already under way: its data is dropped on arrival.
+    assert handle(state, DependencyFetched("e", 5)) == [ReleaseResult("e")]
+    assert state.is_idle()
+    assert handle(state, execute("u", who_has={"d": ()})) == [ReportMissingData("u", "d", ())]
+
+
+def test_a_task_can_wait_for_a_result_being_computed_here():
+    state = WorkerState(nthreads=2)
+    handle(state, execute("a"), execute("b", who_has={"a": ("tcp://me:1",)}))
+    assert state.state_of("b") is TaskState.FETCHING and not state.fetches
+    assert started(handle(state, done("a"))) == {"b": ()}
+    handle(state, TaskFailed("x-unknown", b"", ""))  # stale: ignored
+    handle(state, CancelRequested("b"))
+    # A dependent of a task that ends without a result is handed back.
+    handle(state, execute("c"), execute("d", who_has={"c": ("tcp://me:1",)}))
+    actions = handle(state, TaskFailed("c", b"", "boom"))
+    assert ReportMissingData("d", "c", ()) in actions
+
+
+def test_free_keys_releases_results_but_keeps_those_still_needed_here():
+    state = WorkerState(nthreads=1)
+    handle(state, execute("a"), done("a"), execute("b", who_has={"a": ()}))
+    handle(state, execute("c", who_has={"a": ()}))  # waits for the one thread
+    assert handle(state, FreeKeys(("a", "nothing"))) == []
+    assert state.state_of("a") is None and "a" in state.results  # borrowed now
+    handle(state, done("b"))
+    assert handle(state, done("c")) == [ReportDone("c", 10, 100.0, 101.5, 1.5, 1 << 20),
+                                        ReleaseResult("a")]
+    assert handle(state, FreeKeys(("b", "c"))) == [ReleaseResult("b"), ReleaseResult("c")]
+    assert state.results == {} and state.is_idle()
+
+
+def test_drain_hands_back_waiting_tasks_and_lets_running_ones_finish():
+    state = WorkerState(nthreads=1)
+    handle(state, execute("run"), execute("wait"), execute("fetch", who_has={"d": ("w",)}))
+    actions = handle(state, DrainRequested())
+    assert actions == [ReportRejected("wait", "the worker is closing"),
+                       ReportRejected("fetch", "the worker is closing")]
+    assert handle(state, execute("new")) == [ReportRejected("new", "the worker is closing")]
+    handle(state, done("run"))
+    assert handle(state, DependencyFetched("d", 1)) == [ReleaseResult("d")]
+    assert state.is_idle()
+
+
+def test_snapshot_for_reconnect_and_a_repeated_execute_is_answered_not_rerun():
+    state = WorkerState(nthreads=1, resources=R("GPU=1"))
+    handle(state, execute("a", "GPU=1"), execute("b"))
+    snapshot = state.snapshot()
+    assert [(r.key, r.state, r.gpus) for r in snapshot.running] == [("a", "executing", (0,))]
+    assert snapshot.waiting == ("b",) and snapshot.results == {}
+    assert handle(state, execute("a", "GPU=1")) == []
+    [report] = handle(state, done("a"))[:1]
+    assert handle(state, execute("a", "GPU=1")) == [report]
+
+
+def test_unknown_events_and_bad_construction_are_errors():
+    with pytest.raises(TypeError):
+        WorkerState(1).handle(object())
+    with pytest.raises(ValueError):
+        WorkerState(0)
