@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .. import serialize
+from ..gpu_ids import task_environment
 from .child import HEADER
 
 logger = logging.getLogger(__name__)
@@ -42,14 +43,6 @@ class Outcome:
 
 class TaskKilled(Exception):
     """The task's process was killed (cancelled, or the worker is stopping)."""
-
-
-def gpu_environment(gpus: tuple[int, ...], base: Mapping[str, str]) -> dict[str, str]:
-    """The environment of a task that holds exactly ``gpus``."""
-    env = dict(base)
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in gpus)
-    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    return env
 
 
 class ThreadRunner:
@@ -96,7 +89,7 @@ class GpuChild:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "dsched.worker.child",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            env=gpu_environment(gpus, base_env), start_new_session=True,
+            env=task_environment(gpus, base_env), start_new_session=True,
         )
         return cls(gpus, process)
 
