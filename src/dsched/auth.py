@@ -1,0 +1,199 @@
+"""Credentials: the shared token (its file, and where each program looks for it) and TLS contexts.
+
+Where a token comes from, first match wins: an explicit token, the ``SCHED_TOKEN`` environment
+variable, a ``--token-file`` path, then the default file (``$XDG_CONFIG_HOME/sched/token`` or
+``~/.config/sched/token``). The scheduler creates the default file (mode 0600) on first start,
+so clients and workers on the same machine find it without configuration. This module reads
+and writes only the files named to it; it opens no connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import ssl
+import stat
+from pathlib import Path
+from typing import Mapping, Union
+
+from .errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+TOKEN_ENV = "SCHED_TOKEN"
+#: Random bytes in a generated token (written as hex).
+TOKEN_BYTES = 32
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def default_token_path(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_CONFIG_HOME/sched/token``, or ``~/.config/sched/token`` without XDG_CONFIG_HOME."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "sched" / "token"
+
+
+def generate_token() -> str:
+    return secrets.token_hex(TOKEN_BYTES)
+
+
+def read_token_file(path: PathLike) -> str:
+    """The token in ``path`` (surrounding whitespace removed); ConfigError if none is there."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ConfigError(f"token file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read token file {path}: {error}") from error
+    if not text:
+        raise ConfigError(f"token file {path} is empty")
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        logger.warning(
+            "Token file %s can be read by other users (mode %o); run: chmod 600 %s",
+            path, stat.S_IMODE(mode), path,
+        )
+    return text
+
+
+def create_token_file(path: PathLike) -> str:
+    """Write a new random token to ``path`` (mode 0600) unless a file is there; return the token.
+
+    The token is written to a private temporary file and linked into place, so a concurrent
+    reader never sees a half-written token and two schedulers starting at once agree on one.
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if path.exists():
+            return read_token_file(path)
+        token = generate_token()
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+                file.write(token + "\n")
+            os.link(temporary, path)
+        except FileExistsError:
+            return read_token_file(path)
+        finally:
+            temporary.unlink(missing_ok=True)
+    except OSError as error:
+        raise ConfigError(f"cannot create token file {path}: {error}") from error
+    logger.info("Created a new token file %s", path)
+    return token
+
+
+def find_token(
+    token: str | None = None,
+    *,
+    token_file: PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+    default_path: PathLike | None = None,
+) -> str | None:
+    """The token by the precedence above, or None when no source has one.
+
+    An explicit ``token_file`` that does not exist is an error, not a reason to look further.
+    """
+    env = os.environ if env is None else env
+    if token:
+        return token
+    if env.get(TOKEN_ENV):
+        return env[TOKEN_ENV]
+    if token_file is not None:
+        return read_token_file(token_file)
+    default = Path(default_path) if default_path is not None else default_token_path(env)
+    if default.exists():
+        return read_token_file(default)
+    return None
+
+
+def load_token(
+    token: str | None = None,
+    *,
+    token_file: PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+    default_path: PathLike | None = None,
+) -> str:
+    """For clients and workers: the token, or a ConfigError saying where it was looked for."""
+    found = find_token(token, token_file=token_file, env=env, default_path=default_path)
+    if found is None:
+        default = default_path if default_path is not None else default_token_path(env)
+        raise ConfigError(
+            f"no token found: pass --token or --token-file, set {TOKEN_ENV}, or copy the "
+            f"scheduler's token file to {default} (the scheduler creates it on first start)"
+        )
+    return found
+
+
+def ensure_token(
+    token: str | None = None,
+    *,
+    token_file: PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+    default_path: PathLike | None = None,
+) -> str:
+    """For the scheduler: like :func:`load_token`, but creates the token file when missing
+    (at ``token_file`` if given, else at the default path)."""
+    env = os.environ if env is None else env
+    if token:
+        return token
+    if env.get(TOKEN_ENV):
+        return env[TOKEN_ENV]
+    if token_file is None:
+        token_file = default_path if default_path is not None else default_token_path(env)
+    return create_token_file(token_file)
+
+
+# -- TLS --------------------------------------------------------------------------------------
+
+
+def server_ssl_context(
+    cert: PathLike,
+    key: PathLike | None = None,
+    *,
+    ca: PathLike | None = None,
+    require_client_cert: bool = False,
+) -> ssl.SSLContext:
+    """A server context from PEM files; with ``require_client_cert``, clients must present a
+    certificate signed by ``ca``."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    _load(context.load_cert_chain, cert, key)
+    if ca is not None:
+        _load(context.load_verify_locations, ca)
+    if require_client_cert:
+        if ca is None:
+            raise ConfigError("requiring client certificates needs a CA file to check them")
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def client_ssl_context(
+    *,
+    ca: PathLike | None = None,
+    cert: PathLike | None = None,
+    key: PathLike | None = None,
+    check_hostname: bool = True,
+) -> ssl.SSLContext:
+    """A client context that checks the server against ``ca`` (the system CAs when None) and
+    presents ``cert`` when given."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if ca is not None:
+        _load(context.load_verify_locations, ca)
+    context.check_hostname = check_hostname
+    if cert is not None:
+        _load(context.load_cert_chain, cert, key)
+    return context
+
+
+def _load(method, *paths: PathLike | None) -> None:
+    try:
+        method(*(os.fspath(path) if path is not None else None for path in paths))
+    except (OSError, ssl.SSLError) as error:
+        named = ", ".join(os.fspath(path) for path in paths if path is not None)
+        raise ConfigError(f"cannot load TLS file(s) {named}: {error}") from error

@@ -1,0 +1,21 @@
+"""Addresses as users write them (``tcp://host:port``, ``host:port``) and as we print them."""
+
+from __future__ import annotations
+
+
+def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
+    """``"tcp://host:port"``, ``"tls://host:port"``, ``"host:port"``, ``"[::1]:port"`` or
+    ``(host, port)``."""
+    if isinstance(address, tuple):
+        host, port = address
+        return str(host), int(port)
+    text = address.split("://", 1)[-1]
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"address {address!r} is not of the form host:port")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def format_address(host: str, port: int, *, tls: bool = False) -> str:
+    host = f"[{host}]" if ":" in host else host
+    return f"{'tls' if tls else 'tcp'}://{host}:{port}"

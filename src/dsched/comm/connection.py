@@ -1,0 +1,245 @@
+"""Comm: one authenticated connection as the daemons see it: batches of ops in and out.
+
+Flow control lives here: received batches pause reading past ``INBOX_LIMIT``, ``send`` waits
+for the peer to drain, and fire-and-forget writes wait in an outbox whose overflow disconnects
+the peer. What ops mean is for the daemons; a Comm never looks inside one but for ``close``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from ..errors import CommClosedError, LocalProtocolError, RemoteProtocolError
+from ..protocol import PeerInfo
+from ..protocol.messages import Batch, Chunk, close_op, encode_ops
+
+if TYPE_CHECKING:
+    from .stream import FrameStream
+
+logger = logging.getLogger("dsched.comm")
+
+#: Seconds a peer has to finish the handshake (TCP connect and TLS included, for connect()).
+HANDSHAKE_TIMEOUT = 10.0
+#: Bytes of fire-and-forget writes that may wait for a slow peer before it is disconnected.
+OUTBOX_LIMIT = 64 * 2**20
+#: Bytes of received messages not yet consumed before we stop reading from the socket...
+INBOX_LIMIT = 64 * 2**20
+#: ...or this many batches, whichever comes first (small batches cost more than their bytes).
+INBOX_MAX_BATCHES = 1024
+#: Seconds close() waits for the peer to take our last bytes before it aborts.
+CLOSE_TIMEOUT = 5.0
+
+
+class Comm:
+    """One authenticated connection. Iterate it for ops, ``send`` batches, ``close`` with a
+    reason; once closed, by either side, receiving raises CommClosedError(reason)."""
+
+    def __init__(self, connection: FrameStream, peer: PeerInfo, *, max_frame_size: int,
+                 outbox_limit: int, inbox_limit: int):
+        self.peer = peer
+        self.peer_address = connection.peer_address
+        self.max_frame_size = max_frame_size
+        self.outbox_limit = outbox_limit
+        self.inbox_limit = inbox_limit
+        self._connection = connection
+        self._loop = connection.loop
+        self._inbox: collections.deque[Batch] = collections.deque()
+        self._inbox_bytes = 0
+        self._current: collections.deque[dict] = collections.deque()
+        self._receiver: asyncio.Future | None = None
+        self._close_reason: str | None = None
+        self._pending: list[dict] = []
+        self._flush_scheduled = False
+        self._outbox: collections.deque[Chunk] = collections.deque()
+        self._outbox_bytes = 0
+
+    def __repr__(self) -> str:
+        state = f"closed: {self._close_reason}" if self.closed else "open"
+        return f"<Comm {self.peer.role} {self.peer.name!r} at {self.peer_address} ({state})>"
+
+    @property
+    def closed(self) -> bool:
+        return self._close_reason is not None
+
+    @property
+    def close_reason(self) -> str | None:
+        return self._close_reason
+
+    @property
+    def writing_paused(self) -> bool:
+        """Whether the peer is slow: sends wait and fire-and-forget writes pile up."""
+        return self._connection.writing_paused
+
+    @property
+    def outbox_bytes(self) -> int:
+        """Bytes written but held back because the peer is slow (not yet in the transport)."""
+        return self._outbox_bytes
+
+    # -- sending ---------------------------------------------------------------------------
+
+    async def send(self, *ops: dict) -> None:
+        await self.send_batch(ops)
+
+    async def send_batch(self, ops: Sequence[dict]) -> None:
+        """Send ``ops`` as one frame, waiting while the peer is slow to take them.
+
+        A frame is written whole or not at all, so cancelling a send leaves the stream intact.
+        """
+        chunks = encode_ops(ops, max_frame_size=self.max_frame_size)
+        await self._connection.wait_writable()
+        self._check_open()
+        self._flush_pending()
+        self._write(chunks)
+        await self._connection.wait_writable()
+
+    def write_nowait(self, op: dict) -> None:
+        """Queue ``op`` without waiting; the ops queued in one event-loop tick go as one frame.
+
+        For small messages (events, acknowledgements), not bulk data: a peer that lets more
+        than ``outbox_limit`` bytes pile up is disconnected. Bulk data goes by :meth:`send`.
+        """
+        self._check_open()
+        if not isinstance(op, dict) or not isinstance(op.get("op"), str):
+            raise LocalProtocolError(f"an op must be a dict with a str 'op' key, not {op!r:.80}")
+        self._pending.append(op)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush_pending)
+
+    def _flush_pending(self) -> None:
+        self._flush_scheduled = False
+        if not self._pending or self.closed:
+            return
+        ops, self._pending = self._pending, []
+        try:
+            chunks = encode_ops(ops, max_frame_size=self.max_frame_size)
+        except LocalProtocolError as error:
+            logger.error("Closing %r: cannot send queued ops: %s", self, error)
+            self._start_close(f"sender error: {error}")
+            return
+        self._write(chunks)
+        if self._outbox_bytes > self.outbox_limit:
+            self.abort(
+                f"peer is not reading: {self._outbox_bytes} bytes waiting for it, over the "
+                f"outbox limit of {self.outbox_limit}"
+            )
+
+    def _write(self, chunks: Iterable[Chunk]) -> None:
+        if self._connection.writing_paused or self._outbox:
+            for chunk in chunks:
+                self._outbox.append(chunk)
+                self._outbox_bytes += len(chunk)
+        else:
+            self._connection.write(chunks)
+
+    def _on_writable(self) -> None:
+        """The transport drained: move held-back chunks into it until it is full again."""
+        while self._outbox and not self._connection.writing_paused:
+            chunk = self._outbox.popleft()
+            self._outbox_bytes -= len(chunk)
+            self._connection.write((chunk,))
+
+    def _check_open(self) -> None:
+        if self._close_reason is not None:
+            raise CommClosedError(self._close_reason)
+
+    # -- receiving -------------------------------------------------------------------------
+
+    async def recv(self) -> Batch:
+        """The next batch of ops; CommClosedError(reason) once the connection has ended."""
+        if self._current:
+            batch = Batch(self._current)
+            self._current.clear()
+            return batch
+        while not self._inbox:
+            self._check_open()
+            if self._receiver is not None:
+                raise RuntimeError(f"another task is already receiving on {self!r}")
+            self._receiver = self._loop.create_future()
+            try:
+                await self._receiver
+            finally:
+                self._receiver = None
+        batch = self._inbox.popleft()
+        self._inbox_bytes -= batch.nbytes
+        if self._inbox_bytes < self.inbox_limit // 2 and len(self._inbox) < INBOX_MAX_BATCHES // 2:
+            self._connection.resume_reading()
+        return batch
+
+    def __aiter__(self) -> "Comm":
+        return self
+
+    async def __anext__(self) -> dict:
+        if not self._current:
+            self._current.extend(await self.recv())
+        return self._current.popleft()
+
+    def _deliver(self, batches: Iterable[Batch]) -> None:
+        for batch in batches:
+            if self.closed:
+                return
+            for index, op in enumerate(batch):
+                if op["op"] == "close":
+                    if index:
+                        self._inbox.append(Batch(batch[:index], batch.nbytes))
+                        self._inbox_bytes += batch.nbytes
+                    reason = op.get("reason")
+                    self._mark_closed(reason if isinstance(reason, str) else "peer closed")
+                    self._connection.close_transport()
+                    return
+            self._inbox.append(batch)
+            self._inbox_bytes += batch.nbytes
+        self._wake_receiver()
+        if self._inbox_bytes >= self.inbox_limit or len(self._inbox) >= INBOX_MAX_BATCHES:
+            self._connection.pause_reading()
+
+    def _wake_receiver(self) -> None:
+        if self._receiver is not None and not self._receiver.done():
+            self._receiver.set_result(None)
+
+    # -- closing ---------------------------------------------------------------------------
+
+    async def close(self, reason: str = "closed") -> None:
+        """Send a close op with ``reason`` after everything queued, then close the socket;
+        returns once it is closed (aborted after ``CLOSE_TIMEOUT`` if the peer stalls)."""
+        if not self.closed:
+            self._flush_pending()
+            self._start_close(reason)
+        await self._connection.wait_lost()
+
+    def _start_close(self, reason: str) -> None:
+        chunks = list(self._outbox)
+        self._outbox.clear()
+        self._outbox_bytes = 0
+        self._mark_closed(reason)
+        chunks.extend(encode_ops([close_op(reason)]))
+        self._connection.write(chunks)
+        self._connection.close_transport()
+
+    def abort(self, reason: str) -> None:
+        """Drop the connection at once, discarding unsent data (the peer is not reading)."""
+        if not self.closed:
+            logger.warning("Disconnecting %r: %s", self, reason)
+            self._mark_closed(reason)
+        self._connection.abort()
+
+    def _protocol_error(self, error: RemoteProtocolError) -> None:
+        """The peer sent something bad: tell it why, close, keep the daemon going."""
+        if self.closed:
+            return
+        logger.warning("Closing %r: %s", self, error)
+        self._mark_closed(f"protocol error: {error}")
+        self._connection.write(encode_ops([close_op(str(error))]))
+        self._connection.close_transport()
+
+    def _mark_closed(self, reason: str) -> None:
+        if self._close_reason is None:
+            self._close_reason = reason
+            self._pending.clear()
+            self._outbox.clear()
+            self._outbox_bytes = 0
+            self._wake_receiver()
+            self._connection.wake_writers()

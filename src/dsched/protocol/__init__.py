@@ -1,0 +1,52 @@
+"""The dsched wire protocol, sans-IO: bytes in, frames, batches of ops and handshakes out.
+
+``framing`` cuts the byte stream into length-prefixed frames, ``messages`` packs batches of op
+dicts (with large payloads out of band) and ``handshake`` opens each connection with magic,
+version and mutual token authentication. Nothing here touches a socket, asyncio or a clock,
+and nothing here unpickles: payloads are opaque bytes. ``dsched.comm`` carries it over TCP.
+"""
+
+from .framing import HEADER, KIND_BUFFER, KIND_OPS, MAX_FRAME_SIZE, Frame, FrameDecoder
+from .handshake import (
+    ACCEPTOR,
+    HANDSHAKE_MAX_FRAME,
+    INITIATOR,
+    MAGIC,
+    PROTOCOL_VERSION,
+    ROLES,
+    Handshake,
+    PeerInfo,
+)
+from .messages import (
+    OOB_THRESHOLD,
+    Batch,
+    MessageDecoder,
+    Payload,
+    close_op,
+    decode_ops,
+    encode_ops,
+)
+
+__all__ = [
+    "ACCEPTOR",
+    "Batch",
+    "Frame",
+    "FrameDecoder",
+    "HANDSHAKE_MAX_FRAME",
+    "HEADER",
+    "Handshake",
+    "INITIATOR",
+    "KIND_BUFFER",
+    "KIND_OPS",
+    "MAGIC",
+    "MAX_FRAME_SIZE",
+    "MessageDecoder",
+    "OOB_THRESHOLD",
+    "PROTOCOL_VERSION",
+    "Payload",
+    "PeerInfo",
+    "ROLES",
+    "close_op",
+    "decode_ops",
+    "encode_ops",
+]
