@@ -1,14 +1,20 @@
 """dsched: a resource-aware distributed task scheduler.
 
-The public API grows here as the client lands: Client, LocalCluster, Future, annotate, wait,
-as_completed, progress, get_gpu_ids and config.
+The public API: Client, AsyncClient, LocalCluster, Future, annotate, wait, as_completed,
+progress, get_gpu_ids and config.
 """
 
 from . import config
+from .client import (ALL_COMPLETED, FIRST_COMPLETED, AsyncClient, CancelledError, Client, Future,
+                     LocalCluster, SchedulerLostError, annotate, as_completed, progress, wait)
 from .errors import ResourceSpecError, SchedError
 from .gpu_ids import get_gpu_ids
 from .resources import Resources, parse_resources
 
 __version__ = "0.1.0"
 
-__all__ = ["Resources", "get_gpu_ids", "ResourceSpecError", "SchedError", "config", "parse_resources"]
+__all__ = [
+    "ALL_COMPLETED", "AsyncClient", "CancelledError", "Client", "FIRST_COMPLETED", "Future",
+    "LocalCluster", "ResourceSpecError", "Resources", "SchedError", "SchedulerLostError",
+    "annotate", "as_completed", "config", "get_gpu_ids", "parse_resources", "progress", "wait",
+]

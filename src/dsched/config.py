@@ -45,8 +45,10 @@ from .resources import Resources
 MiB = 2**20
 #: The last place looked for a config file (a module attribute so tests can move it).
 SYSTEM_CONFIG = Path("/etc/sched/config.toml")
-#: SCHED_* variables that are not settings.
-RESERVED_ENV = ("SCHED_CONFIG", "SCHED_TOKEN")
+#: SCHED_* variables that are not settings: the config file, the token, and what a worker
+#: tells its tasks and child processes.
+RESERVED_ENV = ("SCHED_CONFIG", "SCHED_TOKEN", "SCHED_WORKER_NAME", "SCHED_TASK_GPUS",
+                "SCHED_FAKE_NVML", "SCHED_NANNY_PID")
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "scheduler": {
@@ -59,6 +61,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "allowed_failures": 3,  # worker deaths a task may be executing on before it fails
         "no_worker_timeout": None,  # seconds a task no worker can run waits; None = for ever
         "heartbeat_timeout": 60.0,  # seconds without a heartbeat before a worker is removed
+        "drain_timeout": 60.0,  # seconds SIGTERM lets running tasks finish before stopping
         "prefetch": 2,  # resource-free tasks a worker may hold beyond its free threads
         "log_level": "info",
     },
@@ -199,6 +202,7 @@ _KINDS: dict[str, dict[str, Any]] = {
         "state_dir": _nullable(_path), "token_file": _nullable(_path),
         "tls": {**_TLS, "require_client_cert": _flag}, "allowed_failures": _integer(0),
         "no_worker_timeout": _nullable(_seconds), "heartbeat_timeout": _seconds,
+        "drain_timeout": _seconds,
         "prefetch": _integer(0), "log_level": _log_level,
     },
     "worker": {

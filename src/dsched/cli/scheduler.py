@@ -10,12 +10,13 @@ import click
 
 from .. import __version__
 from . import (CONTEXT_SETTINGS, build_config, config_option, default_of, log_level_option,
-               not_implemented, tls_options)
+               tls_options)
 
 
 def run_scheduler(cfg: dict) -> int:
-    """Placeholder for the scheduler daemon (issue 3); returns the exit status."""
-    return not_implemented("sched-scheduler")
+    from ..scheduler.server import run_scheduler as run
+
+    return run(cfg)
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -50,3 +51,7 @@ def main(ctx: click.Context, host: str | None, port: int | None, dashboard_port:
         "scheduler.state_dir": state_dir, "scheduler.log_level": log_level,
     })
     ctx.exit(run_scheduler(cfg))
+
+
+if __name__ == "__main__":
+    main()

@@ -12,12 +12,13 @@ import click
 
 from .. import __version__
 from . import (CONTEXT_SETTINGS, ConfigValue, build_config, config_option, default_of,
-               log_level_option, not_implemented, tls_options)
+               log_level_option, tls_options)
 
 
 def run_worker(cfg: dict) -> int:
-    """Placeholder for the worker daemon and nanny (issue 4); returns the exit status."""
-    return not_implemented("sched-worker")
+    from ..worker.main import run_worker as run
+
+    return run(cfg)
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -60,3 +61,7 @@ def main(ctx: click.Context, scheduler_address: str | None, config_file: str | N
         raise click.UsageError("missing SCHEDULER_ADDRESS (or set worker.scheduler_address in "
                                "the config or SCHED_WORKER__SCHEDULER_ADDRESS)")
     ctx.exit(run_worker(cfg))
+
+
+if __name__ == "__main__":
+    main()

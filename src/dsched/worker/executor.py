@@ -132,7 +132,10 @@ class GpuProcessPool:
 
     async def run(self, key: str, gpus: tuple[int, ...], function_bytes: bytes,
                   argument_bytes: bytes) -> Outcome:
-        idle = self._idle.get(gpus)
+        idle = self._idle.get(gpus, [])
+        # A child can die while idle (killed for memory, or by a thread its last task left).
+        while idle and idle[-1].process.returncode is not None:
+            idle.pop()
         child = idle.pop() if idle else await GpuChild.start(gpus, self._base_env)
         self._busy[key] = child
         try:
@@ -147,6 +150,10 @@ class GpuProcessPool:
         else:
             await child.close()
         return outcome
+
+    def set_env(self, name: str, value: str) -> None:
+        """Set a variable for children started from now on."""
+        self._base_env[name] = value
 
     def kill(self, key: str) -> bool:
         """Kill the child running ``key``; its ``run`` then raises TaskKilled."""

@@ -1,0 +1,14 @@
+"""The client side: Client, AsyncClient, Future, annotate, LocalCluster, wait and friends."""
+
+from .annotate import annotate
+from .blocking import Client
+from .client import AsyncClient, SchedulerLostError, TaskFailedError
+from .cluster import LocalCluster
+from .future import CancelledError, Future
+from .waiting import ALL_COMPLETED, FIRST_COMPLETED, as_completed, progress, wait
+
+__all__ = [
+    "ALL_COMPLETED", "AsyncClient", "CancelledError", "Client", "FIRST_COMPLETED", "Future",
+    "LocalCluster", "SchedulerLostError", "TaskFailedError", "annotate", "as_completed",
+    "progress", "wait",
+]

@@ -1,0 +1,133 @@
+"""``Client``: the AsyncClient's API for ordinary, blocking code.
+
+It runs an :class:`AsyncClient` on a private event loop in a daemon thread. ``submit`` and
+``map`` pickle in the caller's thread and return at once; ``gather`` and ``result`` block only
+their caller. ``Client()`` with no address starts a :class:`LocalCluster` and closes it again;
+``Client(address, asynchronous=True)`` returns an AsyncClient to ``await`` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Callable, Iterable
+
+from ..errors import SchedError
+from .client import AsyncClient, resolve_token
+from .cluster import LocalCluster
+from .future import Future
+
+__all__ = ["Client", "resolve_token"]
+
+
+class Client:
+    """Connect to a scheduler (``Client("host:8786")``) or start a local one (``Client()``).
+
+    The token is ``token=``, else ``SCHED_TOKEN``, else ``token_file=`` or the configured token
+    file. ``cluster_kwargs`` (``n_workers=``, ``threads_per_worker=``, ``resources=``) go to the
+    LocalCluster that ``Client()`` starts.
+    """
+
+    asynchronous = False
+
+    def __new__(cls, address: Any = None, *, asynchronous: bool = False, **kwargs: Any):
+        if asynchronous:
+            return AsyncClient(address, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, address: str | LocalCluster | None = None, *, asynchronous: bool = False,
+                 token: str | None = None, token_file: str | None = None, ssl: Any = None,
+                 name: str = "client", timeout: float | None = None, **cluster_kwargs: Any):
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="dsched-client",
+                                        daemon=True)
+        self._thread.start()
+        self._async = AsyncClient(address, token=token, token_file=token_file, ssl=ssl,
+                                  name=name, timeout=timeout, **cluster_kwargs)
+        self._async.asynchronous = False
+        try:
+            self._run(self._async.start())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def _run(self, coroutine: Any, timeout: float | None = None) -> Any:
+        if self._loop.is_closed():
+            coroutine.close()
+            raise SchedError("the client is closed")
+        running = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return running.result(timeout)
+        except concurrent.futures.TimeoutError:
+            running.cancel()
+            raise TimeoutError(f"no answer within {timeout} seconds") from None
+
+    # -- the API ----------------------------------------------------------------------------
+
+    def submit(self, fn: Callable, *args: Any, **kwargs: Any) -> Future:
+        """Run ``fn(*args, **kwargs)`` on the cluster; see :meth:`AsyncClient.submit`."""
+        return self._async.submit(fn, *args, **kwargs)
+
+    def map(self, fn: Callable, *iterables: Iterable, **kwargs: Any) -> list[Future]:
+        """One task per tuple of items from ``iterables``; see :meth:`AsyncClient.map`."""
+        return self._async.map(fn, *iterables, **kwargs)
+
+    def gather(self, futures: Any, errors: str = "raise", timeout: float | None = None) -> Any:
+        """The results of futures, in the same structure; raises the first task error."""
+        return self._run(self._async.gather(futures, errors), timeout)
+
+    def cancel(self, futures: Any) -> None:
+        """Cancel tasks not yet ended, and the tasks depending on them."""
+        self._async._cancel_now(futures)
+
+    def scheduler_info(self) -> dict:
+        """Workers (resources total, used and free, threads, GPUs) and task counts by state."""
+        return self._run(self._async.scheduler_info())
+
+    def wait_for_workers(self, n: int, timeout: float | None = None) -> None:
+        """Block until at least ``n`` workers are connected."""
+        self._run(self._async.wait_for_workers(n, timeout))
+
+    @property
+    def status(self) -> str:
+        return self._async.status
+
+    @property
+    def address(self) -> str:
+        return self._async.address
+
+    @property
+    def cluster(self) -> LocalCluster | None:
+        return self._async.cluster
+
+    @property
+    def id(self) -> str:
+        return self._async.id
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Cancel pending tasks, disconnect, and stop the LocalCluster ``Client()`` started."""
+        if self._loop.is_closed():
+            return
+        try:
+            if self._async.status != "closed":
+                self._run(self._async.close(), timeout)
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Client {self.address} ({self.status})>"

@@ -1,0 +1,543 @@
+"""AsyncClient: submit Python functions with resource demands, get futures back.
+
+It holds one connection to the scheduler (submissions out, task reports in) and fetches
+results straight from the workers that hold them. ``submit`` and ``map`` are ordinary methods
+that may be called from any thread: they pickle in the caller's thread and queue the message
+for the client's loop; everything else happens on that loop. :class:`~dsched.Client` is the
+same API for blocking code, running an AsyncClient on a loop thread of its own.
+
+Ops the client sends go through one queue, in the order they were made (a release is never
+sent before the submit of the same key), and leave as one frame per loop iteration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import threading
+from typing import Any, Callable, Iterable
+
+from .. import config, serialize
+from ..auth import load_token
+from ..comm import Comm, connect
+from ..errors import AuthenticationError, CommClosedError, SchedError
+from ..peers import PeerPool
+from .future import PENDING, CancelledError, Future, FutureState, FutureStatus
+from .submission import KeyMaker, TaskBuilder, map_keys, task_options
+
+logger = logging.getLogger("dsched.client")
+
+FINISHED = FutureStatus.finished
+#: Seconds the client keeps trying to fetch a finished task's result from its workers.
+FETCH_PATIENCE = 10.0
+
+
+class SchedulerLostError(SchedError):
+    """The connection to the scheduler ended while tasks were pending."""
+
+
+class TaskFailedError(SchedError):
+    """A task ended without an exception of its own: the workers running it kept dying
+    (``error == "killed_worker"``), no worker could run it (``"no_worker"``), or its
+    dependencies were unknown or formed a cycle."""
+
+    def __init__(self, message: str, error: str = ""):
+        super().__init__(message)
+        self.error = error
+
+    def __reduce__(self):
+        return (TaskFailedError, (str(self), self.error))
+
+
+def resolve_token(token: str | None, token_file: str | None) -> str:
+    """The token a client uses: given, ``SCHED_TOKEN``, ``token_file``, or the config's file."""
+    return load_token(token, token_file=token_file or config.get("client.token_file"))
+
+
+def _is_future(value: Any) -> bool:
+    return type(value) is Future
+
+
+class AsyncClient:
+    """A client on an asyncio loop: ``client = await AsyncClient(address)`` or ``async with``.
+
+    ``address`` is ``"host:port"``, a :class:`~dsched.LocalCluster`, or None for the configured
+    ``client.scheduler_address`` or else a new LocalCluster (``cluster_kwargs`` go to it).
+    """
+
+    asynchronous = True
+
+    def __init__(self, address: Any = None, *, token: str | None = None,
+                 token_file: str | None = None, ssl: Any = None, name: str = "client",
+                 timeout: float | None = None, **cluster_kwargs: Any):
+        self.address = address
+        self.cluster: Any = None
+        self._owns_cluster = False
+        self._cluster_kwargs = cluster_kwargs
+        self._token, self._token_file, self._ssl, self.name = token, token_file, ssl, name
+        self._timeout = timeout if timeout is not None else config.get("client.connect_timeout")
+        self._states: dict[str, FutureState] = {}
+        self._lock = threading.Lock()
+        self._keys = KeyMaker()
+        self._outgoing: collections.deque = collections.deque()
+        self._flush_scheduled = False
+        self._requests: dict[int, asyncio.Future] = {}
+        self._next_id = 0
+        self.comm: Comm | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._reader: asyncio.Task | None = None
+        self._peers: PeerPool | None = None
+        self._lost_reason = ""
+        self.id = ""
+        self.status = "created"
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def __await__(self):
+        return self.start().__await__()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> "AsyncClient":
+        if self.status != "created":
+            return self
+        self.loop = asyncio.get_running_loop()
+        self.status = "connecting"
+        try:
+            await self._connect()
+        except BaseException:
+            self.status = "closed"
+            await self._close_cluster()
+            raise
+        self._peers = PeerPool(role="client", name=self.name, token=self._token, ssl=self._ssl,
+                               timeout=self._timeout)
+        self._reader = asyncio.ensure_future(self._read())
+        self.status = "running"
+        return self
+
+    async def _connect(self) -> None:
+        from .cluster import LocalCluster
+
+        address = self.address
+        if address is None:
+            address = config.get("client.scheduler_address")
+        if address is None:
+            kwargs = self._cluster_kwargs
+            address = await self.loop.run_in_executor(None, lambda: LocalCluster(**kwargs))
+            self._owns_cluster = True
+        if isinstance(address, LocalCluster):
+            self.cluster, self._token, address = address, address.token, address.address
+        self.address = address
+        self._token = resolve_token(self._token, self._token_file)
+        if self._ssl is None:
+            from ..daemon import ssl_contexts
+
+            self._ssl = ssl_contexts(config.get("client.tls"), server=False)
+        try:
+            self.comm = await connect(address, role="client", name=self.name, token=self._token,
+                                      ssl=self._ssl, timeout=self._timeout)
+            welcome = await self.comm.recv()
+        except AuthenticationError as error:
+            raise AuthenticationError(
+                f"the scheduler at {address} refused this client's token ({error}); use the "
+                f"scheduler's token (SCHED_TOKEN, token=, or the token file)") from None
+        except (OSError, TimeoutError, CommClosedError) as error:
+            raise OSError(f"cannot connect to the scheduler at {address}: {error}") from None
+        self.id = welcome[0].get("client", self.name)
+
+    async def close(self) -> None:
+        """Cancel what is pending, disconnect (the scheduler forgets this client's tasks) and
+        stop the LocalCluster this client started, if any."""
+        if self.status in ("closing", "closed"):
+            return
+        self.status = "closing"
+        for state in list(self._states.values()):
+            state.finish(FutureStatus.cancelled, reason="the client was closed")
+        if self.comm is not None:
+            await self.comm.close("client closing")
+        if self._reader is not None:
+            await asyncio.gather(self._reader, return_exceptions=True)
+        if self._peers is not None:
+            await self._peers.close()
+        await self._close_cluster()
+        self.status = "closed"
+
+    async def _close_cluster(self) -> None:
+        if self._owns_cluster and self.cluster is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.cluster.close)
+
+    def _on_own_loop(self) -> bool:
+        """Whether the caller runs on this client's loop (where it must not block)."""
+        if self.loop is None or asyncio._get_running_loop() is not self.loop:
+            return False
+        if not self.asynchronous:
+            raise RuntimeError("a blocking call on the client's own event loop would hang it "
+                               "(in a done-callback?); use the future's add_done_callback")
+        return True
+
+    def _check_running(self) -> None:
+        if self.status == "running":
+            return
+        if self.status == "disconnected":
+            raise SchedulerLostError(f"lost the scheduler at {self.address}: {self._lost_reason}")
+        raise SchedError(f"the client is {self.status}")
+
+    # -- futures and references -------------------------------------------------------------
+
+    def _future(self, key: str) -> tuple[Future, bool]:
+        """A new Future of ``key``, and whether the key must be (re)submitted."""
+        with self._lock:
+            state = self._states.get(key)
+            submit = state is None
+            if submit:
+                state = self._states[key] = FutureState(key)
+            elif state.status is FutureStatus.cancelled or state.status is FutureStatus.lost:
+                state.reset()
+                submit = True
+            state.refs += 1
+        return Future(key, self, state), submit
+
+    def _release_later(self, state: FutureState) -> None:
+        """A Future of ``state`` is gone (any thread, no locks: it may be the GC)."""
+        if self.status in ("running", "disconnected"):
+            self._enqueue(state)
+
+    def _enqueue(self, item: Any) -> None:
+        self._outgoing.append(item)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop = self.loop
+            if asyncio._get_running_loop() is loop:
+                loop.call_soon(self._flush)
+            else:
+                loop.call_soon_threadsafe(self._flush)
+
+    def _flush(self) -> None:
+        """On the loop: send queued ops in order; count released references."""
+        self._flush_scheduled = False  # before draining, so a later append schedules again
+        outgoing = self._outgoing
+        released: list[str] = []
+        while outgoing:
+            item = outgoing.popleft()
+            if type(item) is FutureState:
+                with self._lock:
+                    item.refs -= 1
+                    if item.refs > 0 or self._states.get(item.key) is not item:
+                        continue
+                    del self._states[item.key]
+                released.append(item.key)
+            else:
+                if released:
+                    self._send({"op": "release", "keys": released})
+                    released = []
+                self._send(item)
+        if released:
+            self._send({"op": "release", "keys": released})
+
+    def _send(self, op: dict) -> None:
+        if self.comm is not None and not self.comm.closed:
+            self.comm.write_nowait(op)
+
+    # -- submitting -------------------------------------------------------------------------
+
+    def submit(self, fn: Callable, *args: Any, key: str | None = None, resources: Any = None,
+               priority: int | None = None, retries: int | None = None,
+               workers: Iterable[str] | str | None = None, pure: bool = True,
+               **kwargs: Any) -> Future:
+        """Run ``fn(*args, **kwargs)`` on a worker that has ``resources`` free.
+
+        ``priority``: higher runs first. ``retries``: times to rerun it if it raises.
+        ``workers``: names or addresses of the workers it may run on. ``pure=False``: a new
+        task even for a call already submitted. Futures in the arguments are replaced by
+        their results on the worker.
+        """
+        self._check_running()
+        builder = TaskBuilder(fn, task_options(resources, priority, retries, workers),
+                              _is_future, self._keys)
+        task = builder.build(args, kwargs, key, pure)
+        future, submit = self._future(task["key"])
+        if submit:
+            self._enqueue({"op": "submit", "tasks": [task]})
+        return future
+
+    def map(self, fn: Callable, *iterables: Iterable, key: str | Iterable[str] | None = None,
+            resources: Any = None, priority: int | None = None, retries: int | None = None,
+            workers: Iterable[str] | str | None = None, pure: bool = True,
+            **kwargs: Any) -> list[Future]:
+        """``submit(fn, *items, **kwargs)`` for each tuple of items from ``iterables``, sent
+        as one message. ``key``: a list of keys, or a str to start every key with."""
+        self._check_running()
+        if not iterables:
+            raise TypeError("map() needs at least one iterable")
+        calls = list(zip(*iterables))
+        keys = map_keys(key, len(calls))
+        builder = TaskBuilder(fn, task_options(resources, priority, retries, workers),
+                              _is_future, self._keys, prefix=keys if isinstance(keys, str) else None)
+        explicit = keys if isinstance(keys, list) else None
+        tasks, futures = [], []
+        for index, args in enumerate(calls):
+            task = builder.build(args, kwargs, explicit[index] if explicit else None, pure)
+            future, submit = self._future(task["key"])
+            futures.append(future)
+            if submit:
+                tasks.append(task)
+        if tasks:
+            self._enqueue({"op": "submit", "tasks": tasks})
+        return futures
+
+    def _cancel_now(self, futures: Iterable[Future] | Future) -> None:
+        if isinstance(futures, Future):
+            futures = [futures]
+        states = [f._state for f in futures if f._state.status is PENDING]
+        if not states or self.status != "running":
+            return
+        keys = [state.key for state in states]
+        with self._lock:
+            for state in states:
+                if self._states.get(state.key) is state:
+                    del self._states[state.key]
+        # The scheduler cancels the tasks (and their dependents) and forgets them; the
+        # futures say cancelled at once, and a later submit of the same call runs afresh.
+        self._enqueue({"op": "cancel", "keys": keys})
+        self._enqueue({"op": "release", "keys": keys})
+        for state in states:
+            state.finish(FutureStatus.cancelled, reason="cancelled by this client")
+
+    async def cancel(self, futures: Iterable[Future] | Future) -> None:
+        """Cancel tasks not yet ended, and the tasks depending on them."""
+        self._cancel_now(futures)
+
+    # -- reports from the scheduler ---------------------------------------------------------
+
+    async def _read(self) -> None:
+        assert self.comm is not None
+        reason = "the scheduler closed the connection"
+        try:
+            async for op in self.comm:
+                self._on_op(op)
+        except CommClosedError as error:
+            reason = error.reason
+        except Exception as error:  # a bug here must not leave futures hanging
+            logger.exception("Client failed handling a report")
+            reason = f"client error: {error}"
+        if self.status not in ("closing", "closed"):
+            self.status = "disconnected"
+            self._lost_reason = reason
+            logger.error("Lost the scheduler at %s: %s", self.address, reason)
+        lost = SchedulerLostError(f"lost the scheduler at {self.address}: {reason}")
+        for request in self._requests.values():
+            if not request.done():
+                request.set_exception(lost)
+        with self._lock:
+            states = list(self._states.values())
+        for state in states:
+            state.finish(FutureStatus.lost, exception=lost, reason=reason)
+
+    def _on_op(self, op: dict) -> None:
+        kind = op.get("op")
+        if kind == "task-finished":
+            state = self._states.get(op["key"])
+            if state is not None:
+                state.who_has = op.get("who_has") or ()
+                state.finish(FINISHED)
+        elif kind == "task-erred":
+            state = self._states.get(op["key"])
+            if state is not None:
+                text, error = op.get("text") or "", op.get("error") or ""
+                if op.get("exception"):
+                    state.error_from_payload(op["exception"], text, error)
+                else:
+                    state.finish(FutureStatus.error, exception=TaskFailedError(text, error),
+                                 traceback=None, reason=error)
+        elif kind == "task-cancelled":
+            state = self._states.get(op["key"])
+            if state is not None:
+                state.finish(FutureStatus.cancelled, reason=op.get("reason") or "")
+        elif kind == "task-waiting":
+            reason = op.get("reason") or ""
+            for key in op.get("keys", ()):
+                state = self._states.get(key)
+                if state is not None:
+                    state.reason = reason
+            if reason:
+                logger.warning("%d task(s) cannot run yet: %s", len(op.get("keys", ())), reason)
+        elif op.get("id") is not None and op["id"] in self._requests:
+            request = self._requests.pop(op["id"])
+            if not request.done():
+                if kind == "error":
+                    request.set_exception(SchedError(op.get("reason", "scheduler error")))
+                else:
+                    request.set_result(op)
+        elif kind == "error":
+            logger.error("The scheduler refused a message: %s", op.get("reason"))
+
+    async def _request(self, op: dict) -> dict:
+        self._check_running()
+        self._flush()  # after everything queued before it
+        self._next_id += 1
+        request_id = self._next_id
+        waiter = self.loop.create_future()
+        self._requests[request_id] = waiter
+        self._send({**op, "id": request_id})
+        try:
+            return await asyncio.wait_for(waiter, self._timeout)
+        finally:
+            self._requests.pop(request_id, None)
+
+    async def scheduler_info(self) -> dict:
+        """Workers (resources total, used and free, threads, GPUs) and task counts by state."""
+        reply = await self._request({"op": "info"})
+        reply.pop("op", None)
+        reply.pop("id", None)
+        return reply
+
+    async def wait_for_workers(self, n: int, timeout: float | None = None) -> None:
+        """Wait until at least ``n`` workers are connected (TimeoutError after ``timeout``)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while len((await self.scheduler_info())["workers"]) < n:
+            if deadline is not None and loop.time() > deadline:
+                raise TimeoutError(f"fewer than {n} workers connected within {timeout} s")
+            await asyncio.sleep(0.05)
+
+    # -- results ----------------------------------------------------------------------------
+
+    async def gather(self, futures: Any, errors: str = "raise") -> Any:
+        """The results of futures, in the same structure (one future, or lists, tuples, sets
+        and dicts of them). ``errors="skip"`` leaves failed ones out of lists."""
+        if errors not in ("raise", "skip"):
+            raise ValueError(f"errors must be 'raise' or 'skip', not {errors!r}")
+        found: dict[str, Future] = {}
+
+        def collect(value: Any) -> serialize.TaskRef | None:
+            if type(value) is Future:
+                found[value.key] = value
+                return serialize.TaskRef(value.key)
+            return None
+
+        structure, _ = serialize.replace_futures(futures, collect)
+        values = await self._gather_async(list(found.values()), errors)
+        data = {key: value for key, value in zip(found, values) if value is not _MISSING}
+        return _substitute(structure, data)
+
+    async def _gather_async(self, futures: list[Future], errors: str = "raise") -> list[Any]:
+        states = [future._state for future in futures]
+        await _wait_all(states, fail_fast=errors == "raise")
+        if errors == "raise":
+            for future in futures:
+                future._raise_if_failed()
+        values = await self._fetch([s for s in states if s.status is FINISHED])
+        return [values.get(state.key, _MISSING) for state in states]
+
+    async def _fetch(self, states: list[FutureState]) -> dict[str, Any]:
+        """Results straight from the workers holding them (retrying other holders, and
+        holders the scheduler reports after recomputing a lost result)."""
+        assert self._peers is not None
+        wanted = {state.key: state for state in states}
+        values: dict[str, Any] = {}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FETCH_PATIENCE
+        attempt = 0
+        while True:
+            by_worker: dict[str, list[str]] = {}
+            for key, state in wanted.items():
+                holders = state.who_has
+                if holders:
+                    by_worker.setdefault(holders[attempt % len(holders)], []).append(key)
+            replies = await asyncio.gather(
+                *(self._peers.request(w, {"op": "get-data", "keys": keys}, self._timeout)
+                  for w, keys in by_worker.items()),
+                return_exceptions=True)
+            for reply in replies:
+                if isinstance(reply, BaseException):
+                    continue
+                for key, payload in reply.get("data", {}).items():
+                    if key in wanted:
+                        values[key] = serialize.loads(payload)
+                        del wanted[key]
+            if not wanted:
+                return values
+            attempt += 1
+            if loop.time() > deadline or self.status != "running":
+                raise SchedError(f"could not fetch the results of {list(wanted)[:5]} from "
+                                 f"their workers {list(by_worker)[:5]}")
+            await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
+
+    def _sync_result(self, future: Future, timeout: float | None) -> Any:
+        """``Future.result`` from a thread other than the loop's: one trip to the loop."""
+        if future._state.status is PENDING:
+            if not future._state.wait(timeout):
+                raise TimeoutError(f"task {future.key} did not finish within {timeout} seconds")
+        future._raise_if_failed()
+        return self._sync(self._gather_async([future]), timeout)[0]
+
+    def _sync(self, coroutine: Any, timeout: float | None = None) -> Any:
+        """Run ``coroutine`` on the client's loop from another thread, and wait."""
+        loop = self.loop
+        if loop is None or loop.is_closed() or self.status == "closed":
+            coroutine.close()
+            raise SchedError(f"the client is {self.status}")
+        running = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        try:
+            return running.result(timeout)
+        except concurrent.futures.TimeoutError:
+            running.cancel()
+            raise TimeoutError(f"no answer within {timeout} seconds") from None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.address} ({self.status})>"
+
+
+_MISSING = object()
+
+
+async def _wait_all(states: list[FutureState], fail_fast: bool) -> None:
+    """Until every state has ended, or (``fail_fast``) one has ended other than finished."""
+    pending = [state for state in states if state.status is PENDING]
+    if fail_fast and any(s.status is not FINISHED for s in states if s.status is not PENDING):
+        return
+    if not pending:
+        return
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    left = len(pending)
+
+    def ended(state: FutureState) -> None:
+        nonlocal left
+        left -= 1
+        if (left == 0 or (fail_fast and state.status is not FINISHED)) and not done.done():
+            done.set_result(None)
+
+    def on_done(state: FutureState) -> Callable[[], None]:
+        def wake() -> None:
+            if asyncio._get_running_loop() is loop:
+                ended(state)
+            else:
+                loop.call_soon_threadsafe(ended, state)
+        return wake
+
+    for state in pending:
+        if not state.on_done(on_done(state)):
+            ended(state)
+    await done
+
+
+def _substitute(obj: Any, data: dict[str, Any]) -> Any:
+    """Like ``serialize.substitute``, but leaves out refs to keys not in ``data`` (the failed
+    futures of ``gather(errors="skip")``)."""
+    kind = type(obj)
+    if kind is serialize.TaskRef:
+        return data.get(obj.key)
+    if kind in (list, tuple, set, frozenset):
+        return kind(_substitute(item, data) for item in obj
+                    if type(item) is not serialize.TaskRef or item.key in data)
+    if kind is dict:
+        return {name: _substitute(item, data) for name, item in obj.items()
+                if type(item) is not serialize.TaskRef or item.key in data}
+    return obj

@@ -1,0 +1,150 @@
+"""LocalCluster: a scheduler and workers as real processes on 127.0.0.1, for one machine.
+
+The scheduler listens on a port the OS chooses and prints it; the workers are ordinary
+``sched-worker`` processes. A fresh random token is handed to every process through
+``SCHED_TOKEN``, so a LocalCluster needs no files and no other user on the machine can submit
+to it. Worker settings not given as arguments come from ``dsched.config`` in this process,
+``dsched.config.set({"worker.resources.GPU": 2})`` included. ``close()`` stops everything it
+started, and a finalizer does the same if the program forgets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import select
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from typing import Any
+
+from .. import config
+from ..auth import generate_token
+from ..resources import Resources
+
+_LISTENING = re.compile(r"listening at (\S+)")
+
+
+def _stop(processes: list[subprocess.Popen], timeout: float = 10.0) -> None:
+    """SIGTERM the workers and wait, then the scheduler; kill what outlives ``timeout``."""
+    for group in (processes[:-1], processes[-1:]):
+        for process in group:
+            if process.poll() is None:
+                process.terminate()
+        deadline = time.monotonic() + timeout
+        for process in group:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+class LocalCluster:
+    """A scheduler and ``n_workers`` workers on this machine, each in its own process."""
+
+    def __init__(self, n_workers: int | None = None, threads_per_worker: int | None = None,
+                 resources: Any = None, processes: bool = True, *, log_level: str = "warning",
+                 gpus: str = "auto", timeout: float = 60.0, env: dict[str, str] | None = None):
+        if not processes:
+            raise NotImplementedError("LocalCluster runs workers as processes only (processes=True)")
+        cpus = os.cpu_count() or 1
+        self.n_workers = n_workers if n_workers is not None else max(1, min(4, cpus))
+        self.threads_per_worker = threads_per_worker or max(1, cpus // max(self.n_workers, 1))
+        self.resources = Resources.parse(
+            resources if resources is not None else config.get("worker.resources"))
+        self.token = generate_token()
+        self.log_level = log_level
+        self.gpus = gpus
+        self.timeout = timeout
+        self._state_dir = tempfile.TemporaryDirectory(prefix="sched-local-")
+        self._env = {**os.environ, **(env or {}), "SCHED_TOKEN": self.token}
+        self.scheduler: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen] = []
+        # Every process, workers first so they go before the scheduler they report to.
+        self._processes: list[subprocess.Popen] = []
+        self._finalizer = weakref.finalize(self, _stop, self._processes, 5.0)
+        try:
+            self._start_scheduler()
+            for _ in range(self.n_workers):
+                self.start_worker(wait=False)
+            self.wait_for_workers(self.n_workers)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_scheduler(self) -> None:
+        self.scheduler = subprocess.Popen(
+            [sys.executable, "-m", "dsched.cli.scheduler", "--host", "127.0.0.1", "--port", "0",
+             "--state-dir", self._state_dir.name,
+             "--log-level", self.log_level],
+            env=self._env, stdout=subprocess.PIPE, text=True,
+        )
+        self._processes.append(self.scheduler)
+        assert self.scheduler.stdout is not None
+        deadline = time.monotonic() + self.timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.scheduler.poll() is not None:
+                raise RuntimeError("the local scheduler did not start (see its log above)")
+            ready, _, _ = select.select([self.scheduler.stdout], [], [], remaining)
+            if ready:
+                match = _LISTENING.search(self.scheduler.stdout.readline())
+                if match:
+                    self.scheduler_address = match.group(1)
+                    return
+
+    def start_worker(self, resources: Any = None, nthreads: int | None = None,
+                     name: str | None = None, wait: bool = True) -> subprocess.Popen:
+        """Start one more worker, optionally with its own resources (``"GPU=2"``)."""
+        spec = Resources.parse(resources) if resources is not None else self.resources
+        index = len(self.workers)
+        command = [sys.executable, "-m", "dsched.cli.worker", self.scheduler_address,
+                   "--nthreads", str(nthreads or self.threads_per_worker),
+                   "--name", name or f"local-{index}", "--gpus", self.gpus,
+                   "--log-level", self.log_level, "--resources", str(spec)]
+        process = subprocess.Popen(command, env=self._env)
+        self.workers.append(process)
+        self._processes.insert(0, process)
+        if wait:
+            self.wait_for_workers(len(self.workers))
+        return process
+
+    def wait_for_workers(self, n: int, timeout: float | None = None) -> None:
+        """Block until ``n`` workers are registered with the scheduler."""
+        asyncio.run(self._wait_for_workers(n, timeout or self.timeout))
+
+    async def _wait_for_workers(self, n: int, timeout: float) -> None:
+        from .client import AsyncClient
+
+        deadline = time.monotonic() + timeout
+        async with AsyncClient(self.scheduler_address, token=self.token, name="local-cluster") as c:
+            while len((await c.scheduler_info())["workers"]) < n:
+                dead = [p.args for p in self._processes if p.poll() is not None]
+                if dead:
+                    raise RuntimeError(f"a local process exited early: {dead[0]}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"fewer than {n} workers registered within {timeout}s")
+                await asyncio.sleep(0.05)
+
+    @property
+    def address(self) -> str:
+        return self.scheduler_address
+
+    def close(self) -> None:
+        """Stop the workers (they drain), then the scheduler."""
+        self._finalizer()
+        self._state_dir.cleanup()
+
+    def __enter__(self) -> "LocalCluster":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        address = getattr(self, "scheduler_address", "starting")
+        return f"<LocalCluster {address}, {len(self.workers)} workers>"

@@ -1,0 +1,293 @@
+"""Futures: a handle on one task's result, shared by every Future object of the same key.
+
+The client keeps one :class:`FutureState` per key and counts the Future objects that point at
+it; when the last one is garbage-collected the client tells the scheduler that nobody needs the
+result, and the workers drop it. State changes arrive on the client's event loop thread and
+wake blocking callers (``result()``), coroutines (``await future``) and done-callbacks.
+
+``Future.__del__`` may run in any thread, at any allocation (the garbage collector), so it
+takes no lock: it only queues the key for the client's loop, which does the counting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..errors import SchedError
+from ..serialize import loads_exception
+
+if TYPE_CHECKING:
+    from .client import AsyncClient
+
+logger = logging.getLogger("dsched.client")
+
+
+class FutureStatus(str, Enum):
+    pending = "pending"
+    finished = "finished"
+    error = "error"
+    cancelled = "cancelled"
+    lost = "lost"
+
+
+PENDING = FutureStatus.pending
+
+
+class CancelledError(SchedError):
+    """The task was cancelled (by a user, or because a task it depends on was)."""
+
+
+#: Guards the waiters of every FutureState. Held only for a few field changes, never while
+#: user code, a callback or anything that may block runs.
+_LOCK = threading.Lock()
+
+
+class FutureState:
+    """What the client knows about one key; changed only on the client's loop thread.
+
+    ``refs`` counts the live Future objects of the key (the client changes it under its lock);
+    ``who_has`` lists the workers holding the result once it is finished.
+    Waiters are created only when someone waits: most futures of a big ``map`` never have any.
+    """
+
+    __slots__ = ("key", "status", "exception", "traceback", "reason", "refs", "who_has",
+                 "_event", "_callbacks")
+
+    def __init__(self, key: str):
+        self.key = key
+        self.status = PENDING
+        self.exception: BaseException | None = None
+        self.traceback: str | None = None
+        self.reason = ""
+        self.refs = 0
+        self.who_has: tuple | list = ()
+        self._event: threading.Event | None = None
+        self._callbacks: list[Callable[[], None]] | None = None
+
+    def done(self) -> bool:
+        return self.status is not PENDING
+
+    def finish(self, status: FutureStatus, *, exception: BaseException | None = None,
+               traceback: str | None = None, reason: str = "") -> bool:
+        """End the state (once; later calls are ignored) and wake everything waiting on it."""
+        with _LOCK:
+            if self.status is not PENDING:
+                return False
+            self.status, self.exception, self.traceback, self.reason = (
+                status, exception, traceback, reason)
+            event, callbacks = self._event, self._callbacks
+            self._callbacks = None
+        if event is not None:
+            event.set()
+        if callbacks:
+            for callback in callbacks:
+                try:
+                    callback()
+                except Exception:  # a user's callback must not break the client
+                    logger.exception("A done-callback of %s failed", self.key)
+        return True
+
+    def error_from_payload(self, payload: bytes, text: str, reason: str = "") -> None:
+        self.finish(FutureStatus.error, exception=loads_exception(payload, text), traceback=text,
+                    reason=reason)
+
+    def reset(self) -> None:
+        """Back to pending: the key was submitted again after it was cancelled or lost."""
+        with _LOCK:
+            self.status = PENDING
+            self.exception = self.traceback = None
+            self.reason = ""
+            self._event = None
+
+    def on_done(self, callback: Callable[[], None]) -> bool:
+        """Call ``callback()`` when the state ends; False (and no call) if it already has."""
+        with _LOCK:
+            if self.status is not PENDING:
+                return False
+            if self._callbacks is None:
+                self._callbacks = []
+            self._callbacks.append(callback)
+            return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block this thread until the state ends; False if ``timeout`` passed first."""
+        with _LOCK:
+            if self.status is not PENDING:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
+
+    async def wait_async(self) -> None:
+        """Wait on the running loop, whichever thread ends the state."""
+        if self.status is not PENDING:
+            return
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+
+        def wake() -> None:
+            if asyncio._get_running_loop() is loop:
+                _resolve(waiter)
+            else:
+                loop.call_soon_threadsafe(_resolve, waiter)
+
+        if self.on_done(wake):
+            await waiter
+
+
+def _resolve(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class Future:
+    """The result of a task that may not have finished yet.
+
+    With a blocking :class:`~dsched.Client`, ``result()`` blocks; with an asynchronous client,
+    on its own loop, ``result()``, ``exception()`` and ``traceback()`` return coroutines, and
+    ``await future`` gives the result either way.
+    """
+
+    __slots__ = ("key", "_client", "_state", "__weakref__")
+
+    def __init__(self, key: str, client: "AsyncClient", state: FutureState):
+        # Made only by the client, which has already counted this reference in ``state``.
+        self.key = key
+        self._client = client
+        self._state = state
+
+    # -- status -----------------------------------------------------------------------------
+
+    @property
+    def status(self) -> str:
+        """``pending``, ``finished``, ``error``, ``cancelled`` or ``lost``."""
+        return self._state.status.value
+
+    @property
+    def client(self) -> "AsyncClient":
+        return self._client
+
+    def done(self) -> bool:
+        return self._state.status is not PENDING
+
+    def cancelled(self) -> bool:
+        return self._state.status is FutureStatus.cancelled
+
+    # -- results ----------------------------------------------------------------------------
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait until the task ends; return its result or raise its exception.
+
+        The exception has its original type, with the worker's traceback chained as its
+        ``__cause__`` (a ``RemoteTraceback``). Raises TimeoutError after ``timeout`` seconds.
+        """
+        if self._client._on_own_loop():
+            return self._result_async(timeout)
+        return self._client._sync_result(self, timeout)
+
+    def exception(self, timeout: float | None = None) -> Any:
+        """The task's exception once it ends (None if it succeeded; CancelledError if it was
+        cancelled, SchedulerLostError if the scheduler went away)."""
+        if self._client._on_own_loop():
+            return self._after_async(timeout, self._exception_now)
+        self._wait_blocking(timeout)
+        return self._exception_now()
+
+    def traceback(self, timeout: float | None = None) -> Any:
+        """The worker's formatted traceback of a failed task (text), else None."""
+        if self._client._on_own_loop():
+            return self._after_async(timeout, lambda: self._state.traceback)
+        self._wait_blocking(timeout)
+        return self._state.traceback
+
+    def _exception_now(self) -> BaseException | None:
+        if self._state.status is FutureStatus.cancelled:
+            return self._cancelled_error()
+        return self._state.exception
+
+    def _wait_blocking(self, timeout: float | None) -> None:
+        if not self._state.wait(timeout):
+            raise TimeoutError(f"task {self.key} did not finish within {timeout} seconds")
+
+    async def _wait_async(self, timeout: float | None = None) -> None:
+        if self._state.status is not PENDING:
+            return
+        try:
+            await asyncio.wait_for(self._state.wait_async(), timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"task {self.key} did not finish within {timeout} seconds") from None
+
+    async def _after_async(self, timeout: float | None, then: Callable[[], Any]) -> Any:
+        await self._wait_async(timeout)
+        return then()
+
+    def _cancelled_error(self) -> CancelledError:
+        reason = f": {self._state.reason}" if self._state.reason else ""
+        return CancelledError(f"task {self.key} was cancelled{reason}")
+
+    def _raise_if_failed(self) -> None:
+        state = self._state
+        if state.status is FutureStatus.cancelled:
+            raise self._cancelled_error()
+        if state.exception is not None:
+            raise state.exception
+
+    async def _result_async(self, timeout: float | None = None) -> Any:
+        await self._wait_async(timeout)
+        self._raise_if_failed()
+        return (await self._client._gather_async([self]))[0]
+
+    def __await__(self):
+        return self._result_async().__await__()
+
+    # -- control ----------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Cancel the task (and the tasks that depend on it) if it has not ended yet."""
+        self._client._cancel_now([self])
+
+    def add_done_callback(self, fn: Callable[["Future"], Any]) -> None:
+        """Call ``fn(self)`` once the task ends: at once if it has, else on the client's loop
+        thread (so ``fn`` must not block)."""
+        def call() -> None:
+            fn(self)
+
+        if not self._state.on_done(call):
+            try:
+                call()
+            except Exception:
+                logger.exception("A done-callback of %s failed", self.key)
+
+    # -- identity and lifetime --------------------------------------------------------------
+
+    def __del__(self) -> None:
+        client = getattr(self, "_client", None)
+        if client is not None:
+            try:
+                client._release_later(self._state)
+            except Exception:  # interpreter shutdown
+                pass
+
+    def __copy__(self) -> "Future":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "Future":
+        return self
+
+    def __reduce__(self):
+        raise TypeError(f"a Future ({self.key}) cannot be pickled; pass it to submit() as an "
+                        f"argument (alone or in a list, tuple, set or dict) instead")
+
+    def __repr__(self) -> str:
+        return f"<Future: {self.status}, key: {self.key}>"
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Future) and other.key == self.key

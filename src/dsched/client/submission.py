@@ -1,0 +1,158 @@
+"""From a call to a task message: options, key, pickled function and arguments, dependencies.
+
+Explicit ``submit`` arguments win over the ``annotate`` blocks in force; invalid options
+raise here, in the caller's thread, before anything is sent. Futures in the arguments (also
+inside lists, tuples, sets and dicts) become :class:`~dsched.serialize.TaskRef` placeholders
+and dependencies. Arguments made only of plain values (numbers, strings, bytes, None and
+containers of them) are pickled with the standard pickler, several times faster than
+cloudpickle for the small arguments of a big ``map``; anything else goes through cloudpickle.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import pickle
+import uuid
+from typing import Any, Callable, Iterable
+
+from .. import serialize
+from ..resources import Resources
+from ..serialize import TaskRef
+from .annotate import current as current_annotations
+
+_SCALARS = frozenset({int, float, str, bytes, bool, type(None), complex, TaskRef})
+_CONTAINERS = frozenset({list, tuple, set, frozenset})
+
+
+def task_options(resources: Any = None, priority: Any = None, retries: Any = None,
+                 workers: Any = None) -> dict[str, Any]:
+    """The wire options of a task: explicit values over annotations; defaults left out.
+
+    Raises ResourceSpecError for a bad ``resources``, TypeError or ValueError for the rest.
+    """
+    annotations = current_annotations()
+    demand = (Resources.parse(resources) if resources is not None
+              else annotations.get("resources"))
+    if priority is None:
+        priority = annotations.get("priority", 0)
+    if retries is None:
+        retries = annotations.get("retries", 0)
+    if workers is None:
+        workers = annotations.get("workers")
+    options: dict[str, Any] = {}
+    if demand is not None and not demand.is_empty():
+        options["resources"] = demand.to_wire()
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise TypeError(f"priority must be an int, not {priority!r}")
+    if priority:
+        options["priority"] = priority
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise ValueError(f"retries must be a non-negative int, not {retries!r}")
+    if retries:
+        options["retries"] = retries
+    if workers is not None:
+        names = [workers] if isinstance(workers, str) else list(workers)
+        bad = [name for name in names if not isinstance(name, str)]
+        if bad or not names:
+            raise TypeError(f"workers must be a worker name or address, or a non-empty list "
+                            f"of them, not {workers!r}")
+        options["workers"] = names
+    return options
+
+
+def task_prefix(fn: Callable) -> str:
+    """The name a task's key starts with: the function's name (``lambda`` for lambdas)."""
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    return "lambda" if name == "<lambda>" else name
+
+
+class TaskBuilder:
+    """Builds the tasks of one ``submit`` or ``map`` call: one function, one set of options."""
+
+    def __init__(self, fn: Callable, options: dict[str, Any], is_future: Callable[[Any], bool],
+                 keys: "KeyMaker", prefix: str | None = None):
+        if not callable(fn):
+            raise TypeError(f"submit() and map() need a callable, not {type(fn).__name__}")
+        self.options = options
+        self.prefix = prefix or task_prefix(fn)
+        self.function = serialize.dumps(fn)
+        self._is_future = is_future
+        self._keys = keys
+        self._digest: Any = None
+
+    def build(self, args: tuple, kwargs: dict, key: str | None = None,
+              pure: bool = True) -> dict[str, Any]:
+        """The task message for ``fn(*args, **kwargs)``; its ``key`` is given, or derived from
+        the function, arguments and options (``pure``), or unique."""
+        dependencies: dict[str, None] = {}
+        call, plain = self._replace_futures((args, kwargs), dependencies)
+        arguments = (pickle.dumps(call, protocol=serialize.PICKLE_PROTOCOL) if plain
+                     else serialize.dumps(call))
+        if key is None:
+            key = self._pure_key(arguments) if pure else self._keys.unique(self.prefix)
+        elif not isinstance(key, str):
+            raise TypeError(f"key must be a str, not {key!r}")
+        task = {"key": key, "spec": [self.function, arguments], "prefix": self.prefix,
+                **self.options}
+        if dependencies:
+            task["dependencies"] = list(dependencies)
+        return task
+
+    def _pure_key(self, arguments: bytes) -> str:
+        if self._digest is None:
+            self._digest = hashlib.sha1(self.function)
+            self._digest.update(repr(sorted(self.options.items())).encode())
+        digest = self._digest.copy()
+        digest.update(arguments)
+        return f"{self.prefix}-{digest.hexdigest()[:32]}"
+
+    def _replace_futures(self, value: Any, found: dict[str, None]) -> tuple[Any, bool]:
+        """``value`` with futures replaced by TaskRefs (the same object when it has none),
+        and whether it holds only plain values."""
+        kind = type(value)
+        if kind in _SCALARS:
+            return value, True
+        if self._is_future(value):
+            found[value.key] = None
+            return TaskRef(value.key), True
+        if kind in _CONTAINERS:
+            plain, changed, items = True, False, []
+            for item in value:
+                new, item_plain = self._replace_futures(item, found)
+                plain = plain and item_plain
+                changed = changed or new is not item
+                items.append(new)
+            return (kind(items) if changed else value), plain
+        if kind is dict:
+            plain, changed, items = True, False, {}
+            for name, item in value.items():
+                new, item_plain = self._replace_futures(item, found)
+                plain = plain and item_plain and type(name) in _SCALARS
+                changed = changed or new is not item
+                items[name] = new
+            return (items if changed else value), plain
+        return value, False
+
+
+class KeyMaker:
+    """Unique keys for impure calls: random per client, then a counter."""
+
+    def __init__(self) -> None:
+        self._base = uuid.uuid4().hex[:20]
+        self._count = itertools.count()
+
+    def unique(self, prefix: str) -> str:
+        return f"{prefix}-{self._base}{next(self._count):012x}"
+
+
+def map_keys(key: str | Iterable[str] | None, n: int | None) -> list[str | None] | str | None:
+    """``map``'s ``key=``: a list of explicit keys, or a str used as the prefix of each key."""
+    if key is None or isinstance(key, str):
+        return key
+    keys = list(key)
+    if n is not None and len(keys) != n:
+        raise ValueError(f"map() got {len(keys)} keys for {n} calls")
+    return keys

@@ -1,0 +1,63 @@
+"""What both daemons share when they run as programs: logging, credentials, signals.
+
+The first SIGTERM or SIGINT starts a drain (the daemon's own ``drain`` coroutine); a second one
+exits at once. Drains have a deadline, so a daemon never hangs on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Any, Awaitable, Callable
+
+from .auth import client_ssl_context, server_ssl_context
+
+EXIT_AT_ONCE = 128 + signal.SIGTERM
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, str(level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def ssl_contexts(tls: dict[str, Any], *, server: bool) -> Any:
+    """An SSLContext from a config's ``tls`` table, or None when TLS is not configured."""
+    cert, key, ca = tls.get("cert"), tls.get("key"), tls.get("ca")
+    if server:
+        if not cert:
+            return None
+        return server_ssl_context(cert, key, ca=ca,
+                                  require_client_cert=bool(tls.get("require_client_cert")))
+    if not ca:
+        return None
+    return client_ssl_context(ca=ca, cert=cert, key=key)
+
+
+def install_signal_handlers(drain: Callable[[], Awaitable[None]]) -> None:
+    """First SIGTERM/SIGINT: run ``drain()``; a second: exit at once."""
+    loop = asyncio.get_running_loop()
+    state = {"signalled": False}
+
+    def on_signal(signum: int) -> None:
+        if state["signalled"]:
+            logging.getLogger("dsched").warning("Second signal: exiting at once")
+            os._exit(EXIT_AT_ONCE)
+        state["signalled"] = True
+        logging.getLogger("dsched").info("Received %s: draining (send again to exit at once)",
+                                         signal.Signals(signum).name)
+        task = loop.create_task(drain())
+        task.add_done_callback(_log_failure)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logging.getLogger("dsched").error("Drain failed", exc_info=task.exception())

@@ -1,0 +1,142 @@
+"""The actions ``SchedulerState.handle`` returns: what the async shell must now do.
+
+Each is a small frozen dataclass; the shell carries them out in order. Messages to workers
+(Execute, CancelTask, FreeResults, CloseWorker), reports to clients (each task end is
+reported once: ReportFinished, ReportErred or ReportCancelled; ReportWaiting when the reason
+a queued task cannot run changes) and Log records for the ``logging`` module.
+
+Pure data: no I/O, no logic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, Union
+
+from ..resources import Resources
+
+_frozen = dataclass(frozen=True, slots=True, kw_only=True)
+
+#: The ``who_has``/``nbytes`` of a task without dependencies (shared, read-only).
+NO_INPUTS: Mapping = MappingProxyType({})
+
+
+# -- to workers ---------------------------------------------------------------------------
+
+
+@_frozen
+class Execute:
+    """Run ``key`` on ``worker`` now: it holds a free thread and ``resources`` for it.
+
+    ``who_has`` maps each dependency key to the addresses of the workers holding it and
+    ``nbytes`` gives each one's size, so the worker fetches its inputs from its peers.
+    """
+
+    key: str
+    worker: str
+    spec: bytes
+    resources: Resources
+    priority: int = 0
+    who_has: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: NO_INPUTS)
+    nbytes: Mapping[str, int] = field(default_factory=lambda: NO_INPUTS)
+
+
+@_frozen
+class CancelTask:
+    """Stop ``key`` on ``worker`` (kill its process group); it answers with CancelConfirmed."""
+
+    key: str
+    worker: str
+
+
+@_frozen
+class FreeResults:
+    """``worker`` may drop the results of ``keys``: nothing needs them any more."""
+
+    worker: str
+    keys: tuple[str, ...]
+
+
+@_frozen
+class CloseWorker:
+    """The scheduler gave up on ``worker`` (heartbeat timeout, duplicate name): close it."""
+
+    worker: str
+    reason: str
+
+
+# -- to clients ---------------------------------------------------------------------------
+
+
+@_frozen
+class ReportFinished:
+    """``key`` finished; its result (``nbytes``) is held on the workers in ``who_has``."""
+
+    key: str
+    clients: tuple[str, ...]
+    nbytes: int
+    who_has: tuple[str, ...] = ()
+
+
+@_frozen
+class ReportErred:
+    """``key`` failed for good.
+
+    ``error`` says how: ``exception`` (the task raised; ``exception`` holds it, opaque),
+    ``killed_worker`` (workers died running it), ``no_worker`` (``no_worker_timeout``),
+    ``dependency`` (an input failed; ``exception`` is that input's), ``unknown_dependency``
+    or ``cycle`` (the submission was wrong).
+    """
+
+    key: str
+    clients: tuple[str, ...]
+    error: str
+    text: str
+    exception: bytes = b""
+
+
+@_frozen
+class ReportCancelled:
+    key: str
+    clients: tuple[str, ...]
+    reason: str
+
+
+@_frozen
+class ReportWaiting:
+    """The tasks ``keys`` of ``client`` cannot run on any connected worker because of
+    ``reason``; ``reason`` None means they can run again (a fitting worker joined)."""
+
+    client: str
+    keys: tuple[str, ...]
+    reason: str | None
+
+
+# -- to the log ---------------------------------------------------------------------------
+
+
+@_frozen
+class Log:
+    """A decision worth a log line: ``logger.log(level, msg, *args)`` (formatted lazily)."""
+
+    level: int
+    msg: str
+    args: tuple = ()
+
+    def message(self) -> str:
+        return self.msg % self.args if self.args else self.msg
+
+
+#: Log levels, the numbers of the ``logging`` module (not imported: this module does no I/O).
+DEBUG, INFO, WARNING = 10, 20, 30
+
+Action = Union[
+    Execute, CancelTask, FreeResults, CloseWorker, ReportFinished, ReportErred,
+    ReportCancelled, ReportWaiting, Log,
+]
+
+__all__ = [
+    "Action", "CancelTask", "CloseWorker", "Execute", "FreeResults", "Log", "NO_INPUTS",
+    "ReportCancelled", "ReportErred", "ReportFinished", "ReportWaiting",
+]

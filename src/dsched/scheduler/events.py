@@ -1,0 +1,196 @@
+"""The events ``SchedulerState.handle`` takes: what workers, clients and the clock said.
+
+Each is a small frozen dataclass. The async shell builds them from messages; every event
+carries ``now``, the scheduler's monotonic clock in seconds as the shell read it, because the
+state itself reads no clock. Times a worker measured (``start``, ``stop``) are only used as
+differences, so the two clocks need not agree.
+
+Pure data: no I/O, no clock, no logic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Union
+
+from ..resources import EMPTY, Resources
+
+_frozen = dataclass(frozen=True, slots=True, kw_only=True)
+
+
+@_frozen
+class TaskSpec:
+    """One task of a submission, as the client described it.
+
+    ``spec`` is forwarded to the worker untouched. ``dependencies`` are keys of tasks known
+    to the scheduler or submitted in the same batch. ``workers`` restricts the task to those
+    worker names or addresses (``None``: anywhere). ``prefix`` groups tasks whose durations
+    are alike (the function name); empty means the part of the key before the first ``-``.
+    ``wanted``: the submitting client holds a future for this key (an intermediate task of a
+    graph is run only while a wanted task needs it).
+    """
+
+    key: str
+    spec: bytes = b""
+    dependencies: tuple[str, ...] = ()
+    resources: Resources = EMPTY
+    priority: int = 0
+    retries: int = 0
+    workers: tuple[str, ...] | None = None
+    prefix: str = ""
+    wanted: bool = True
+
+
+# -- workers ------------------------------------------------------------------------------
+
+
+@_frozen
+class WorkerJoined:
+    """A worker registered: ``resources`` is its total, ``gpus`` the NVML info (opaque)."""
+
+    address: str
+    name: str
+    nthreads: int
+    resources: Resources = EMPTY
+    gpus: tuple[Mapping[str, Any], ...] = ()
+    now: float
+
+
+@_frozen
+class WorkerHeartbeat:
+    """A worker is alive; ``metrics`` (load, memory, GPU use) is kept for display only."""
+
+    address: str
+    metrics: Mapping[str, Any] | None = None
+    now: float
+
+
+@_frozen
+class WorkerLeft:
+    """The connection to a worker closed, or it said goodbye: its work is rescheduled."""
+
+    address: str
+    reason: str = "worker left"
+    now: float
+
+
+# -- what a worker reports about a task -----------------------------------------------------
+
+
+@_frozen
+class TaskFinished:
+    """``worker`` ran ``key`` and holds its result of ``nbytes`` bytes.
+
+    ``start``/``stop`` are the worker's own clock; ``duration`` overrides ``stop - start``
+    when the worker measured the function apart from its overhead.
+    """
+
+    key: str
+    worker: str
+    nbytes: int = 0
+    start: float = 0.0
+    stop: float = 0.0
+    duration: float | None = None
+    now: float
+
+
+@_frozen
+class TaskErred:
+    """``key`` raised on ``worker``: ``exception`` is opaque (pickled), ``text`` readable."""
+
+    key: str
+    worker: str
+    exception: bytes = b""
+    text: str = ""
+    now: float
+
+
+@_frozen
+class CancelConfirmed:
+    """``worker`` stopped ``key`` after a CancelTask: its thread and resources are free."""
+
+    key: str
+    worker: str
+    now: float
+
+
+@_frozen
+class TaskRejected:
+    """``worker`` gave ``key`` back without running it (closing, or it does not fit there)."""
+
+    key: str
+    worker: str
+    reason: str = ""
+    now: float
+
+
+@_frozen
+class MissingData:
+    """``worker`` could not start ``key``: input ``dependency`` was on none of ``tried``."""
+
+    key: str
+    worker: str
+    dependency: str
+    tried: tuple[str, ...] = ()
+    now: float
+
+
+# -- clients ------------------------------------------------------------------------------
+
+
+@_frozen
+class TasksSubmitted:
+    """``client`` submits a batch of tasks; dependencies may point inside the batch."""
+
+    client: str
+    tasks: tuple[TaskSpec, ...]
+    now: float
+
+
+@_frozen
+class CancelRequested:
+    """``client`` cancels ``keys``: those still to run or running stop, with their dependents."""
+
+    client: str
+    keys: tuple[str, ...]
+    now: float
+
+
+@_frozen
+class KeysReleased:
+    """``client`` holds no future for ``keys`` any more."""
+
+    client: str
+    keys: tuple[str, ...]
+    now: float
+
+
+@_frozen
+class ClientDisconnected:
+    """``client`` went away: it releases every key it wanted."""
+
+    client: str
+    now: float
+
+
+# -- the clock ----------------------------------------------------------------------------
+
+
+@_frozen
+class Tick:
+    """Time passed: heartbeat timeouts, ``no_worker_timeout`` and backfill estimates."""
+
+    now: float
+
+
+Event = Union[
+    WorkerJoined, WorkerHeartbeat, WorkerLeft, TaskFinished, TaskErred, CancelConfirmed,
+    TaskRejected, MissingData, TasksSubmitted, CancelRequested, KeysReleased,
+    ClientDisconnected, Tick,
+]
+
+__all__ = [
+    "CancelConfirmed", "CancelRequested", "ClientDisconnected", "Event", "KeysReleased",
+    "MissingData", "TaskErred", "TaskFinished", "TaskRejected", "TaskSpec", "TasksSubmitted",
+    "Tick", "WorkerHeartbeat", "WorkerJoined", "WorkerLeft",
+]

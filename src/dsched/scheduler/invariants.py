@@ -1,0 +1,172 @@
+"""Every invariant of SchedulerState, checked by ``SchedulerState.validate()``.
+
+Slow (it rebuilds the indexes from scratch and asks the policy about every queue head), so
+it is for tests and the simulator, never for the daemon's hot path.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..resources import EMPTY
+from .task import (
+    ACTIVE, CANCELLED, ERRED, MEMORY, PROCESSING, QUEUED, RELEASED, WAITING, TaskState,
+)
+
+if TYPE_CHECKING:
+    from .state import SchedulerState
+
+
+def check(s: SchedulerState) -> None:
+    _check_workers(s)
+    _check_tasks(s)
+    _check_queue(s)
+    _check_index(s)
+    _check_quiescent(s)
+
+
+def _check_workers(s: SchedulerState) -> None:
+    for address, w in s.workers.items():
+        assert w.address == address, (address, w)
+        held = (*w.processing.values(), *w.stopping.values())
+        assigned = len(held)
+        assert assigned <= w.nthreads + s.prefetch, f"{w} holds {assigned} tasks"
+        assert sum(t.prefetched for t in held) == w.prefetched, w
+        assert assigned - w.prefetched <= w.nthreads, f"{w} runs more than its threads"
+        assert all(t.resources.is_empty() for t in held if t.prefetched), w
+        used = EMPTY
+        for t in held:
+            used = used + t.resources
+        assert used.fits(w.resources), f"{w} over capacity: {used} of {w.resources}"
+        assert used + w.free == w.resources, f"{w} accounting: {used} + {w.free}"
+        for key, t in w.processing.items():
+            assert t.key == key and s.tasks.get(key) is t, (w, key)
+            assert t.state is PROCESSING and t.processing_on == address, (w, t)
+        for key, t in w.stopping.items():
+            assert t.key == key and t.state is CANCELLED, (w, t)
+        for key in w.has_what:
+            t = s.tasks[key]
+            assert t.state is MEMORY and address in (t.who_has or ()), (w, t)
+
+
+def _check_tasks(s: SchedulerState) -> None:
+    tasks = s.tasks
+    for key, t in tasks.items():
+        assert t.key == key and isinstance(t.state, TaskState), t
+        state = t.state
+        if state not in (ERRED, CANCELLED):
+            for d in t.deps:
+                assert tasks.get(d.key) is d, f"{t} needs forgotten {d}"
+                assert t in d.dependents, (t, d)
+        for dd in t.dependents:
+            assert t in dd.deps and tasks.get(dd.key) is dd, (t, dd)
+        waiters = {dd for dd in t.dependents if dd.state in ACTIVE}
+        assert set(t.waiters) == waiters, f"{t} waiters {list(t.waiters)} != {waiters}"
+        assert (state is QUEUED) == (t.queue is not None), t
+        assert (state is PROCESSING) == (t.processing_on is not None), t
+        assert (state is MEMORY) == bool(t.who_has), t
+        assert (state is WAITING) == bool(t.waiting_on), t
+        if state is WAITING:
+            for d in t.deps:
+                if d in t.waiting_on:
+                    assert d.state in ACTIVE, (t, d)
+                else:
+                    assert d.state is MEMORY, (t, d)
+        elif state is QUEUED:
+            assert all(d.state is MEMORY for d in t.deps), t
+        elif state is PROCESSING:
+            assert s.workers[t.processing_on].processing.get(key) is t, t
+        elif state is MEMORY:
+            for address in t.who_has:
+                assert key in s.workers[address].has_what, (t, address)
+        if state in (MEMORY, ERRED, CANCELLED):
+            assert t.reported, f"{t} ended unreported"
+        for client in t.wanted_by:
+            assert key in s.clients.get(client, ()), (t, client)
+        if not t.wanted_by:
+            assert not (state in ACTIVE and not t.waiters), f"{t} runs for nobody"
+            assert not (state is MEMORY and not t.waiters), f"{t} result leaked"
+            assert not (state in (RELEASED, ERRED, CANCELLED) and not t.dependents), (
+                f"{t} not forgotten")
+    for client, keys in s.clients.items():
+        assert keys, client
+        for key in keys:
+            assert client in tasks[key].wanted_by, (client, key)
+
+
+def _check_queue(s: SchedulerState) -> None:
+    rq = s.queue
+    queued = [t for t in s.tasks.values() if t.state is QUEUED]
+    assert rq.size == len(queued) == sum(q.live for q in rq.queues.values()), "queue size"
+    heads = []
+    for key, q in rq.queues.items():
+        assert rq.by_id[q.qid] is q and q.key == key, q
+        live = q.tasks()
+        assert len(live) == q.live > 0, q
+        for t in live:
+            assert t.state is QUEUED and (t.resources, t.restrict) == key, (q, t)
+        assert q.heap[0][1] is live[0] and q.head_order == live[0].order, q
+        heads.append((q.head_order, q.qid, q))
+        assert q.reason == s.policy.unrunnable_reason(q), (q, q.reason)
+        assert (q.reason is not None) == (q.fifo is not None), q
+    assert sorted(heads) == rq.heads, "heads"
+    assert len(rq.by_id) == len(rq.queues)
+
+
+def _check_index(s: SchedulerState) -> None:
+    index = s.index
+    slots: dict[int, set[str]] = {}
+    free: dict[str, dict[int, set[str]]] = {}
+    totals: dict = {}
+    offered: dict[str, int] = {}
+    open_slots = 0
+    for address, w in s.workers.items():
+        assigned = len(w.processing) + len(w.stopping)
+        room = max(0, w.nthreads + s.prefetch - assigned)
+        open_slots += room
+        assert w.slot_key == room, w
+        if room:
+            slots.setdefault(room, set()).add(address)
+        totals.setdefault(w.resources, set()).add(address)
+        for name in w.resources.names():
+            offered[name] = offered.get(name, 0) + 1
+            units = w.free.get(name, 0) if assigned < w.nthreads else 0
+            assert w.free_keys[name] == units, (w, name)
+            if units:
+                free.setdefault(name, {}).setdefault(units, set()).add(address)
+        assert index.by_name[w.name] == address, w
+    assert index.open_slots == open_slots, "open slots"
+    assert {k: set(g) for k, g in index.slots.groups.items()} == slots, "slot index"
+    assert index.slots.keys == sorted(slots), "slot keys"
+    assert set(index.free) == set(offered), "free index names"
+    for name, buckets in index.free.items():
+        assert {k: set(g) for k, g in buckets.groups.items()} == free.get(name, {}), name
+        assert buckets.keys == sorted(free.get(name, {})), name
+    assert {k: set(g) for k, g in index.totals.items()} == totals, "totals"
+    assert index.offered == offered, "offered"
+    assert len(index.by_name) == len(s.workers), "names"
+
+
+def _check_quiescent(s: SchedulerState) -> None:
+    """No head-of-line blocking: no queue head could start on any worker now."""
+    policy = s.policy
+    saved = policy.reservation
+    workers = list(s.workers.values())
+    x = xq = None
+    try:
+        for _, qid, q in s.queue.heads:
+            assert s.queue.by_id[qid] is q
+            if q.reason is not None:
+                continue
+            t = q.heap[0][1]
+            w = policy.find(t, q, workers, x, xq)
+            assert w is None, f"{t} could start on {w} now (reserved: {policy.reservation})"
+            if x is None and not q.empty:
+                x, xq = t, q
+    finally:
+        policy.reservation = saved
+    r = policy.reservation
+    if r is not None:
+        assert r.task.state is QUEUED and s.workers.get(r.worker.address) is r.worker, r

@@ -1,0 +1,173 @@
+"""The ready queue, indexed by shape: one heap per (resources, worker restriction).
+
+Tasks of one shape are interchangeable for placement, so the scheduler looks only at the
+head of each heap; the cost of a decision does not grow with the number of queued tasks of
+other shapes. Heaps are keyed by ``Task.order`` (higher priority first, then submission
+order). Removal is lazy: an entry whose task no longer points at the queue is skipped.
+(Backfill looks at heads only too: a short task behind a long one of its own shape waits.)
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections import deque
+from heapq import heappop, heappush
+
+from ..resources import Resources
+from .task import QUEUED, Task
+
+ShapeKey = tuple  # (Resources, frozenset[str] | None)
+
+
+def is_gpu_name(name: str) -> bool:
+    """GPU demands are placed best-fit (``GPU``, ``gpu0``, ``GPU_A100`` ...)."""
+    return name[:3].upper() == "GPU"
+
+
+class ShapeQueue:
+    """Queued tasks of one shape, and what the scheduler knows about that shape.
+
+    ``reason`` says why no connected worker can ever run them (None: some worker can);
+    ``primary`` is the demanded name the worker index is searched by (a GPU name first, then
+    the one the fewest workers offer), ``best_fit`` whether to search it smallest-first.
+    """
+
+    __slots__ = (
+        "qid", "key", "resources", "restrict", "heap", "live", "reason",
+        "unrunnable_since", "fifo", "head_order", "primary", "primary_units", "best_fit",
+        "empty", "multi", "names",
+    )
+
+    def __init__(self, qid: int, key: ShapeKey, offered: dict[str, int]):
+        resources, restrict = key
+        self.qid = qid
+        self.key = key
+        self.resources: Resources = resources
+        self.restrict: frozenset[str] | None = restrict
+        self.heap: list[tuple[int, Task]] = []
+        self.live = 0
+        self.reason: str | None = None
+        self.unrunnable_since = 0.0
+        self.fifo: deque[Task] | None = None
+        self.head_order: int | None = None
+        self.names = tuple(sorted(resources.names()))
+        self.empty = not self.names
+        self.multi = len(self.names) > 1
+        gpus = [n for n in self.names if is_gpu_name(n)]
+        if gpus:
+            self.primary = gpus[0]
+        elif self.names:
+            self.primary = min(self.names, key=lambda n: (offered.get(n, 0), n))
+        else:
+            self.primary = ""
+        self.best_fit = bool(gpus)
+        self.primary_units = resources.get(self.primary, 0) if self.primary else 0
+
+    def tasks(self) -> list[Task]:
+        """The live tasks, in queue order."""
+        seen: dict[Task, None] = {}
+        for _, t in sorted(self.heap, key=lambda e: e[0]):
+            if t.queue is self:
+                seen[t] = None
+        return list(seen)
+
+    def __repr__(self) -> str:
+        return f"<ShapeQueue {self.resources} {self.restrict} {self.live}>"
+
+
+class ReadyQueue:
+    """All queued tasks. ``heads`` is the sorted list of (head order, qid, queue) of every
+    non-empty queue; ``dirty`` holds the qids whose head changed since the last pass."""
+
+    def __init__(self) -> None:
+        self.queues: dict[ShapeKey, ShapeQueue] = {}
+        self.by_id: dict[int, ShapeQueue] = {}
+        self.heads: list[tuple[int, int, ShapeQueue]] = []
+        self.dirty: set[int] = set()
+        self.size = 0
+        self._next_qid = 0
+
+    def push(self, t: Task, offered: dict[str, int]) -> tuple[ShapeQueue, bool]:
+        """Queue ``t``; returns its queue and whether that queue is new."""
+        key = (t.resources, t.restrict)
+        q = self.queues.get(key)
+        created = q is None
+        if q is None:
+            self._next_qid += 1
+            q = ShapeQueue(self._next_qid, key, offered)
+            self.queues[key] = q
+            self.by_id[q.qid] = q
+        heappush(q.heap, (t.order, t))
+        t.queue = q
+        t.state = QUEUED
+        q.live += 1
+        self.size += 1
+        if q.head_order is None or t.order < q.head_order:
+            self._set_head(q, t.order)
+        if q.fifo is not None:
+            q.fifo.append(t)
+        return q, created
+
+    def head(self, q: ShapeQueue) -> Task | None:
+        heap = q.heap
+        while heap:
+            t = heap[0][1]
+            if t.queue is q:
+                return t
+            heappop(heap)
+        return None
+
+    def pop(self, q: ShapeQueue) -> Task:
+        """Take the head of ``q`` (to place it)."""
+        heap = q.heap
+        t = heappop(heap)[1]
+        t.queue = None
+        q.live -= 1
+        self.size -= 1
+        while heap and heap[0][1].queue is not q:
+            heappop(heap)
+        if heap:  # the usual case, inlined: the next task becomes the head
+            heads = self.heads
+            del heads[bisect_left(heads, (q.head_order, q.qid))]
+            q.head_order = order = heap[0][0]
+            insort(heads, (order, q.qid, q))
+            self.dirty.add(q.qid)
+        else:
+            self._head_changed(q)
+        return t
+
+    def remove(self, t: Task) -> None:
+        """Take ``t`` out of its queue wherever it stands (cancel, timeout, lost input)."""
+        q = t.queue
+        assert q is not None
+        t.queue = None
+        q.live -= 1
+        self.size -= 1
+        if q.heap[0][1] is t:
+            self._head_changed(q)
+
+    def _head_changed(self, q: ShapeQueue) -> None:
+        t = self.head(q)
+        if t is None:
+            if q.head_order is not None:
+                del self.heads[bisect_left(self.heads, (q.head_order, q.qid))]
+            del self.queues[q.key]
+            del self.by_id[q.qid]
+            self.dirty.discard(q.qid)
+            q.head_order = None
+            q.heap.clear()
+        else:
+            self._set_head(q, t.order)
+
+    def _set_head(self, q: ShapeQueue, order: int) -> None:
+        heads = self.heads
+        if q.head_order is not None:
+            del heads[bisect_left(heads, (q.head_order, q.qid))]
+        q.head_order = order
+        insort(heads, (order, q.qid, q))
+        self.dirty.add(q.qid)
+
+    def __len__(self) -> int:
+        return self.size

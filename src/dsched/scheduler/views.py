@@ -1,0 +1,45 @@
+"""Read-only views of a SchedulerState for the API, ``sched status`` and the client's
+``scheduler_info``: plain dicts that msgpack and JSON can carry.
+
+Pure: no I/O, no clock; never changes the state.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from .task import PROCESSING
+
+if TYPE_CHECKING:
+    from .state import SchedulerState
+
+
+def _quantities(resources) -> dict[str, float]:
+    return {name: resources.quantity(name) for name in sorted(resources)}
+
+
+def worker_info(state: "SchedulerState") -> dict[str, dict[str, Any]]:
+    """Each worker by address: name, threads, resources total, used and free, GPUs, load."""
+    return {
+        address: {
+            "name": w.name,
+            "nthreads": w.nthreads,
+            "executing": w.assigned,
+            "resources": _quantities(w.resources),
+            "used": _quantities(w.used),
+            "free": _quantities(w.free),
+            "gpus": [dict(gpu) for gpu in w.gpus],
+            "metrics": dict(w.metrics or {}),
+        }
+        for address, w in state.workers.items()
+    }
+
+
+def task_counts(state: "SchedulerState") -> dict[str, int]:
+    """How many tasks are in each state."""
+    return dict(Counter(task.state.value for task in state.tasks.values()))
+
+
+def processing_count(state: "SchedulerState") -> int:
+    return sum(1 for task in state.tasks.values() if task.state is PROCESSING)

@@ -1,0 +1,227 @@
+"""Workers as the scheduler sees them: WorkerInfo, and WorkerIndex, which finds the workers
+with room for a task without looking at every worker.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from typing import TYPE_CHECKING, Any, Mapping
+
+from ..resources import Resources
+
+if TYPE_CHECKING:
+    from .task import Task
+
+
+class WorkerInfo:
+    """One connected worker.
+
+    ``resources`` is its total and ``free`` what its assigned tasks leave (``total_units``
+    and ``free_units`` are the same as plain dicts, for fast ``Resources.fits``); ``processing``
+    holds the tasks sent to it, ``stopping`` those cancelled but not yet confirmed stopped
+    (they keep their thread and resources). ``prefetched`` counts assigned resource-free
+    tasks that wait on the worker for a thread. ``version`` changes whenever its load does.
+    """
+
+    __slots__ = (
+        "address", "name", "nthreads", "resources", "gpus", "last_seen", "metrics", "free",
+        "total_units", "free_units", "processing", "stopping", "has_what", "prefetched",
+        "slot_key", "free_keys", "thread_free", "version",
+    )
+
+    def __init__(
+        self, address: str, name: str, nthreads: int, resources: Resources,
+        gpus: tuple[Mapping[str, Any], ...], now: float,
+    ):
+        self.address = address
+        self.name = name
+        self.nthreads = nthreads
+        self.resources = resources
+        self.gpus = gpus
+        self.last_seen = now
+        self.metrics: Mapping[str, Any] | None = None
+        self.free = resources
+        self.total_units = resources.to_wire()
+        self.free_units = resources.to_wire()
+        self.processing: dict[str, Task] = {}
+        self.stopping: dict[str, Task] = {}
+        self.has_what: dict[str, None] = {}
+        self.prefetched = 0
+        self.slot_key = 0
+        self.free_keys: dict[str, int] = {n: 0 for n in sorted(resources.names())}
+        self.thread_free = False
+        self.version = 0
+
+    @property
+    def used(self) -> Resources:
+        return self.resources - self.free
+
+    @property
+    def assigned(self) -> int:
+        """Tasks holding (or waiting for) one of its threads."""
+        return len(self.processing) + len(self.stopping)
+
+    def __repr__(self) -> str:
+        return f"<WorkerInfo {self.name!r} {self.address} {self.assigned}/{self.nthreads}>"
+
+
+class FreeArithmetic:
+    """Memoised ``free - demand`` and ``free + demand`` (done by Resources, exactly).
+
+    A worker's free vector takes few distinct values, so the same few sums recur. Entries
+    are keyed by the operands' ids and hold the operands, so an id cannot be reused while
+    its entry exists. Results are interned, so the next lookup hits again; each comes with
+    its units as a plain dict (read-only, shared) for fast ``Resources.fits``.
+    """
+
+    LIMIT = 100_000
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[int, int, bool], tuple] = {}
+        self._canon: dict[Resources, tuple[Resources, dict[str, int]]] = {}
+
+    def take(self, free: Resources, demand: Resources) -> tuple[Resources, dict[str, int]]:
+        hit = self._memo.get((id(free), id(demand), False))
+        if hit is None:
+            hit = self._remember(free, demand, False, free - demand)
+        return hit[0], hit[1]
+
+    def give(self, free: Resources, demand: Resources) -> tuple[Resources, dict[str, int]]:
+        hit = self._memo.get((id(free), id(demand), True))
+        if hit is None:
+            hit = self._remember(free, demand, True, free + demand)
+        return hit[0], hit[1]
+
+    def _remember(self, free: Resources, demand: Resources, add: bool, result: Resources):
+        if len(self._memo) >= self.LIMIT:
+            self._memo.clear()
+            self._canon.clear()
+        canon = self._canon.get(result)
+        if canon is None:
+            canon = self._canon[result] = (result, result.to_wire())
+        hit = self._memo[(id(free), id(demand), add)] = (*canon, free, demand)
+        return hit
+
+
+class Buckets:
+    """Worker addresses grouped by an integer key; the keys are kept sorted."""
+
+    __slots__ = ("groups", "keys")
+
+    def __init__(self) -> None:
+        self.groups: dict[int, dict[str, None]] = {}
+        self.keys: list[int] = []
+
+    def add(self, key: int, address: str) -> None:
+        group = self.groups.get(key)
+        if group is None:
+            self.groups[key] = {address: None}
+            insort(self.keys, key)
+        else:
+            group[address] = None
+
+    def discard(self, key: int, address: str) -> None:
+        group = self.groups[key]
+        del group[address]
+        if not group:
+            del self.groups[key]
+            del self.keys[bisect_left(self.keys, key)]
+
+    def __len__(self) -> int:
+        return sum(len(g) for g in self.groups.values())
+
+
+class WorkerIndex:
+    """Where there is room, kept up to date as tasks start and end.
+
+    ``slots``: workers by free slots (threads plus ``prefetch``, less assigned tasks), for
+    resource-free tasks. ``free[name]``: workers that have a free thread, by the free units
+    of ``name``, for tasks that demand it. ``totals``: workers by their total resources, and
+    ``offered``: how many workers offer each name, for unrunnable reasons and reservations.
+    """
+
+    def __init__(self, prefetch: int):
+        self.prefetch = prefetch
+        self.slots = Buckets()
+        self.free: dict[str, Buckets] = {}
+        self.totals: dict[Resources, dict[str, None]] = {}
+        self.offered: dict[str, int] = {}
+        self.by_name: dict[str, str] = {}
+        self.open_slots = 0
+
+    def add(self, w: WorkerInfo) -> None:
+        self.totals.setdefault(w.resources, {})[w.address] = None
+        for name in w.free_keys:
+            self.offered[name] = self.offered.get(name, 0) + 1
+            if name not in self.free:
+                self.free[name] = Buckets()
+        self.by_name[w.name] = w.address
+        w.thread_free = not w.thread_free  # force the first filing
+        self.update(w)
+
+    def remove(self, w: WorkerInfo) -> None:
+        address = w.address
+        if w.slot_key:
+            self.slots.discard(w.slot_key, address)
+            self.open_slots -= w.slot_key
+            w.slot_key = 0
+        for name, units in w.free_keys.items():
+            if units:
+                self.free[name].discard(units, address)
+                w.free_keys[name] = 0
+            self.offered[name] -= 1
+            if not self.offered[name]:
+                del self.offered[name]
+                del self.free[name]
+        group = self.totals[w.resources]
+        del group[address]
+        if not group:
+            del self.totals[w.resources]
+        if self.by_name.get(w.name) == address:
+            del self.by_name[w.name]
+
+    def update(self, w: WorkerInfo, resources_changed: bool = True) -> None:
+        """Re-file ``w`` after its assigned tasks or free resources changed."""
+        address = w.address
+        assigned = len(w.processing) + len(w.stopping)
+        slots = w.nthreads + self.prefetch - assigned
+        if slots < 0:
+            slots = 0
+        old = w.slot_key
+        if slots != old:  # Buckets.discard and Buckets.add, inlined: this is the hot path
+            self.open_slots += slots - old
+            groups = self.slots.groups
+            if old:
+                group = groups[old]
+                del group[address]
+                if not group:
+                    del groups[old]
+                    keys = self.slots.keys
+                    del keys[bisect_left(keys, old)]
+            if slots:
+                group = groups.get(slots)
+                if group is None:
+                    groups[slots] = {address: None}
+                    insort(self.slots.keys, slots)
+                else:
+                    group[address] = None
+            w.slot_key = slots
+        free_keys = w.free_keys
+        if not free_keys:
+            return
+        thread_free = assigned < w.nthreads
+        if not resources_changed and thread_free is w.thread_free:
+            return
+        w.thread_free = thread_free
+        free = w.free_units
+        for name, old in free_keys.items():
+            units = free.get(name, 0) if thread_free else 0
+            if units != old:
+                buckets = self.free[name]
+                if old:
+                    buckets.discard(old, address)
+                if units:
+                    buckets.add(units, address)
+                free_keys[name] = units

@@ -1,0 +1,383 @@
+"""The worker daemon's async shell: messages in, ``WorkerState`` decides, actions carried out.
+
+It keeps one connection to the scheduler (reconnecting with back-off, keeping running tasks and
+held results, and re-registering them), serves results to peer workers and clients on its own
+port, fetches inputs from peers, runs tasks through the executor, and sends heartbeats. Every
+decision is ``WorkerState``'s; this module only moves bytes and runs code.
+
+Ops from the scheduler: ``execute``, ``cancel``, ``free``, ``drain``. Ops to it: ``register``,
+``heartbeat``, ``task-finished``, ``task-erred``, ``task-cancelled``, ``task-rejected``,
+``missing-data``, ``unregister``. Ops served to peers: ``get-data`` -> ``data``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from .. import serialize
+from ..comm import Comm, connect, listen
+from ..errors import CommClosedError, SchedError
+from ..gpu_ids import TASK_GPUS_ENV
+from ..peers import PeerPool
+from ..protocol.messages import Payload
+from ..resources import Resources
+from . import actions as act
+from . import events as ev
+from .executor import GpuProcessPool, TaskKilled, ThreadRunner
+from .gpus import GpuDevice, gpu_usage
+from .state import WorkerState
+
+logger = logging.getLogger("dsched.worker")
+
+#: Names the worker a task runs on, inside the task's process.
+WORKER_NAME_ENV = "SCHED_WORKER_NAME"
+
+
+@dataclass
+class WorkerSettings:
+    """What one worker process runs with (already validated by config and the CLI)."""
+
+    scheduler_address: str
+    token: str
+    nthreads: int
+    resources: Resources
+    gpus: tuple[GpuDevice, ...] = ()
+    ledger_indices: tuple[int, ...] | None = None
+    name: str | None = None
+    host: str = ""
+    port: int = 0
+    memory_limit: int | None = None
+    local_directory: str | None = None
+    heartbeat_interval: float = 2.0
+    reconnect_min: float = 0.5
+    reconnect_max: float = 30.0
+    drain_timeout: float = 60.0
+    death_timeout: float | None = None
+    connect_timeout: float = 10.0
+    ssl_client: Any = None
+    ssl_server: Any = None
+    extra: dict = field(default_factory=dict)
+
+
+class Worker:
+    def __init__(self, settings: WorkerSettings):
+        self.settings = settings
+        self.state = WorkerState(settings.nthreads, settings.resources,
+                                 gpus=settings.ledger_indices)
+        self.data: dict[str, Any] = {}
+        self.threads = ThreadRunner(settings.nthreads)
+        # GPU children start from the environment the worker was given; the worker process
+        # itself (and so its thread tasks) sees no GPU.
+        self.gpu_children = GpuProcessPool(base_env=dict(os.environ))
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        os.environ[TASK_GPUS_ENV] = ""
+        self.where: dict[str, str] = {}
+        self.scheduler: Comm | None = None
+        self.unsent: list[dict] = []
+        self.address = ""
+        self.name = settings.name or ""
+        self.peers: PeerPool | None = None
+        self.stopped = asyncio.Event()
+        self.draining = False
+        self._tasks: set[asyncio.Task] = set()
+        self._registered = asyncio.Event()
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        s = self.settings
+        self.listener = await listen(s.host or "0.0.0.0", s.port, self._serve_peer, token=s.token,
+                                     ssl=s.ssl_server, role="worker", name=self.name or "worker",
+                                     accept_roles={"worker", "client"})
+        host = s.host if s.host not in ("", "0.0.0.0", "::") else None
+        self._advertise_host = host
+        self.port = self.listener.port
+        self.peers = PeerPool(role="worker", name=self.name or "worker", token=s.token,
+                              ssl=s.ssl_client, timeout=s.connect_timeout)
+        self._spawn(self._scheduler_loop(), "scheduler connection")
+        self._spawn(self._heartbeats(), "heartbeats")
+
+    async def wait_registered(self, timeout: float | None = None) -> None:
+        await asyncio.wait_for(self._registered.wait(), timeout)
+
+    async def close(self, reason: str = "worker closing") -> None:
+        self.stopped.set()
+        for task in list(self._tasks):
+            task.cancel()
+        if self.scheduler is not None and not self.scheduler.closed:
+            await self.scheduler.close(reason)
+        await self.listener.close(reason)
+        if self.peers is not None:
+            await self.peers.close()
+        await self.gpu_children.close()
+        self.threads.close()
+
+    async def drain(self) -> None:
+        """Stop taking work, let running tasks finish within the deadline, then stop them."""
+        if self.draining:
+            return
+        self.draining = True
+        logger.info("Draining: no new tasks; waiting up to %.0fs for running ones",
+                    self.settings.drain_timeout)
+        self._handle(ev.DrainRequested())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.drain_timeout
+        while not self.state.is_idle() and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        if not self.state.is_idle():
+            logger.warning("Drain deadline passed; stopping the tasks still running")
+            for task in self.state.snapshot().running:
+                self.gpu_children.kill(task.key)
+        if self.scheduler is not None and not self.scheduler.closed:
+            self.scheduler.write_nowait({"op": "unregister", "reason": "worker drained"})
+        await self.close("worker drained")
+
+    def _spawn(self, coroutine, what: str) -> asyncio.Task:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+
+        def done(task: asyncio.Task) -> None:
+            self._tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                logger.error("Worker %s failed", what, exc_info=task.exception())
+
+        task.add_done_callback(done)
+        return task
+
+    # -- the scheduler connection -----------------------------------------------------------
+
+    async def _scheduler_loop(self) -> None:
+        s = self.settings
+        backoff = s.reconnect_min
+        lost_at: float | None = None
+        loop = asyncio.get_running_loop()
+        while not self.stopped.is_set():
+            try:
+                comm = await connect(s.scheduler_address, role="worker", name=self.name or "worker",
+                                     token=s.token, ssl=s.ssl_client, timeout=s.connect_timeout)
+            except (OSError, TimeoutError, SchedError) as error:
+                if isinstance(error, SchedError) and "authentication" in str(error).lower():
+                    logger.error("The scheduler refused this worker: %s", error)
+                    self.stopped.set()
+                    return
+                if lost_at is None:
+                    lost_at = loop.time()
+                if s.death_timeout is not None and loop.time() - lost_at > s.death_timeout:
+                    logger.error("No scheduler for %.0fs (death timeout); stopping", s.death_timeout)
+                    self.stopped.set()
+                    return
+                logger.info("Cannot reach the scheduler at %s (%s); retrying in %.1fs",
+                            s.scheduler_address, error, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, s.reconnect_max)
+                continue
+            backoff, lost_at = s.reconnect_min, None
+            try:
+                await self._session(comm)
+            except CommClosedError as error:
+                if self.stopped.is_set():
+                    return
+                if "refused" in (error.reason or ""):
+                    logger.error("The scheduler refused this worker: %s", error.reason)
+                    self.stopped.set()
+                    return
+                logger.warning("Lost the scheduler (%s); reconnecting", error.reason)
+            finally:
+                self.scheduler = None
+                self._registered.clear()
+
+    async def _session(self, comm: Comm) -> None:
+        if not self.address:
+            host = self._advertise_host or local_ip_towards(self.settings.scheduler_address)
+            self.address = f"{host}:{self.port}"
+            self.name = self.name or self.address
+            # Tasks may read which worker runs them (the examples print it).
+            os.environ[WORKER_NAME_ENV] = self.name
+            self.gpu_children.set_env(WORKER_NAME_ENV, self.name)
+        snapshot = self.state.snapshot()
+        await comm.send({
+            "op": "register", "name": self.name, "address": self.address,
+            "nthreads": self.settings.nthreads, "resources": self.settings.resources.to_wire(),
+            "gpus": [vars(gpu) for gpu in self.settings.gpus], "pid": os.getpid(),
+            "host": socket.gethostname(), "memory_limit": self.settings.memory_limit,
+            "held": dict(snapshot.results),
+            "running": [task.key for task in snapshot.running],
+        })
+        reply = await comm.recv()
+        if not reply or reply[0].get("op") != "registered":
+            raise CommClosedError(f"refused: unexpected reply {reply!r:.200}")
+        self.scheduler = comm
+        self._registered.set()
+        logger.info("Registered with the scheduler at %s as %s (resources: %s, threads: %d)",
+                    self.settings.scheduler_address, self.name,
+                    self.settings.resources or "none", self.settings.nthreads)
+        unsent, self.unsent = self.unsent, []
+        for op in unsent:
+            comm.write_nowait(op)
+        for op in reply[1:]:
+            self._on_scheduler_op(op)
+        async for op in comm:
+            self._on_scheduler_op(op)
+        raise CommClosedError(comm.close_reason or "scheduler closed the connection")
+
+    def _on_scheduler_op(self, op: dict) -> None:
+        kind = op.get("op")
+        try:
+            if kind == "execute":
+                self._handle(ev.ExecuteRequested(
+                    key=op["key"], spec=op["spec"], resources=Resources.from_wire(op["resources"]),
+                    priority=op.get("priority", 0),
+                    who_has={k: tuple(v) for k, v in op.get("who_has", {}).items()},
+                    nbytes=op.get("nbytes", {}),
+                ))
+            elif kind == "cancel":
+                self._handle(ev.CancelRequested(op["key"]))
+            elif kind == "free":
+                self._handle(ev.FreeKeys(tuple(op["keys"])))
+            elif kind == "drain":
+                self._spawn(self.drain(), "drain")
+            else:
+                logger.warning("Ignoring unknown op from the scheduler: %r", kind)
+        except (KeyError, TypeError, ValueError) as error:
+            logger.error("Ignoring malformed %r op from the scheduler: %s", kind, error)
+
+    def _to_scheduler(self, op: dict) -> None:
+        comm = self.scheduler
+        if comm is None or comm.closed:
+            self.unsent.append(op)
+        else:
+            comm.write_nowait(op)
+
+    async def _heartbeats(self) -> None:
+        process = psutil.Process()
+        process.cpu_percent()
+        indices = tuple(gpu.index for gpu in self.settings.gpus)
+        while not self.stopped.is_set():
+            await asyncio.sleep(self.settings.heartbeat_interval)
+            if self.scheduler is None or self.scheduler.closed:
+                continue
+            usage = await asyncio.get_running_loop().run_in_executor(None, gpu_usage, indices)
+            self.scheduler.write_nowait({
+                "op": "heartbeat", "cpu": process.cpu_percent(),
+                "memory": process.memory_info().rss, "gpus": [vars(u) for u in usage],
+                "executing": self.settings.nthreads - self.state.free_threads,
+            })
+
+    # -- decisions and actions --------------------------------------------------------------
+
+    def _handle(self, event: Any) -> None:
+        for action in self.state.handle(event):
+            self._carry_out(action)
+
+    def _carry_out(self, action: Any) -> None:
+        kind = type(action)
+        if kind is act.StartTask:
+            self.where[action.key] = action.where
+            self._spawn(self._run(action), f"task {action.key}")
+        elif kind is act.FetchDependency:
+            self._spawn(self._fetch(action), f"fetch of {action.key}")
+        elif kind is act.StopTask:
+            if not self.gpu_children.kill(action.key):
+                logger.info("Task %s runs on a thread and cannot be stopped; it will finish",
+                            action.key)
+        elif kind is act.ReleaseResult:
+            self.data.pop(action.key, None)
+        elif kind is act.ReportDone:
+            self._to_scheduler({"op": "task-finished", "key": action.key, "nbytes": action.nbytes,
+                                "start": action.start, "stop": action.stop,
+                                "duration": action.duration, "peak_memory": action.peak_memory,
+                                "gpus": list(action.gpus)})
+        elif kind is act.ReportFailed:
+            self._to_scheduler({"op": "task-erred", "key": action.key,
+                                "exception": action.exception, "traceback": action.text,
+                                "start": action.start, "stop": action.stop})
+        elif kind is act.ReportCancelled:
+            self._to_scheduler({"op": "task-cancelled", "key": action.key})
+        elif kind is act.ReportRejected:
+            self._to_scheduler({"op": "task-rejected", "key": action.key, "reason": action.reason})
+        elif kind is act.ReportMissingData:
+            self._to_scheduler({"op": "missing-data", "key": action.key,
+                                "dependency": action.dependency, "tried": list(action.tried)})
+        else:
+            raise TypeError(f"unknown worker action {action!r}")
+
+    async def _run(self, start: act.StartTask) -> None:
+        function_bytes, argument_bytes = start.spec
+        if start.gpus:
+            logger.info("Running task %s on GPUs %s", start.key, ",".join(map(str, start.gpus)))
+        try:
+            if start.where == act.THREAD:
+                args, kwargs = serialize.substitute(serialize.loads(argument_bytes), self.data)
+                outcome = await self.threads.run(function_bytes, args, kwargs)
+            else:
+                if start.dependencies:
+                    arguments = serialize.substitute(serialize.loads(argument_bytes), self.data)
+                    argument_bytes = serialize.dumps(arguments)
+                outcome = await self.gpu_children.run(start.key, start.gpus, function_bytes,
+                                                      argument_bytes)
+        except TaskKilled as killed:
+            self._handle(ev.TaskStopped(start.key, str(killed)))
+            return
+        except Exception as error:  # arguments that cannot be unpickled here, say
+            payload, text = serialize.dumps_exception(error)
+            self._handle(ev.TaskFailed(start.key, payload, text))
+            return
+        finally:
+            self.where.pop(start.key, None)
+        if outcome.ok:
+            self.data[start.key] = outcome.value
+            self._handle(ev.TaskCompleted(start.key, serialize.sizeof(outcome.value),
+                                          outcome.start, outcome.stop, outcome.peak_memory))
+        else:
+            self._handle(ev.TaskFailed(start.key, outcome.exception, outcome.traceback,
+                                       outcome.start, outcome.stop))
+
+    async def _fetch(self, fetch: act.FetchDependency) -> None:
+        assert self.peers is not None
+        try:
+            reply = await self.peers.request(fetch.worker, {"op": "get-data", "keys": [fetch.key]},
+                                             timeout=self.settings.connect_timeout * 6)
+            payload = reply.get("data", {}).get(fetch.key)
+            if payload is None:
+                raise KeyError(f"{fetch.worker} does not hold {fetch.key}")
+            value = serialize.loads(payload)
+        except Exception as error:  # any failure means: try another holder
+            self._handle(ev.DependencyFetchFailed(fetch.key, fetch.worker, str(error)))
+            return
+        self.data[fetch.key] = value
+        self._handle(ev.DependencyFetched(fetch.key, serialize.sizeof(value), fetch.worker))
+
+    # -- serving peers ----------------------------------------------------------------------
+
+    async def _serve_peer(self, comm: Comm) -> None:
+        async for op in comm:
+            if op.get("op") != "get-data":
+                await comm.close(f"unknown op {op.get('op')!r} for a worker's data port")
+                return
+            data, missing = {}, []
+            for key in op.get("keys", ()):
+                if key in self.data:
+                    data[key] = Payload(serialize.dumps(self.data[key]))
+                else:
+                    missing.append(key)
+            comm.write_nowait({"op": "data", "id": op.get("id"), "data": data, "missing": missing})
+
+
+def local_ip_towards(address: str) -> str:
+    """The local IP this host uses to reach ``address`` (a UDP connect sends nothing)."""
+    from ..comm import parse_address
+
+    host, port = parse_address(address)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port))
+            return probe.getsockname()[0]
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())

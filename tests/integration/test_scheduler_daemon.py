@@ -1,0 +1,108 @@
+"""sched-scheduler as a program: it starts, tells systemd, logs placements, drains, and fails
+clearly when it cannot start."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import cloudpickle
+import pytest
+
+from conftest import wait_until
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def slow(seconds, value):
+    import time
+
+    time.sleep(seconds)
+    return value
+
+
+def scheduler_command(*args):
+    return [sys.executable, "-m", "dsched.cli.scheduler", "--host", "127.0.0.1", *args]
+
+
+def test_it_tells_systemd_it_is_ready_once_listening(daemons, tmp_path):
+    path = str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.bind(path)
+        notify.settimeout(30)
+        address = daemons.scheduler(env={"NOTIFY_SOCKET": path})
+        assert notify.recv(64) == b"READY=1"
+    with socket.create_connection(tuple(address.rsplit(":", 1))):
+        pass
+
+
+def test_a_taken_port_is_a_clear_error_and_a_non_zero_exit(daemons):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(scheduler_command("--port", str(port)), env=daemons.env,
+                                capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"Cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "in use" in result.stderr
+
+
+def test_an_invalid_config_file_is_a_clear_error(daemons, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[scheduler]\nprot = 8786\n")
+    result = subprocess.run(scheduler_command("--config", str(bad)), env=daemons.env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "prot" in result.stderr and "port" in result.stderr and str(bad) in result.stderr
+
+
+def test_a_placement_is_logged_with_its_demand(daemons):
+    daemons.scheduler()
+    daemons.worker("--resources", "GPU=1", "--name", "gpu-worker")
+    client = daemons.client()
+    daemons.wait_for_workers(client, 1)
+    assert client.submit(slow, 0, 7, resources={"GPU": 1}).result(timeout=30) == 7
+    daemons.scheduler_process.send_signal(signal.SIGTERM)
+    daemons.scheduler_process.wait(30)
+    log = daemons.scheduler_log()
+    assert "(requires GPU=1) on worker gpu-worker" in log
+
+
+def test_sigterm_lets_running_tasks_finish_then_exits(daemons):
+    daemons.scheduler()
+    daemons.worker("--nthreads", "1")
+    client = daemons.client()
+    daemons.wait_for_workers(client, 1)
+    running = client.submit(slow, 1.0, "done")
+    wait_until(lambda: client.scheduler_info()["tasks"].get("processing"), what="task running")
+    daemons.scheduler_process.send_signal(signal.SIGTERM)
+    assert running.result(timeout=30) == "done"
+    assert daemons.scheduler_process.wait(30) == 0
+
+
+def test_a_second_signal_exits_at_once(daemons):
+    daemons.scheduler()
+    daemons.worker("--nthreads", "1")
+    client = daemons.client()
+    daemons.wait_for_workers(client, 1)
+    never = client.submit(slow, 60, "never")  # held, so it is not released and cancelled
+    wait_until(lambda: client.scheduler_info()["tasks"].get("processing"), what="task running")
+    started = time.monotonic()
+    daemons.scheduler_process.send_signal(signal.SIGTERM)
+    wait_until(lambda: "draining" in daemons.scheduler_log(), what="drain")
+    daemons.scheduler_process.send_signal(signal.SIGTERM)
+    assert daemons.scheduler_process.wait(30) == 128 + signal.SIGTERM
+    assert time.monotonic() - started < 20
+    assert not never.done() or never.status == "lost"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux only")
+def test_the_help_names_every_option():
+    result = subprocess.run([sys.executable, "-m", "dsched.cli.scheduler", "--help"],
+                            capture_output=True, text=True, timeout=60)
+    for option in ("--host", "--port", "--token-file", "--tls-cert", "--state-dir", "--config",
+                   "--log-level"):
+        assert option in result.stdout

@@ -1,0 +1,68 @@
+"""GPU detection end to end, with the fake NVML standing in for a machine with four GPUs.
+
+A worker that finds GPUs and is given no ``GPU`` resource advertises them all; ``--nworkers``
+divides them among its processes; the worker's own ``CUDA_VISIBLE_DEVICES`` limits what it
+offers, and tasks are pinned to physical device numbers within that limit.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import cloudpickle
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+FOUR_GPUS = {"SCHED_FAKE_NVML": json.dumps({"count": 4})}
+
+
+def pinned(seconds: float) -> tuple[str, list[int]]:
+    import os
+    import time
+
+    import dsched
+
+    time.sleep(seconds)
+    return os.environ["CUDA_VISIBLE_DEVICES"], dsched.get_gpu_ids()
+
+
+def devices(worker: dict) -> list[int]:
+    return sorted(gpu["index"] for gpu in worker["gpus"])
+
+
+def test_worker_finding_four_gpus_advertises_them_all(daemons):
+    daemons.scheduler()
+    daemons.worker(env=FOUR_GPUS)
+    client = daemons.client()
+    (worker,) = daemons.wait_for_workers(client, 1)["workers"].values()
+
+    assert worker["resources"] == {"GPU": 4.0}
+    assert devices(worker) == [0, 1, 2, 3]
+    assert len({gpu["uuid"] for gpu in worker["gpus"]}) == 4
+
+
+def test_nworkers_2_divides_four_gpus_between_the_processes(daemons):
+    daemons.scheduler()
+    daemons.worker("--nworkers", "2", env=FOUR_GPUS)
+    client = daemons.client()
+    workers = list(daemons.wait_for_workers(client, 2)["workers"].values())
+
+    assert len(workers) == 2
+    assert [w["resources"] for w in workers] == [{"GPU": 2.0}, {"GPU": 2.0}]
+    assert sorted(map(devices, workers)) == [[0, 1], [2, 3]]
+
+
+def test_cuda_visible_devices_limits_the_worker_and_its_tasks(daemons):
+    daemons.scheduler()
+    daemons.worker("--nthreads", "2", env={**FOUR_GPUS, "CUDA_VISIBLE_DEVICES": "2,3"})
+    client = daemons.client()
+    (worker,) = daemons.wait_for_workers(client, 1)["workers"].values()
+
+    assert worker["resources"] == {"GPU": 2.0}
+    assert devices(worker) == [2, 3]
+
+    futures = [client.submit(pinned, 0.2, resources={"GPU": 1}, pure=False) for _ in range(4)]
+    seen = client.gather(futures, timeout=60)
+    assert {visible for visible, _ in seen} == {"2", "3"}
+    assert all(ids == [int(visible)] for visible, ids in seen), seen
