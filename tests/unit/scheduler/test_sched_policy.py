@@ -1,0 +1,129 @@
+"""Stories of the placement policy: EASY backfill, locality, GPU best fit, least loaded."""
+
+from __future__ import annotations
+
+from sched_story import Story, started, task
+
+from dsched.resources import Resources
+from dsched.scheduler import SchedulerState, TasksSubmitted, WorkerJoined
+from dsched.sim import SimTask, SimWorker, Simulation
+
+
+def learned(s: Story, prefix: str, duration: float, resources: str | None = None) -> None:
+    """Let the scheduler learn how long ``prefix`` tasks take."""
+    s.submit(task(f"{prefix}-learn", resources))
+    s.finish(f"{prefix}-learn", duration=duration)
+    s.release(f"{prefix}-learn")
+
+
+def test_easy_backfill_only_what_ends_before_the_reservation():
+    s = Story()
+    s.worker("w", nthreads=8, resources="GPU=2")
+    learned(s, "short", 1)
+    learned(s, "long", 10)
+    s.at(100)
+    assert started(s.submit(task("long-1", "GPU=1"))) == [("long-1", "w")]  # ends at 110
+    assert started(s.submit(task("big", "GPU=2"))) == []  # reserves w from 110
+    assert started(s.submit(task("short-1", "GPU=1"))) == [("short-1", "w")]  # ends at 101
+
+    s.at(101)
+    s.submit(task("long-2", "GPU=1"))
+    assert started(s.finish("short-1")) == []  # long-2 would end at 111 and delay big
+    s.cancel("long-2")
+    assert started(s.submit(task("mystery", "GPU=1"))) == []  # duration unknown
+    s.cancel("mystery")
+    assert started(s.submit(task("short-2", "GPU=1"))) == [("short-2", "w")]
+    assert started(s.submit(task("cpu-job"))) == [("cpu-job", "w")]  # a thread big does not need
+
+    s.at(102)
+    s.finish("short-2")
+    s.at(110)
+    assert started(s.finish("long-1")) == [("big", "w")]
+
+
+def test_a_big_task_is_not_starved_by_a_stream_of_small_ones():
+    workers = [SimWorker("w", nthreads=4, resources="GPU=2")]
+    # one GPU=1 task of 2 s every second keeps both GPUs busy all the time
+    smalls = [SimTask(f"small-{i}", 2.0, "GPU=1", submit_at=i * 1.0) for i in range(100)]
+    big = SimTask("big-0", 3.0, "GPU=2", submit_at=5.5)
+    report = Simulation(workers, [*smalls, big], validate=True).run()
+    assert report.unfinished == []
+    assert report.waits["big-0"] == 1.5  # it starts once the two running at 5.5 end
+
+
+def test_without_learned_durations_nothing_backfills_onto_the_reservation():
+    s = Story()
+    s.worker("w", nthreads=4, resources="GPU=2")
+    s.submit(task("a-0", "GPU=1"))
+    s.submit(task("big", "GPU=2"))
+    assert started(s.submit(task("b-0", "GPU=1"))) == []
+    assert started(s.submit(task("c-0"))) == [("c-0", "w")]
+    assert started(s.finish("a-0")) == [("big", "w")]
+
+
+def test_cancelling_the_reserved_task_frees_its_worker_for_the_others():
+    s = Story()
+    s.worker("w", nthreads=4, resources="GPU=2")
+    s.submit(task("a-0", "GPU=1"))
+    s.submit(task("big", "GPU=2"))
+    assert started(s.submit(task("b-0", "GPU=1"))) == []
+    assert started(s.cancel("big")) == [("b-0", "w")]
+
+
+def test_backfill_elsewhere_is_free():
+    s = Story()
+    s.worker("gpus", nthreads=4, resources="GPU=2")
+    s.worker("one", nthreads=4, resources="GPU=1")
+    s.submit(task("a-0", "GPU=1", workers=("gpus",)))
+    s.submit(task("big", "GPU=2"))
+    # the reservation is on "gpus"; "one" may take any GPU=1 task, duration unknown or not
+    assert started(s.submit(task("b-0", "GPU=1"))) == [("b-0", "one")]
+
+
+def test_prefer_the_worker_holding_the_inputs():
+    s = Story()
+    s.worker("a", nthreads=2)
+    s.worker("b", nthreads=2)
+    s.submit(task("x", workers=("a",)), task("busy", workers=("a",)))
+    s.finish("x", nbytes=1000)
+    assert started(s.submit(task("y", dependencies=("x",)))) == [("y", "a")]
+    assert started(s.submit(task("z"))) == [("z", "b")]  # no inputs: the least loaded
+
+
+def test_gpu_tasks_best_fit_so_whole_gpus_stay_free():
+    s = Story()
+    s.worker("g4", nthreads=4, resources="GPU=4")
+    s.worker("g1", nthreads=4, resources="GPU=1")
+    s.worker("g2", nthreads=4, resources="GPU=2")
+    assert started(s.submit(task("one", "GPU=1"))) == [("one", "g1")]
+    assert started(s.submit(task("two", "GPU=1"))) == [("two", "g2")]
+    assert started(s.submit(task("four", "GPU=4"))) == [("four", "g4")]
+
+
+def test_resource_free_tasks_go_to_the_least_loaded_worker():
+    s = Story()
+    s.worker("a", nthreads=4)
+    s.worker("b", nthreads=4)
+    actions = s.submit(*(task(f"t{i}") for i in range(4)))
+    assert started(actions) == [("t0", "a"), ("t1", "b"), ("t2", "a"), ("t3", "b")]
+
+
+def test_memory_tasks_go_where_most_memory_is_free():
+    s = Story()
+    s.worker("small", nthreads=4, resources="MEMORY=10e9")
+    s.worker("large", nthreads=4, resources="MEMORY=100e9")
+    assert started(s.submit(task("m", "MEMORY=5e9"))) == [("m", "large")]
+
+
+def test_a_queue_of_unplaceable_tasks_does_not_slow_other_shapes():
+    state = SchedulerState()
+    state.handle(WorkerJoined(address="w", name="w", nthreads=2,
+                              resources=Resources.parse("GPU=1"), now=0))
+    gpu_tasks = [task(f"g{i}", "GPU=1") for i in range(500)]
+    state.handle(TasksSubmitted(client="c", tasks=tuple(gpu_tasks), now=0))
+    looked_at = []
+    find = state.policy.find
+    state.policy.find = lambda t, *rest: looked_at.append(t.key) or find(t, *rest)
+    actions = state.handle(TasksSubmitted(client="c", tasks=(task("cpu"),), now=0))
+    assert started(actions) == [("cpu", "w")]
+    assert looked_at == ["cpu"]  # the GPU queue's head was not even looked at again

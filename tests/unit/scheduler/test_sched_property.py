@@ -1,0 +1,203 @@
+"""Property tests of SchedulerState: random joins, leaves, submits (with dependencies),
+completions, failures, cancels and releases keep every invariant after every step, and once
+all work drains every task has ended, reported exactly once."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+
+from dsched.resources import Resources
+from dsched.scheduler import (
+    CancelConfirmed, CancelRequested, CancelTask, ClientDisconnected, CloseWorker, Execute,
+    KeysReleased, ReportCancelled, ReportErred, ReportFinished, SchedulerState, TaskErred,
+    TaskFinished, TaskSpec, TasksSubmitted, Tick, WorkerHeartbeat, WorkerJoined, WorkerLeft,
+)
+
+DEMANDS = [None, None, "GPU=1", "GPU=0.5", "GPU=2", "MEMORY=4", "GPU=1 MEMORY=2", "ACCEL=1"]
+OFFERS = [None, "GPU=1", "GPU=2", "MEMORY=8", "GPU=2 MEMORY=8"]
+CLIENTS = ["c1", "c2"]
+
+
+class SchedulerMachine(RuleBasedStateMachine):
+    options: dict = {"allowed_failures": 1, "no_worker_timeout": 30}
+
+    def __init__(self):
+        super().__init__()
+        self.state = SchedulerState(**self.options)
+        self.now = 0.0
+        self.count = 0
+        self.workers: list[str] = []
+        self.keys: list[str] = []
+        self.running: dict[tuple[str, str], float] = {}
+        self.stopping: set[tuple[str, str]] = set()
+        self.ends: dict[str, list[str]] = {}
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def apply(self, event) -> None:
+        actions = self.state.handle(event)
+        self.state.validate()
+        closed = []
+        for a in actions:
+            if isinstance(a, Execute):
+                assert (a.worker, a.key) not in self.running, a
+                self.running[(a.worker, a.key)] = self.now
+            elif isinstance(a, CancelTask):
+                del self.running[(a.worker, a.key)]
+                self.stopping.add((a.worker, a.key))
+            elif isinstance(a, (ReportFinished, ReportErred, ReportCancelled)):
+                self.ends.setdefault(a.key, []).append(type(a).__name__)
+                assert len(self.ends[a.key]) == 1, (a.key, self.ends[a.key])
+            elif isinstance(a, CloseWorker):
+                closed.append(a.worker)
+        for address in closed:
+            self.forget_worker(address)
+
+    def forget_worker(self, address: str) -> None:
+        if address in self.workers:
+            self.workers.remove(address)
+        for k in [k for k in self.running if k[0] == address]:
+            del self.running[k]
+        self.stopping = {k for k in self.stopping if k[0] != address}
+
+    # -- rules --------------------------------------------------------------------------------
+
+    @precondition(lambda self: len(self.workers) < 5)
+    @rule(nthreads=st.integers(1, 3), offer=st.sampled_from(OFFERS))
+    def join(self, nthreads, offer):
+        self.count += 1
+        address = f"tcp://w{self.count}"
+        self.workers.append(address)
+        self.apply(WorkerJoined(address=address, name=f"w{self.count}", nthreads=nthreads,
+                                resources=Resources.parse(offer), now=self.now))
+
+    @precondition(lambda self: self.workers)
+    @rule(data=st.data())
+    def leave(self, data):
+        address = data.draw(st.sampled_from(self.workers))
+        self.forget_worker(address)
+        self.apply(WorkerLeft(address=address, now=self.now))
+
+    @precondition(lambda self: len(self.keys) < 40)
+    @rule(data=st.data(), n=st.integers(1, 4), client=st.sampled_from(CLIENTS))
+    def submit(self, data, n, client):
+        specs = []
+        for _ in range(n):
+            self.count += 1
+            key = f"k{self.count}"
+            known = self.keys + [s.key for s in specs]
+            deps = data.draw(st.lists(st.sampled_from(known), max_size=2, unique=True)
+                             if known else st.just([]))
+            restrict = data.draw(st.sampled_from([None, None, None, ("w1",), ("w2", "w9")]))
+            specs.append(TaskSpec(
+                key=key, dependencies=tuple(deps),
+                resources=Resources.parse(data.draw(st.sampled_from(DEMANDS))),
+                priority=data.draw(st.integers(0, 2)), retries=data.draw(st.integers(0, 1)),
+                workers=restrict, prefix=data.draw(st.sampled_from(["p0", "p1", "p2"])),
+                wanted=data.draw(st.booleans()) or not deps,
+            ))
+        self.keys += [s.key for s in specs]
+        self.apply(TasksSubmitted(client=client, tasks=tuple(specs), now=self.now))
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data(), nbytes=st.integers(0, 1000), duration=st.floats(0, 5))
+    def finish(self, data, nbytes, duration):
+        worker, key = data.draw(st.sampled_from(sorted(self.running)))
+        del self.running[(worker, key)]
+        self.apply(TaskFinished(key=key, worker=worker, nbytes=nbytes, start=0.0,
+                                stop=duration, now=self.now))
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def fail(self, data):
+        worker, key = data.draw(st.sampled_from(sorted(self.running)))
+        del self.running[(worker, key)]
+        self.apply(TaskErred(key=key, worker=worker, exception=b"x", text="boom", now=self.now))
+
+    @precondition(lambda self: self.running and len(self.workers) > 1)
+    @rule(data=st.data())
+    def stray_report(self, data):
+        worker, key = data.draw(st.sampled_from(sorted(self.running)))
+        other = data.draw(st.sampled_from([w for w in self.workers if w != worker]))
+        if (other, key) not in self.running and (other, key) not in self.stopping:
+            self.apply(TaskFinished(key=key, worker=other, now=self.now))
+
+    @precondition(lambda self: self.stopping)
+    @rule(data=st.data())
+    def confirm(self, data):
+        worker, key = data.draw(st.sampled_from(sorted(self.stopping)))
+        self.stopping.discard((worker, key))
+        self.apply(CancelConfirmed(key=key, worker=worker, now=self.now))
+
+    @precondition(lambda self: self.keys)
+    @rule(data=st.data(), client=st.sampled_from(CLIENTS))
+    def cancel(self, data, client):
+        key = data.draw(st.sampled_from(self.keys))
+        self.apply(CancelRequested(client=client, keys=(key,), now=self.now))
+
+    @precondition(lambda self: self.keys)
+    @rule(data=st.data(), client=st.sampled_from(CLIENTS))
+    def release(self, data, client):
+        key = data.draw(st.sampled_from(self.keys))
+        self.apply(KeysReleased(client=client, keys=(key,), now=self.now))
+
+    @rule(client=st.sampled_from(CLIENTS))
+    def disconnect(self, client):
+        self.apply(ClientDisconnected(client=client, now=self.now))
+
+    @precondition(lambda self: self.workers)
+    @rule(data=st.data())
+    def heartbeat(self, data):
+        address = data.draw(st.sampled_from(self.workers))
+        self.apply(WorkerHeartbeat(address=address, now=self.now))
+
+    @rule(dt=st.floats(0, 20))
+    def tick(self, dt):
+        self.now += dt
+        self.apply(Tick(now=self.now))
+
+    # -- once all work drains, every task has ended once ---------------------------------------
+
+    def teardown(self):
+        self.count += 1
+        self.apply(WorkerJoined(address="tcp://big", name="w1", nthreads=64,
+                                resources=Resources.parse("GPU=64 MEMORY=64"), now=self.now))
+        for _ in range(200):
+            if not self.running and not self.stopping:
+                active = [t for t in self.state.tasks.values()
+                          if t.state.value in ("waiting", "queued", "processing")]
+                if not active:
+                    break
+                self.now += 100
+                self.apply(Tick(now=self.now))
+                continue
+            for worker, key in sorted(self.stopping):
+                self.stopping.discard((worker, key))
+                self.apply(CancelConfirmed(key=key, worker=worker, now=self.now))
+            for worker, key in sorted(self.running):
+                if (worker, key) in self.running:
+                    del self.running[(worker, key)]
+                    self.apply(TaskFinished(key=key, worker=worker, start=0, stop=1,
+                                            now=self.now))
+        assert not self.running and not self.stopping
+        for key in self.keys:
+            assert len(self.ends.get(key, ())) == 1, (key, self.ends.get(key))
+        for w in self.state.workers.values():
+            assert w.assigned == 0 and w.free == w.resources, w
+
+
+class PrefetchHeartbeatMachine(SchedulerMachine):
+    """The same story with prefetch slots and workers that time out without heartbeats."""
+
+    options = {"allowed_failures": 2, "no_worker_timeout": 45, "prefetch": 1,
+               "heartbeat_timeout": 25}
+
+
+_settings = settings(max_examples=120, stateful_step_count=40, deadline=None,
+                     suppress_health_check=[HealthCheck.too_slow])
+SchedulerMachine.TestCase.settings = _settings
+PrefetchHeartbeatMachine.TestCase.settings = _settings
+TestSchedulerInvariants = SchedulerMachine.TestCase
+TestSchedulerInvariantsWithPrefetchAndTimeouts = PrefetchHeartbeatMachine.TestCase
