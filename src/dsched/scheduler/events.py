@@ -46,13 +46,21 @@ class TaskSpec:
 
 @_frozen
 class WorkerJoined:
-    """A worker registered: ``resources`` is its total, ``gpus`` the NVML info (opaque)."""
+    """A worker registered: ``resources`` is its total, ``gpus`` the NVML info (opaque).
+
+    A worker that reconnects (after a network fault, or to a restarted scheduler) also says
+    what it kept: ``held``, the results it holds as (key, nbytes) pairs, and ``running``, the
+    tasks it is still executing. The scheduler adopts what it still needs and has the
+    worker drop the rest, so no work is done twice.
+    """
 
     address: str
     name: str
     nthreads: int
     resources: Resources = EMPTY
     gpus: tuple[Mapping[str, Any], ...] = ()
+    held: tuple[tuple[str, int], ...] = ()
+    running: tuple[str, ...] = ()
     now: float
 
 

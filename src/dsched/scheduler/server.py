@@ -6,7 +6,8 @@ returned actions in order. It logs, ticks the clock for timeouts, and drains on 
 
 Ops from workers: ``register`` (first), ``heartbeat``, ``task-finished``, ``task-erred``,
 ``task-cancelled``, ``task-rejected``, ``missing-data``, ``unregister``.
-Ops from clients: ``submit``, ``cancel``, ``release``, ``info`` (request, answered by ``id``).
+Ops from clients: ``submit``, ``cancel``, ``release``; ``info`` and ``who-has`` are requests
+answered by ``id``.
 Ops to clients: ``task-finished``, ``task-erred``, ``task-cancelled``, ``task-waiting``.
 """
 
@@ -25,7 +26,7 @@ from ..resources import Resources
 from . import actions as act
 from . import events as ev
 from .state import SchedulerState
-from .views import processing_count, task_counts, worker_info
+from .views import processing_count, task_counts, who_has, worker_info
 
 logger = logging.getLogger("dsched.scheduler")
 
@@ -143,7 +144,9 @@ class Scheduler:
         return ev.WorkerJoined(
             address=str(op["address"]), name=str(op.get("name") or op["address"]),
             nthreads=nthreads, resources=Resources.from_wire(op.get("resources") or {}),
-            gpus=tuple(op.get("gpus") or ()), now=self.now(),
+            gpus=tuple(op.get("gpus") or ()),
+            held=tuple((str(k), int(n)) for k, n in (op.get("held") or {}).items()),
+            running=tuple(str(k) for k in op.get("running") or ()), now=self.now(),
         )
 
     def _worker_op(self, address: str, op: dict) -> None:
@@ -205,6 +208,9 @@ class Scheduler:
                 self._handle(ev.CancelRequested(client=client, keys=tuple(op["keys"]), now=now))
             elif kind == "info":
                 comm.write_nowait({"op": "info", "id": op.get("id"), **self.info()})
+            elif kind == "who-has":
+                comm.write_nowait({"op": "who-has", "id": op.get("id"),
+                                   "who_has": who_has(self.state, op["keys"])})
             else:
                 comm.write_nowait({"op": "error", "id": op.get("id"),
                                    "reason": f"unknown op {kind!r}"})

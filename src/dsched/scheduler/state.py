@@ -14,12 +14,12 @@ from typing import Callable
 
 from ..resources import Resources
 from . import events as ev
-from .actions import INFO, WARNING, CloseWorker, FreeResults, Log, ReportWaiting
+from .actions import INFO, WARNING, CancelTask, CloseWorker, FreeResults, Log, ReportWaiting
 from .lifecycle import Lifecycle
 from .placement import Placement
 from .policy import Policy
 from .queue import ReadyQueue, ShapeQueue
-from .task import ACTIVE, MEMORY, Task
+from .task import ACTIVE, MEMORY, QUEUED, Task
 from .worker import FreeArithmetic, WorkerIndex, WorkerInfo
 
 #: Submission order fits below this; priority is scaled above it in ``Task.order``.
@@ -120,7 +120,45 @@ class SchedulerState(Lifecycle, Placement):
         self._dirty_workers[e.address] = w
         self._log(INFO, "Worker %s joined from %s: %d threads, resources %s",
                   e.name, e.address, e.nthreads, e.resources)
+        if e.held or e.running:
+            self._reconcile(w, e.held, e.running)
         self._refresh_reasons()
+
+    def _reconcile(self, w: WorkerInfo, held: tuple[tuple[str, int], ...],
+                   running: tuple[str, ...]) -> None:
+        """Adopt what a reconnecting worker kept that is still needed; drop the rest there.
+
+        A result still needed and not yet recomputed ends its task here; a result already
+        in memory elsewhere becomes one more copy. A task it still runs is adopted when it is
+        queued to run again and fits this worker now (the worker ignores the repeated
+        Execute); any other running task is cancelled there.
+        """
+        for key, nbytes in held:
+            t = self.tasks.get(key)
+            if t is not None and t.state is MEMORY and t.who_has is not None:
+                t.who_has[w.address] = None
+                w.has_what[key] = None
+            elif t is not None and t.state is QUEUED and t.queue is not None:
+                self.queue.remove(t)
+                t.state = MEMORY
+                t.nbytes = nbytes
+                t.who_has = {w.address: None}
+                w.has_what[key] = None
+                self._log(INFO, "Worker %s kept the result of task %s; not computing it again",
+                          w.name, key)
+                self._report_end(t)
+                self._dependency_done(t)
+            else:
+                self._to_free.setdefault(w.address, []).append(key)
+        for key in running:
+            t = self.tasks.get(key)
+            q = t.queue if t is not None and t.state is QUEUED else None
+            if (q is not None and w.assigned < w.nthreads and t.resources.fits(w.free)
+                    and (t.restrict is None or not t.restrict.isdisjoint((w.name, w.address)))):
+                self.queue.remove(t)
+                self._place(t, w, q)
+            else:
+                self._actions.append(CancelTask(key=key, worker=w.address))
 
     def _on_heartbeat(self, e: ev.WorkerHeartbeat) -> None:
         w = self.workers.get(e.address)

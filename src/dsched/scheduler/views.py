@@ -43,3 +43,12 @@ def task_counts(state: "SchedulerState") -> dict[str, int]:
 
 def processing_count(state: "SchedulerState") -> int:
     return sum(1 for task in state.tasks.values() if task.state is PROCESSING)
+
+
+def who_has(state: "SchedulerState", keys) -> dict[str, list[str]]:
+    """The workers holding each of ``keys`` now (an empty list while it is recomputed)."""
+    result = {}
+    for key in keys:
+        task = state.tasks.get(key)
+        result[key] = list(task.who_has or ()) if task is not None else []
+    return result
