@@ -48,7 +48,7 @@ SYSTEM_CONFIG = Path("/etc/sched/config.toml")
 #: SCHED_* variables that are not settings: the config file, the token, and what a worker
 #: tells its tasks and child processes.
 RESERVED_ENV = ("SCHED_CONFIG", "SCHED_TOKEN", "SCHED_WORKER_NAME", "SCHED_TASK_GPUS",
-                "SCHED_FAKE_NVML", "SCHED_NANNY_PID")
+                "SCHED_FAKE_NVML", "SCHED_NANNY_PID", "SCHED_LOCAL_DIRECTORY")
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "scheduler": {

@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import socket
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,8 @@ logger = logging.getLogger("dsched.worker")
 
 #: Names the worker a task runs on, inside the task's process.
 WORKER_NAME_ENV = "SCHED_WORKER_NAME"
+#: The worker's scratch directory (under --local-directory), inside the task's process.
+LOCAL_DIRECTORY_ENV = "SCHED_LOCAL_DIRECTORY"
 
 
 @dataclass
@@ -93,6 +97,12 @@ class Worker:
 
     async def start(self) -> None:
         s = self.settings
+        # A private scratch directory per worker process, removed when the worker stops.
+        if s.local_directory:
+            os.makedirs(s.local_directory, exist_ok=True)
+        self.local_directory = tempfile.mkdtemp(prefix="sched-worker-", dir=s.local_directory)
+        os.environ[LOCAL_DIRECTORY_ENV] = self.local_directory
+        self.gpu_children.set_env(LOCAL_DIRECTORY_ENV, self.local_directory)
         self.listener = await listen(s.host or "0.0.0.0", s.port, self._serve_peer, token=s.token,
                                      ssl=s.ssl_server, role="worker", name=self.name or "worker",
                                      accept_roles={"worker", "client"})
@@ -118,6 +128,7 @@ class Worker:
             await self.peers.close()
         await self.gpu_children.close()
         self.threads.close()
+        shutil.rmtree(self.local_directory, ignore_errors=True)
 
     async def drain(self) -> None:
         """Stop taking work, let running tasks finish within the deadline, then stop them."""
