@@ -75,10 +75,12 @@ class WorkerHeartbeat:
 
 @_frozen
 class WorkerLeft:
-    """The connection to a worker closed, or it said goodbye: its work is rescheduled."""
+    """The connection to a worker closed, or it said goodbye (``expected``, after a drain):
+    its work is rescheduled."""
 
     address: str
     reason: str = "worker left"
+    expected: bool = False
     now: float
 
 

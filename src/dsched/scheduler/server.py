@@ -117,13 +117,13 @@ class Scheduler:
         self.workers[address] = comm
         comm.write_nowait({"op": "registered", "address": address})
         self._handle(joined)
-        reason = "connection closed"
+        reason, expected = "connection closed", False
         try:
             for op in batch[1:]:
                 self._worker_op(address, op)
             async for op in comm:
                 if op.get("op") == "unregister":
-                    reason = str(op.get("reason", "worker unregistered"))
+                    reason, expected = str(op.get("reason", "worker unregistered")), True
                     break
                 self._worker_op(address, op)
         except CommClosedError as error:
@@ -131,7 +131,8 @@ class Scheduler:
         finally:
             if self.workers.get(address) is comm:
                 del self.workers[address]
-                self._handle(ev.WorkerLeft(address=address, reason=reason, now=self.now()))
+                self._handle(ev.WorkerLeft(address=address, reason=reason, expected=expected,
+                                           now=self.now()))
             if not comm.closed:
                 await comm.close("goodbye")
 
@@ -259,7 +260,7 @@ class Scheduler:
         elif kind is act.CloseWorker:
             comm = self.workers.get(action.worker)
             if comm is not None:
-                asyncio.ensure_future(comm.close(action.reason))
+                comm.abort(action.reason)
         else:
             raise TypeError(f"unknown scheduler action {action!r}")
 

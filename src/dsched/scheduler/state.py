@@ -170,9 +170,9 @@ class SchedulerState(Lifecycle, Placement):
     def _on_worker_left(self, e: ev.WorkerLeft) -> None:
         w = self.workers.get(e.address)
         if w is not None:
-            self._remove_worker(w, e.reason)
+            self._remove_worker(w, e.reason, level=INFO if e.expected else WARNING)
 
-    def _remove_worker(self, w: WorkerInfo, reason: str) -> None:
+    def _remove_worker(self, w: WorkerInfo, reason: str, level: int = WARNING) -> None:
         address = w.address
         del self.workers[address]
         self.index.remove(w)
@@ -180,7 +180,7 @@ class SchedulerState(Lifecycle, Placement):
         r = self.policy.reservation
         if r is not None and r.worker is w:
             self.policy.reservation = None
-        self._log(WARNING, "Worker %s at %s removed: %s", w.name, address, reason)
+        self._log(level, "Worker %s at %s removed: %s", w.name, address, reason)
         lost = []
         for key in w.has_what:
             t = self.tasks[key]
