@@ -209,17 +209,26 @@ class SchedulerState(Lifecycle, Placement):
 
     # -- what workers report about tasks ---------------------------------------------------------
 
-    def _on_finished(self, e: ev.TaskFinished) -> None:
-        w = self.workers.get(e.worker)
+    def _ended_on(self, address: str, key: str,
+                  holds_result: bool) -> tuple[WorkerInfo, Task] | None:
+        """``key`` ended on the worker at ``address``: free its slot there and return both,
+        or None for a report to ignore (a worker we gave up on, or a task moved elsewhere)."""
+        w = self.workers.get(address)
         if w is None:
-            return  # a worker we gave up on: its work was rescheduled already
-        key = e.key
-        t = w.processing.get(key)
+            return None  # its work was rescheduled when we gave up on it
+        t = w.processing.pop(key, None)
         if t is None:
-            self._stray(w, key, holds_result=True)
-            return
-        del w.processing[key]
+            self._stray(w, key, holds_result)
+            return None
         self._release_slot(w, t)
+        return w, t
+
+    def _on_finished(self, e: ev.TaskFinished) -> None:
+        ended = self._ended_on(e.worker, e.key, holds_result=True)
+        if ended is None:
+            return
+        w, t = ended
+        key = e.key
         duration = e.duration if e.duration is not None else e.stop - e.start
         if duration >= 0:
             old = self.durations.get(t.prefix)
@@ -234,15 +243,10 @@ class SchedulerState(Lifecycle, Placement):
         self._dependency_done(t)
 
     def _on_erred(self, e: ev.TaskErred) -> None:
-        w = self.workers.get(e.worker)
-        if w is None:
+        ended = self._ended_on(e.worker, e.key, holds_result=False)
+        if ended is None:
             return
-        t = w.processing.get(e.key)
-        if t is None:
-            self._stray(w, e.key, holds_result=False)
-            return
-        del w.processing[e.key]
-        self._release_slot(w, t)
+        w, t = ended
         t.exceptions += 1
         if t.retries > 0:
             t.retries -= 1
@@ -260,15 +264,10 @@ class SchedulerState(Lifecycle, Placement):
                 self._release_slot(w, t)
 
     def _on_rejected(self, e: ev.TaskRejected) -> None:
-        w = self.workers.get(e.worker)
-        if w is None:
+        ended = self._ended_on(e.worker, e.key, holds_result=False)
+        if ended is None:
             return
-        t = w.processing.get(e.key)
-        if t is None:
-            self._stray(w, e.key, holds_result=False)
-            return
-        del w.processing[e.key]
-        self._release_slot(w, t)
+        w, t = ended
         self._log(WARNING, "Worker %s gave task %s back: %s", w.name, t.key, e.reason)
         self._compute(t)
 
@@ -283,16 +282,9 @@ class SchedulerState(Lifecycle, Placement):
                         holder.has_what.pop(d.key, None)
             if not d.who_has:
                 self._lose(d)
-        w = self.workers.get(e.worker)
-        if w is None:
-            return
-        t = w.processing.get(e.key)
-        if t is None:
-            self._stray(w, e.key, holds_result=False)
-            return
-        del w.processing[e.key]
-        self._release_slot(w, t)
-        self._compute(t)
+        ended = self._ended_on(e.worker, e.key, holds_result=False)
+        if ended is not None:
+            self._compute(ended[1])
 
     def _stray(self, w: WorkerInfo, key: str, holds_result: bool) -> None:
         """A report about ``key`` from ``w``, where it is not processing: a cancelled task
