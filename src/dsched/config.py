@@ -363,10 +363,15 @@ def get(key: str, default: Any = _MISSING) -> Any:
     return node
 
 
+#: The prefix of Dask's distributed settings, which ``set()`` accepts and drops.
+DASK_PREFIX = "distributed."
+
+
 class set:  # noqa: N801 - named as dask.config.set, which users know
     """Override settings in this process: ``with config.set({"worker.resources.GPU": 2}):``.
 
-    Keys are dotted or nested dicts (or keyword arguments with ``__`` for dots). They are
+    Keys are dotted or nested dicts (or keyword arguments with ``__`` for dots); Dask's
+    ``distributed.`` prefix is accepted (``"distributed.worker.resources.GPU"``). They are
     checked at once, take effect at once, and stay in effect until the ``with`` block ends (or
     :meth:`restore` is called); nested blocks stack, the innermost winning. The overrides are
     process-wide, not per thread, so workers started in threads inside the block see them.
@@ -375,6 +380,10 @@ class set:  # noqa: N801 - named as dask.config.set, which users know
     def __init__(self, arg: Mapping[str, Any] | None = None, /, **kwargs: Any):
         mapping = dict(arg or {})
         mapping.update({key.replace("__", "."): value for key, value in kwargs.items()})
+        # Dask's keys carry a "distributed." prefix; accept it so code written for
+        # dask.config.set runs with only the import changed.
+        mapping = {key.removeprefix(DASK_PREFIX) if isinstance(key, str) else key: value
+                   for key, value in mapping.items()}
         self._entries = _checked(_entries(mapping, "config.set()", split=True))
         with _lock:
             _layers.append(self._entries)

@@ -406,3 +406,9 @@ def test_settings_that_go_together(tmp_path):
         config.load(overrides={"scheduler.tls.cert": str(tmp_path / "c.pem")})
     with pytest.raises(ConfigError, match="reconnect_backoff_min must not exceed"):
         config.load(overrides={"worker.reconnect_backoff_min": 60})
+
+
+def test_set_accepts_dasks_distributed_prefix_so_seed_code_runs_unchanged():
+    with config.set({"distributed.worker.resources.GPU": 2}):
+        assert config.get("worker.resources") == {"GPU": 2}
+    assert config.get("worker.resources") == {}

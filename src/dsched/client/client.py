@@ -24,14 +24,13 @@ from ..auth import load_token
 from ..comm import Comm, connect
 from ..errors import AuthenticationError, CommClosedError, SchedError
 from ..peers import PeerPool
-from .future import PENDING, CancelledError, Future, FutureState, FutureStatus
+from .future import PENDING, Future, FutureState, FutureStatus
+from .results import MISSING, fetch_results, substitute_present, wait_all
 from .submission import KeyMaker, TaskBuilder, map_keys, task_options
 
 logger = logging.getLogger("dsched.client")
 
 FINISHED = FutureStatus.finished
-#: Seconds the client keeps trying to fetch a finished task's result from its workers.
-FETCH_PATIENCE = 10.0
 
 
 class SchedulerLostError(SchedError):
@@ -277,8 +276,9 @@ class AsyncClient:
             raise TypeError("map() needs at least one iterable")
         calls = list(zip(*iterables))
         keys = map_keys(key, len(calls))
+        prefix = keys if isinstance(keys, str) else None
         builder = TaskBuilder(fn, task_options(resources, priority, retries, workers),
-                              _is_future, self._keys, prefix=keys if isinstance(keys, str) else None)
+                              _is_future, self._keys, prefix=prefix)
         explicit = keys if isinstance(keys, list) else None
         tasks, futures = [], []
         for index, args in enumerate(calls):
@@ -375,7 +375,13 @@ class AsyncClient:
                 else:
                     request.set_result(op)
         elif kind == "error":
-            logger.error("The scheduler refused a message: %s", op.get("reason"))
+            reason = op.get("reason") or "no reason given"
+            logger.error("The scheduler refused a message: %s", reason)
+            refused = SchedError(f"the scheduler refused the task: {reason}")
+            for key in op.get("keys") or ():  # the keys of a refused submit, when it says
+                state = self._states.get(key)
+                if state is not None:
+                    state.finish(FutureStatus.error, exception=refused, reason=reason)
 
     async def _request(self, op: dict) -> dict:
         self._check_running()
@@ -423,51 +429,22 @@ class AsyncClient:
 
         structure, _ = serialize.replace_futures(futures, collect)
         values = await self._gather_async(list(found.values()), errors)
-        data = {key: value for key, value in zip(found, values) if value is not _MISSING}
-        return _substitute(structure, data)
+        data = {key: value for key, value in zip(found, values) if value is not MISSING}
+        return substitute_present(structure, data)
 
     async def _gather_async(self, futures: list[Future], errors: str = "raise") -> list[Any]:
         states = [future._state for future in futures]
-        await _wait_all(states, fail_fast=errors == "raise")
+        await wait_all(states, fail_fast=errors == "raise")
         if errors == "raise":
             for future in futures:
                 future._raise_if_failed()
         values = await self._fetch([s for s in states if s.status is FINISHED])
-        return [values.get(state.key, _MISSING) for state in states]
+        return [values.get(state.key, MISSING) for state in states]
 
     async def _fetch(self, states: list[FutureState]) -> dict[str, Any]:
-        """Results straight from the workers holding them (retrying other holders, and
-        holders the scheduler reports after recomputing a lost result)."""
         assert self._peers is not None
-        wanted = {state.key: state for state in states}
-        values: dict[str, Any] = {}
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + FETCH_PATIENCE
-        attempt = 0
-        while True:
-            by_worker: dict[str, list[str]] = {}
-            for key, state in wanted.items():
-                holders = state.who_has
-                if holders:
-                    by_worker.setdefault(holders[attempt % len(holders)], []).append(key)
-            replies = await asyncio.gather(
-                *(self._peers.request(w, {"op": "get-data", "keys": keys}, self._timeout)
-                  for w, keys in by_worker.items()),
-                return_exceptions=True)
-            for reply in replies:
-                if isinstance(reply, BaseException):
-                    continue
-                for key, payload in reply.get("data", {}).items():
-                    if key in wanted:
-                        values[key] = serialize.loads(payload)
-                        del wanted[key]
-            if not wanted:
-                return values
-            attempt += 1
-            if loop.time() > deadline or self.status != "running":
-                raise SchedError(f"could not fetch the results of {list(wanted)[:5]} from "
-                                 f"their workers {list(by_worker)[:5]}")
-            await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
+        return await fetch_results(self._peers, states, self._timeout,
+                                   still_running=lambda: self.status == "running")
 
     def _sync_result(self, future: Future, timeout: float | None) -> Any:
         """``Future.result`` from a thread other than the loop's: one trip to the loop."""
@@ -492,52 +469,3 @@ class AsyncClient:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.address} ({self.status})>"
-
-
-_MISSING = object()
-
-
-async def _wait_all(states: list[FutureState], fail_fast: bool) -> None:
-    """Until every state has ended, or (``fail_fast``) one has ended other than finished."""
-    pending = [state for state in states if state.status is PENDING]
-    if fail_fast and any(s.status is not FINISHED for s in states if s.status is not PENDING):
-        return
-    if not pending:
-        return
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    left = len(pending)
-
-    def ended(state: FutureState) -> None:
-        nonlocal left
-        left -= 1
-        if (left == 0 or (fail_fast and state.status is not FINISHED)) and not done.done():
-            done.set_result(None)
-
-    def on_done(state: FutureState) -> Callable[[], None]:
-        def wake() -> None:
-            if asyncio._get_running_loop() is loop:
-                ended(state)
-            else:
-                loop.call_soon_threadsafe(ended, state)
-        return wake
-
-    for state in pending:
-        if not state.on_done(on_done(state)):
-            ended(state)
-    await done
-
-
-def _substitute(obj: Any, data: dict[str, Any]) -> Any:
-    """Like ``serialize.substitute``, but leaves out refs to keys not in ``data`` (the failed
-    futures of ``gather(errors="skip")``)."""
-    kind = type(obj)
-    if kind is serialize.TaskRef:
-        return data.get(obj.key)
-    if kind in (list, tuple, set, frozenset):
-        return kind(_substitute(item, data) for item in obj
-                    if type(item) is not serialize.TaskRef or item.key in data)
-    if kind is dict:
-        return {name: _substitute(item, data) for name, item in obj.items()
-                if type(item) is not serialize.TaskRef or item.key in data}
-    return obj

@@ -4,8 +4,10 @@ The scheduler listens on a port the OS chooses and prints it; the workers are or
 ``sched-worker`` processes. A fresh random token is handed to every process through
 ``SCHED_TOKEN``, so a LocalCluster needs no files and no other user on the machine can submit
 to it. Worker settings not given as arguments come from ``dsched.config`` in this process,
-``dsched.config.set({"worker.resources.GPU": 2})`` included. ``close()`` stops everything it
-started, and a finalizer does the same if the program forgets.
+``dsched.config.set({"worker.resources.GPU": 2})`` included. ``prefetch`` sets the
+scheduler's ``scheduler.prefetch`` (resource-free tasks queued on a worker beyond its threads):
+raise it for many tiny tasks. ``close()`` stops everything it started, and a finalizer does
+the same if the program forgets.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 import tempfile
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import config
@@ -48,9 +51,11 @@ class LocalCluster:
 
     def __init__(self, n_workers: int | None = None, threads_per_worker: int | None = None,
                  resources: Any = None, processes: bool = True, *, log_level: str = "warning",
-                 gpus: str = "auto", timeout: float = 60.0, env: dict[str, str] | None = None):
+                 gpus: str = "auto", timeout: float = 60.0, env: dict[str, str] | None = None,
+                 prefetch: int | None = None):
         if not processes:
-            raise NotImplementedError("LocalCluster runs workers as processes only (processes=True)")
+            raise NotImplementedError("LocalCluster runs workers as processes only "
+                                      "(processes=True)")
         cpus = os.cpu_count() or 1
         self.n_workers = n_workers if n_workers is not None else max(1, min(4, cpus))
         self.threads_per_worker = threads_per_worker or max(1, cpus // max(self.n_workers, 1))
@@ -62,6 +67,8 @@ class LocalCluster:
         self.timeout = timeout
         self._state_dir = tempfile.TemporaryDirectory(prefix="sched-local-")
         self._env = {**os.environ, **(env or {}), "SCHED_TOKEN": self.token}
+        if prefetch is not None:  # for many tiny tasks: keep more queued on each worker
+            self._env["SCHED_SCHEDULER__PREFETCH"] = str(int(prefetch))
         self.scheduler: subprocess.Popen | None = None
         self.workers: list[subprocess.Popen] = []
         # Every process, workers first so they go before the scheduler they report to.
@@ -115,7 +122,16 @@ class LocalCluster:
 
     def wait_for_workers(self, n: int, timeout: float | None = None) -> None:
         """Block until ``n`` workers are registered with the scheduler."""
-        asyncio.run(self._wait_for_workers(n, timeout or self.timeout))
+        def wait() -> None:
+            asyncio.run(self._wait_for_workers(n, timeout or self.timeout))
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return wait()
+        # Called from a coroutine (a notebook, an async program): wait on a thread of its own.
+        with ThreadPoolExecutor(1, thread_name_prefix="dsched-local-cluster") as pool:
+            return pool.submit(wait).result()
 
     async def _wait_for_workers(self, n: int, timeout: float) -> None:
         from .client import AsyncClient

@@ -66,7 +66,7 @@ class FutureState:
         self.refs = 0
         self.who_has: tuple | list = ()
         self._event: threading.Event | None = None
-        self._callbacks: list[Callable[[], None]] | None = None
+        self._callbacks: list[Callable[[FutureState], None]] | None = None
 
     def done(self) -> bool:
         return self.status is not PENDING
@@ -86,7 +86,7 @@ class FutureState:
         if callbacks:
             for callback in callbacks:
                 try:
-                    callback()
+                    callback(self)
                 except Exception:  # a user's callback must not break the client
                     logger.exception("A done-callback of %s failed", self.key)
         return True
@@ -103,8 +103,9 @@ class FutureState:
             self.reason = ""
             self._event = None
 
-    def on_done(self, callback: Callable[[], None]) -> bool:
-        """Call ``callback()`` when the state ends; False (and no call) if it already has."""
+    def on_done(self, callback: Callable[["FutureState"], None]) -> bool:
+        """Call ``callback(state)`` (on the thread that ends it) when the state ends; False,
+        and no call, if it already has."""
         with _LOCK:
             if self.status is not PENDING:
                 return False
@@ -130,7 +131,7 @@ class FutureState:
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
 
-        def wake() -> None:
+        def wake(state: FutureState) -> None:
             if asyncio._get_running_loop() is loop:
                 _resolve(waiter)
             else:
@@ -254,12 +255,12 @@ class Future:
     def add_done_callback(self, fn: Callable[["Future"], Any]) -> None:
         """Call ``fn(self)`` once the task ends: at once if it has, else on the client's loop
         thread (so ``fn`` must not block)."""
-        def call() -> None:
+        def call(state: FutureState) -> None:
             fn(self)
 
         if not self._state.on_done(call):
             try:
-                call()
+                call(self._state)
             except Exception:
                 logger.exception("A done-callback of %s failed", self.key)
 

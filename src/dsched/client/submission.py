@@ -88,7 +88,10 @@ class TaskBuilder:
         """The task message for ``fn(*args, **kwargs)``; its ``key`` is given, or derived from
         the function, arguments and options (``pure``), or unique."""
         dependencies: dict[str, None] = {}
-        call, plain = self._replace_futures((args, kwargs), dependencies)
+        if not kwargs and all(type(arg) in _SCALARS for arg in args):
+            call, plain = (args, kwargs), True  # the common case of a big map: nothing to walk
+        else:
+            call, plain = self._replace_futures((args, kwargs), dependencies)
         arguments = (pickle.dumps(call, protocol=serialize.PICKLE_PROTOCOL) if plain
                      else serialize.dumps(call))
         if key is None:

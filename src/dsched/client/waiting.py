@@ -78,7 +78,7 @@ def _when_enough_done(futures: list[Future], return_when: str, then: Any) -> Non
     needed = [1 if return_when == FIRST_COMPLETED else len(pending)]
     lock = threading.Lock()
 
-    def one_done() -> None:
+    def one_done(state: Any = None) -> None:
         with lock:
             needed[0] -= 1
             enough = needed[0] == 0
@@ -124,7 +124,7 @@ class as_completed:  # noqa: N801 (named like the function it mirrors)
         """Also yield ``future`` once it ends."""
         with self._condition:
             self._pending += 1
-        if not future._state.on_done(lambda: self._ended(future)):
+        if not future._state.on_done(lambda state: self._ended(future)):
             self._ended(future)
 
     def update(self, futures: Iterable[Future]) -> None:

@@ -9,7 +9,7 @@ Pure: no I/O, no clock.
 
 from .actions import (
     Action, CancelTask, CloseWorker, Execute, FreeResults, Log, ReportCancelled, ReportErred,
-    ReportFinished, ReportWaiting,
+    ReportFinished, ReportMoved, ReportWaiting,
 )
 from .events import (
     CancelConfirmed, CancelRequested, ClientDisconnected, Event, KeysReleased, MissingData,
@@ -23,7 +23,8 @@ from .worker import WorkerInfo
 __all__ = [
     "Action", "CancelConfirmed", "CancelRequested", "CancelTask", "ClientDisconnected",
     "CloseWorker", "Event", "Execute", "FreeResults", "KeysReleased", "Log", "MissingData",
-    "ReportCancelled", "ReportErred", "ReportFinished", "ReportWaiting", "SchedulerState",
+    "ReportCancelled", "ReportErred", "ReportFinished", "ReportMoved", "ReportWaiting",
+    "SchedulerState",
     "Task", "TaskErred", "TaskFinished", "TaskRejected", "TaskSpec", "TaskState",
     "TasksSubmitted", "Tick", "WorkerHeartbeat", "WorkerInfo", "WorkerJoined", "WorkerLeft",
 ]

@@ -80,6 +80,16 @@ class ReportFinished:
 
 
 @_frozen
+class ReportMoved:
+    """The result of ``key``, already reported finished, is now held by ``who_has``: it was
+    lost with a worker and computed again. Not a second end: the clients' fetches go there."""
+
+    key: str
+    clients: tuple[str, ...]
+    who_has: tuple[str, ...]
+
+
+@_frozen
 class ReportErred:
     """``key`` failed for good.
 
@@ -132,11 +142,11 @@ class Log:
 DEBUG, INFO, WARNING = 10, 20, 30
 
 Action = Union[
-    Execute, CancelTask, FreeResults, CloseWorker, ReportFinished, ReportErred,
+    Execute, CancelTask, FreeResults, CloseWorker, ReportFinished, ReportMoved, ReportErred,
     ReportCancelled, ReportWaiting, Log,
 ]
 
 __all__ = [
     "Action", "CancelTask", "CloseWorker", "Execute", "FreeResults", "Log", "NO_INPUTS",
-    "ReportCancelled", "ReportErred", "ReportFinished", "ReportWaiting",
+    "ReportCancelled", "ReportErred", "ReportFinished", "ReportMoved", "ReportWaiting",
 ]

@@ -15,7 +15,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Iterable
 
 from ..resources import EMPTY, Resources
-from .actions import INFO, ReportCancelled, ReportErred, ReportFinished
+from .actions import INFO, ReportCancelled, ReportErred, ReportFinished, ReportMoved
 from .events import TaskSpec
 from .queue import ShapeQueue
 from .task import (
@@ -293,6 +293,9 @@ class Lifecycle(_Base):
 
     def _report_end(self, t: Task) -> None:
         if t.reported:
+            if t.state is MEMORY and t.wanted_by:  # recomputed after a loss: say where now
+                self._actions.append(ReportMoved(key=t.key, clients=t.wanted_by,
+                                                 who_has=tuple(t.who_has or ())))
             return
         t.reported = True
         state = t.state

@@ -198,7 +198,8 @@ class Scheduler:
         try:
             if kind == "submit":
                 if self.draining:
-                    comm.write_nowait({"op": "error", "id": op.get("id"),
+                    keys = [task.get("key") for task in op.get("tasks", ()) if isinstance(task, dict)]
+                    comm.write_nowait({"op": "error", "id": op.get("id"), "keys": keys,
                                        "reason": "the scheduler is draining and takes no work"})
                     return
                 tasks = tuple(_task_spec(task) for task in op["tasks"])
@@ -240,6 +241,9 @@ class Scheduler:
         elif kind is act.ReportFinished:
             self._to_clients(action.clients, {"op": "task-finished", "key": action.key,
                                               "nbytes": action.nbytes,
+                                              "who_has": list(action.who_has)})
+        elif kind is act.ReportMoved:
+            self._to_clients(action.clients, {"op": "task-finished", "key": action.key,
                                               "who_has": list(action.who_has)})
         elif kind is act.Log:
             logger.log(action.level, action.msg, *action.args)

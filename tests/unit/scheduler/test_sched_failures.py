@@ -5,7 +5,7 @@ from __future__ import annotations
 from sched_story import Story, addr, started, task
 
 from dsched.scheduler import (
-    CloseWorker, MissingData, ReportErred, ReportWaiting, TaskFinished, TaskRejected,
+    CloseWorker, MissingData, ReportErred, ReportMoved, ReportWaiting, TaskFinished, TaskRejected,
     WorkerHeartbeat,
 )
 
@@ -111,7 +111,7 @@ def test_only_tasks_executing_on_the_dead_worker_count_the_death():
     assert s.state.tasks["prefetched"].deaths == 0
 
 
-def test_lost_results_still_wanted_are_recomputed_and_not_reported_twice():
+def test_lost_results_still_wanted_are_recomputed_and_their_new_place_reported():
     s = Story()
     s.worker("a")
     s.submit(task("x"))
@@ -119,7 +119,8 @@ def test_lost_results_still_wanted_are_recomputed_and_not_reported_twice():
     s.worker("b")
     actions = s.leave("a")
     assert started(actions) == [("x", "b")]
-    assert s.finish("x") == []  # the client was told once already
+    # Not a second end, but the client must learn where to fetch the result now.
+    assert s.finish("x") == [ReportMoved(key="x", clients=("c",), who_has=(addr("b"),))]
     assert s.state.tasks["x"].who_has == {addr("b"): None}
 
 

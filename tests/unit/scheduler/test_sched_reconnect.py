@@ -3,7 +3,7 @@
 from sched_story import Story, addr, started, task
 
 from dsched.resources import Resources
-from dsched.scheduler import CancelTask, FreeResults, ReportFinished, WorkerJoined
+from dsched.scheduler import CancelTask, FreeResults, ReportFinished, ReportMoved, WorkerJoined
 
 
 def rejoin(story, name, nthreads=1, resources=None, held=(), running=()):
@@ -67,3 +67,5 @@ def test_an_adopted_result_is_reported_once():
     story.leave("a")
     actions = rejoin(story, "a", held=[("x", 3)])
     assert not [a for a in actions if isinstance(a, ReportFinished)]
+    assert ReportMoved(key="x", clients=("c",), who_has=(addr("a"),)) in actions
+

@@ -1,0 +1,267 @@
+"""What a client sees when things go wrong: task exceptions with their remote tracebacks,
+retries, cancellation (queued, running, and the dependents), and clear errors for a bad
+address, a wrong token, a bad resource spec, and a scheduler that dies.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+
+import cloudpickle
+import psutil
+import pytest
+
+from conftest import Daemons, wait_until
+from dsched import CancelledError, Client, ResourceSpecError, SchedulerLostError, wait
+from dsched.auth import generate_token
+from dsched.errors import AuthenticationError
+from dsched.serialize import RemoteTraceback, TaskError
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class CustomError(Exception):
+    pass
+
+
+class Unpicklable(Exception):
+    def __init__(self):
+        super().__init__("holds a lock")
+        self.lock = threading.Lock()
+
+
+def fail(kind, message):
+    raise kind(message)
+
+
+def raise_unpicklable():
+    raise Unpicklable()
+
+
+def inc(x):
+    return x + 1
+
+
+def wait_for(path, value=None, timeout=60.0):
+    """Return ``value`` once ``path`` exists (the test creates it to let the task end)."""
+    import os
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.01)
+    return value
+
+
+def mark_and_wait(marker, gate):
+    """Say which process runs this (write the pid to ``marker``), then wait for ``gate``."""
+    import os
+
+    with open(marker, "w") as f:
+        f.write(str(os.getpid()))
+    return wait_for(gate, "done")
+
+
+def touch(path):
+    open(path, "w").close()
+
+
+def flaky(path, failures):
+    """Fail the first ``failures`` times it runs (counted in ``path``), then succeed."""
+    with open(path, "a") as f:
+        f.write("x")
+    with open(path) as f:
+        attempts = len(f.read())
+    if attempts <= failures:
+        raise RuntimeError(f"attempt {attempts} fails")
+    return attempts
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    daemons = Daemons(tmp_path_factory.mktemp("cluster"))
+    try:
+        daemons.scheduler()
+        daemons.worker("--name", "a", "--nthreads", "2", "--resources", "GPU=2")
+        daemons.worker("--name", "b", "--nthreads", "2", "--gpus", "none")
+        yield daemons
+    finally:
+        daemons.stop()
+
+
+@pytest.fixture
+def client(cluster):
+    with Client(cluster.address, token=cluster.token) as client:
+        client.wait_for_workers(2, timeout=30)
+        yield client
+
+
+def task_counts(client) -> dict:
+    return client.scheduler_info()["tasks"]
+
+
+# -- exceptions ---------------------------------------------------------------------------------
+
+def test_result_raises_the_tasks_exception_with_its_remote_traceback(client):
+    future = client.submit(fail, ValueError, "bad value")
+    with pytest.raises(ValueError, match="bad value") as raised:
+        future.result(timeout=30)
+    cause = raised.value.__cause__
+    assert isinstance(cause, RemoteTraceback)
+    assert "in fail" in cause.text and "raise kind(message)" in cause.text
+    assert future.status == "error"
+    assert isinstance(future.exception(), ValueError)
+    assert "ValueError: bad value" in future.traceback()
+
+
+def test_exceptions_of_the_users_own_types_and_from_gpu_processes(client):
+    with pytest.raises(CustomError, match="mine"):
+        client.submit(fail, CustomError, "mine").result(timeout=30)
+    on_gpu = client.submit(fail, KeyError, "in a child", resources={"GPU": 1})
+    with pytest.raises(KeyError, match="in a child") as raised:
+        on_gpu.result(timeout=30)
+    assert "in fail" in raised.value.__cause__.text
+
+
+def test_an_exception_that_cannot_be_pickled_is_named(client):
+    with pytest.raises(TaskError, match="Unpicklable: holds a lock") as raised:
+        client.submit(raise_unpicklable).result(timeout=30)
+    assert "raise_unpicklable" in raised.value.__cause__.text
+
+
+def test_dependents_of_a_failed_task_fail_with_its_exception(client):
+    failed = client.submit(fail, ZeroDivisionError, "root cause")
+    dependent = client.submit(inc, failed)
+    with pytest.raises(ZeroDivisionError, match="root cause"):
+        dependent.result(timeout=30)
+
+
+def test_gather_raises_the_first_error_or_skips_failures(client):
+    good, bad = client.submit(inc, 1), client.submit(fail, ValueError, "no")
+    with pytest.raises(ValueError):
+        client.gather([good, bad], timeout=30)
+    assert client.gather([good, bad, good], errors="skip", timeout=30) == [2, 2]
+
+
+def test_retries_rerun_a_failing_task(client, tmp_path):
+    assert client.submit(flaky, str(tmp_path / "a"), 2, retries=2).result(timeout=30) == 3
+    with pytest.raises(RuntimeError, match="attempt 2 fails"):
+        client.submit(flaky, str(tmp_path / "b"), 2, retries=1).result(timeout=30)
+
+
+# -- cancellation ----------------------------------------------------------------------------
+
+def test_cancelling_a_queued_task_cancels_its_dependents_and_it_never_runs(client, tmp_path):
+    gate, marker = tmp_path / "gate", tmp_path / "ran"
+    blockers = [client.submit(wait_for, str(gate), i, resources={"GPU": 1}) for i in range(2)]
+    try:
+        wait_until(lambda: task_counts(client).get("processing") == 2, 30,
+                   what="both GPUs busy")
+        queued = client.submit(touch, str(marker), resources={"GPU": 1})
+        dependent = client.submit(inc, queued)
+        wait_until(lambda: task_counts(client).get("queued") == 1, 30, what="a queued task")
+        queued.cancel()
+        assert queued.cancelled()
+        with pytest.raises(CancelledError):
+            queued.result()
+        wait([dependent], timeout=30)
+        assert dependent.cancelled()
+        assert "cancelled" in str(dependent.exception())
+    finally:
+        gate.touch()
+    assert client.gather(blockers, timeout=30) == [0, 1]
+    assert client.submit(inc, 1, resources={"GPU": 1}).result(timeout=30) == 2
+    assert not marker.exists()
+
+
+def test_cancelling_a_running_gpu_task_kills_its_process(client, tmp_path):
+    gate, marker = tmp_path / "gate", tmp_path / "pid"
+    running = client.submit(mark_and_wait, str(marker), str(gate), resources={"GPU": 1})
+    dependent = client.submit(inc, running)
+    try:
+        wait_until(lambda: marker.exists() and marker.read_text(), 30, what="the task starts")
+        pid = int(marker.read_text())
+        running.cancel()
+        assert running.cancelled()
+        wait_until(lambda: not psutil.pid_exists(pid)
+                   or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 30,
+                   what="the task's process killed")
+        wait([dependent], timeout=30)
+        assert dependent.cancelled()
+    finally:
+        gate.touch()
+    assert client.submit(inc, 2, resources={"GPU": 2}).result(timeout=30) == 3  # both free
+
+
+def test_cancelling_a_running_thread_task_ends_its_future(client, tmp_path):
+    gate, marker = tmp_path / "gate", tmp_path / "pid"
+    running = client.submit(mark_and_wait, str(marker), str(gate), workers="b")
+    dependent = client.submit(inc, running)
+    try:
+        wait_until(marker.exists, 30, what="the task starts")
+        client.cancel([running])
+        assert running.cancelled()
+        wait([dependent], timeout=30)
+        assert dependent.cancelled()
+    finally:
+        gate.touch()
+
+
+# -- clear errors -----------------------------------------------------------------------------
+
+def test_an_invalid_resource_spec_fails_at_submit_and_sends_nothing(client):
+    wait_until(lambda: not task_counts(client), 30, what="an idle scheduler")
+    for bad in ({"GPU": -1}, {"GPU": "two"}, "GPU", 7):
+        with pytest.raises(ResourceSpecError):
+            client.submit(inc, 1, resources=bad)
+        with pytest.raises(ResourceSpecError):
+            client.map(inc, range(3), resources=bad)
+    assert task_counts(client) == {}
+    assert client.submit(inc, 1).result(timeout=30) == 2
+
+
+def test_connecting_to_nothing_names_the_address_quickly():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    start = time.monotonic()
+    with pytest.raises(OSError, match=f"scheduler at {address}"):
+        Client(address, token=generate_token())
+    assert time.monotonic() - start < 5
+
+
+def test_a_wrong_token_is_an_authentication_error(cluster):
+    with pytest.raises(AuthenticationError, match="refused this client's token"):
+        Client(cluster.address, token=generate_token())
+
+
+def test_pending_futures_fail_when_the_scheduler_dies(daemons, tmp_path):
+    gate = tmp_path / "gate"
+    daemons.scheduler()
+    daemons.worker("--nthreads", "1", "--gpus", "none")
+    client = daemons.client()
+    daemons.wait_for_workers(client, 1)
+    try:
+        running = client.submit(wait_for, str(gate))
+        waiting = client.submit(inc, running)
+        wait_until(lambda: client.scheduler_info()["tasks"].get("processing") == 1, 30,
+                   what="the task running")
+        daemons.scheduler_process.kill()
+        with pytest.raises(SchedulerLostError, match="lost the scheduler"):
+            running.result(timeout=30)
+        with pytest.raises(SchedulerLostError):
+            waiting.result(timeout=30)
+        assert running.status == "lost"
+        with pytest.raises(SchedulerLostError):
+            client.submit(inc, 1)
+        with pytest.raises(SchedulerLostError):
+            client.scheduler_info()
+    finally:
+        gate.touch()
+    client.close()
+    assert client.status == "closed"

@@ -1,0 +1,143 @@
+"""How a call becomes a task message: options, keys, arguments and dependencies (no network)."""
+
+import pickle
+
+import cloudpickle
+import pytest
+
+from dsched import annotate
+from dsched.client.submission import KeyMaker, TaskBuilder, map_keys, task_options
+from dsched.errors import ResourceSpecError
+from dsched.resources import Resources
+from dsched.serialize import TaskRef
+
+
+class FakeFuture:
+    def __init__(self, key):
+        self.key = key
+
+
+def is_future(value):
+    return isinstance(value, FakeFuture)
+
+
+def builder(fn=max, options=None, **kwargs):
+    return TaskBuilder(fn, options or {}, is_future, KeyMaker(), **kwargs)
+
+
+def arguments(task):
+    return cloudpickle.loads(task["spec"][1])
+
+
+# -- options ---------------------------------------------------------------------------------
+
+def test_defaults_are_left_out_of_the_message():
+    assert task_options() == {}
+
+
+def test_explicit_options_are_checked_and_sent_in_fixed_point_units():
+    options = task_options(resources={"GPU": 1, "MEMORY": 70e9}, priority=5, retries=2,
+                           workers="gpu-a")
+    assert options == {"resources": Resources.parse("GPU=1 MEMORY=70e9").to_wire(),
+                       "priority": 5, "retries": 2, "workers": ["gpu-a"]}
+
+
+@pytest.mark.parametrize("bad", [{"GPU": -1}, {"GPU": "x"}, "GPU", 3, {"": 1}])
+def test_an_invalid_resource_spec_raises_before_anything_is_built(bad):
+    with pytest.raises(ResourceSpecError):
+        task_options(resources=bad)
+
+
+@pytest.mark.parametrize("kwargs", [{"priority": "high"}, {"priority": 1.5}, {"retries": -1},
+                                    {"retries": True}, {"workers": []}, {"workers": [1]}])
+def test_invalid_options_raise(kwargs):
+    with pytest.raises((TypeError, ValueError)):
+        task_options(**kwargs)
+
+
+def test_annotations_apply_and_explicit_arguments_win():
+    with annotate(resources={"GPU": 1}, priority=3, retries=1, workers=["a"]):
+        assert task_options() == {"resources": Resources.parse("GPU=1").to_wire(),
+                                  "priority": 3, "retries": 1, "workers": ["a"]}
+        explicit = task_options(resources={"MEMORY": 1}, priority=0, retries=0, workers="b")
+    assert explicit == {"resources": Resources.parse("MEMORY=1").to_wire(), "workers": ["b"]}
+
+
+def test_nested_annotations_merge_resources():
+    with annotate(resources={"GPU": 1}, priority=1):
+        with annotate(resources={"MEMORY": 70e9}):
+            options = task_options()
+    assert options == {"resources": Resources.parse("GPU=1 MEMORY=70e9").to_wire(),
+                       "priority": 1}
+
+
+# -- keys --------------------------------------------------------------------------------------
+
+def test_pure_calls_get_the_same_key_and_impure_ones_a_new_one():
+    b = builder()
+    assert b.build((1, 2), {})["key"] == b.build((1, 2), {})["key"]
+    assert b.build((1, 2), {})["key"] != b.build((1, 3), {})["key"]
+    assert b.build((1, 2), {}, pure=False)["key"] != b.build((1, 2), {}, pure=False)["key"]
+    assert b.build((1, 2), {})["key"].startswith("max-")
+
+
+def test_options_are_part_of_a_pure_key():
+    plain = builder().build((1,), {})["key"]
+    on_gpu = builder(options=task_options(resources={"GPU": 1})).build((1,), {})["key"]
+    assert plain != on_gpu
+
+
+def test_explicit_keys_and_prefixes():
+    assert builder().build((1,), {}, key="mine")["key"] == "mine"
+    assert builder(prefix="load").build((1,), {})["key"].startswith("load-")
+    assert builder(lambda: 1).build((), {})["key"].startswith("lambda-")
+    with pytest.raises(TypeError):
+        builder().build((1,), {}, key=5)
+
+
+def test_map_keys():
+    assert map_keys(None, 3) is None
+    assert map_keys("load", 3) == "load"
+    assert map_keys(iter(["a", "b"]), 2) == ["a", "b"]
+    with pytest.raises(ValueError, match="2 keys for 3 calls"):
+        map_keys(["a", "b"], 3)
+
+
+def test_unique_keys_do_not_repeat():
+    keys = KeyMaker()
+    assert len({keys.unique("f") for _ in range(1000)}) == 1000
+
+
+# -- arguments and dependencies ----------------------------------------------------------------
+
+def test_futures_anywhere_in_the_arguments_become_refs_and_dependencies():
+    x, y, z = FakeFuture("x"), FakeFuture("y"), FakeFuture("z")
+    task = builder().build(([x, (y, 1)], {"k": {z}}), {"w": {"deep": [x]}})
+    assert sorted(task["dependencies"]) == ["x", "y", "z"]
+    args, kwargs = arguments(task)
+    assert args == ([TaskRef("x"), (TaskRef("y"), 1)], {"k": {TaskRef("z")}})
+    assert kwargs == {"w": {"deep": [TaskRef("x")]}}
+
+
+def test_plain_arguments_take_the_standard_pickler_and_others_cloudpickle():
+    plain = builder().build((1, "a", [2.5, None], {"k": b"v"}), {"n": 3})
+    assert pickle.loads(plain["spec"][1]) == ((1, "a", [2.5, None], {"k": b"v"}), {"n": 3})
+    square = builder().build((lambda v: v * v,), {})  # needs cloudpickle: a lambda by value
+    (fn,), _ = arguments(square)
+    assert fn(3) == 9
+
+
+def test_a_task_without_futures_has_no_dependencies_field():
+    assert "dependencies" not in builder().build((1,), {})
+
+
+def test_the_function_is_pickled_once_per_builder():
+    b = builder(lambda v: v + 1)
+    tasks = [b.build((i,), {}) for i in range(3)]
+    assert all(task["spec"][0] is tasks[0]["spec"][0] for task in tasks)
+    assert cloudpickle.loads(tasks[0]["spec"][0])(1) == 2
+
+
+def test_not_callable():
+    with pytest.raises(TypeError, match="callable"):
+        builder(fn=5)
