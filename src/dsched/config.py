@@ -67,6 +67,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "worker": {
         "scheduler_address": None,  # used when sched-worker is given no address
+        "host": "0.0.0.0",  # interface of the port that serves results to peers and clients
+        "port": 0,  # that port; 0 = any free one
         "resources": {},  # open table of case-sensitive names: {"GPU": 2, "MEMORY": 1e11}
         "nthreads": None,  # None = the CPUs this process may run on
         "nworkers": 1,  # worker processes under one nanny, each with all of `resources`

@@ -118,7 +118,8 @@ KINDS: dict[str, dict[str, Any]] = {
         "prefetch": _integer(0), "log_level": _log_level,
     },
     "worker": {
-        "scheduler_address": _nullable(_text), "resources": resource_table,
+        "scheduler_address": _nullable(_text), "host": _text, "port": _PORT,
+        "resources": resource_table,
         "nthreads": _nullable(_integer(1)), "nworkers": _integer(1), "name": _nullable(_text),
         "gpus": _gpus, "memory_limit": _nullable(_memory_limit),
         "local_directory": _nullable(_path), "heartbeat_interval": _seconds,

@@ -76,7 +76,7 @@ class Daemons:
                **popen) -> subprocess.Popen:
         process = subprocess.Popen(
             [sys.executable, "-m", "dsched.cli.worker", address or self.address,
-             "--log-level", "info", *args],
+             "--host", "127.0.0.1", "--log-level", "info", *args],
             env={**self.env, **(env or {})}, **popen,
         )
         self.processes.append(process)

@@ -32,6 +32,12 @@ def run_worker(cfg: dict) -> int:
               help="Worker processes under one nanny, each with all the resources given "
               f"[worker.nworkers; default {default_of('worker.nworkers')}].")
 @click.option("--name", help="Worker name [worker.name; default: from host and port].")
+@click.option("--host", metavar="HOST",
+              help="Interface of the port serving results to peers and clients "
+              f"[worker.host; default {default_of('worker.host')}].")
+@click.option("--port", type=click.IntRange(0, 65535),
+              help="That port, 0 for any free one "
+              f"[worker.port; default {default_of('worker.port')}].")
 @click.option("--gpus", type=ConfigValue("worker.gpus", "auto|none|0,1,..."),
               help="GPUs to use: auto (found by NVML), none, or device indices or UUIDs "
               f"[worker.gpus; default {default_of('worker.gpus')}].")

@@ -111,7 +111,7 @@ class LocalCluster:
         index = len(self.workers)
         command = [sys.executable, "-m", "dsched.cli.worker", self.scheduler_address,
                    "--nthreads", str(nthreads or self.threads_per_worker),
-                   "--name", name or f"local-{index}", "--gpus", self.gpus,
+                   "--name", name or f"local-{index}", "--gpus", self.gpus, "--host", "127.0.0.1",
                    "--log-level", self.log_level, "--resources", str(spec)]
         process = subprocess.Popen(command, env=self._env)
         self.workers.append(process)

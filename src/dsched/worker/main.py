@@ -81,7 +81,8 @@ def _run_one(cfg: dict, devices) -> int:
         scheduler_address=w["scheduler_address"],
         token=load_token(token_file=w["token_file"]),
         nthreads=w["nthreads"] or default_nthreads(), resources=resources, gpus=used,
-        ledger_indices=indices if devices else None, name=w["name"],
+        ledger_indices=indices if devices else None, name=w["name"], host=w["host"],
+        port=w["port"],
         memory_limit=memory_limit(w["memory_limit"], 1),
         local_directory=w["local_directory"], heartbeat_interval=w["heartbeat_interval"],
         reconnect_min=w["reconnect_backoff_min"], reconnect_max=w["reconnect_backoff_max"],
@@ -123,7 +124,9 @@ def _run_nanny(cfg: dict, devices) -> int:
     for i, share in enumerate(shares):
         command = [sys.executable, "-m", "dsched.cli.worker", w["scheduler_address"],
                    "--nworkers", "1", "--gpus", gpus_option(share) if devices else "none",
-                   "--log-level", w["log_level"]]
+                   "--log-level", w["log_level"], "--host", w["host"],
+                   # A fixed port is the first of a range: process i serves on port + i.
+                   "--port", str(w["port"] + i if w["port"] else 0)]
         resources = Resources.parse(w["resources"])
         if resources:
             command += ["--resources", str(resources)]
