@@ -48,3 +48,20 @@ class CommClosedError(SchedError, ConnectionError):
     def __init__(self, reason: str = "connection closed"):
         super().__init__(reason)
         self.reason = reason
+
+
+class SchedulerLostError(SchedError):
+    """The connection to the scheduler ended while tasks were pending."""
+
+
+class TaskFailedError(SchedError):
+    """A task ended without an exception of its own: the workers running it kept dying
+    (``error == "killed_worker"``), no worker could run it (``"no_worker"``), or its
+    dependencies were unknown or formed a cycle."""
+
+    def __init__(self, message: str, error: str = ""):
+        super().__init__(message)
+        self.error = error
+
+    def __reduce__(self):
+        return (TaskFailedError, (str(self), self.error))

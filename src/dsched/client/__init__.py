@@ -2,7 +2,8 @@
 
 from .annotate import annotate
 from .blocking import Client
-from .client import AsyncClient, SchedulerLostError, TaskFailedError
+from ..errors import SchedulerLostError, TaskFailedError
+from .client import AsyncClient
 from .cluster import LocalCluster
 from .future import CancelledError, Future
 from .waiting import ALL_COMPLETED, FIRST_COMPLETED, as_completed, progress, wait

@@ -22,32 +22,16 @@ from typing import Any, Callable, Iterable
 from .. import config, serialize
 from ..auth import load_token
 from ..comm import Comm, connect
-from ..errors import AuthenticationError, CommClosedError, SchedError
+from ..errors import AuthenticationError, CommClosedError, SchedError, SchedulerLostError
 from ..peers import PeerPool
 from .future import PENDING, Future, FutureState, FutureStatus
+from .reports import TASK_REPORTS, apply_task_report
 from .results import MISSING, fetch_results, substitute_present, wait_all
 from .submission import KeyMaker, TaskBuilder, map_keys, task_options
 
 logger = logging.getLogger("dsched.client")
 
 FINISHED = FutureStatus.finished
-
-
-class SchedulerLostError(SchedError):
-    """The connection to the scheduler ended while tasks were pending."""
-
-
-class TaskFailedError(SchedError):
-    """A task ended without an exception of its own: the workers running it kept dying
-    (``error == "killed_worker"``), no worker could run it (``"no_worker"``), or its
-    dependencies were unknown or formed a cycle."""
-
-    def __init__(self, message: str, error: str = ""):
-        super().__init__(message)
-        self.error = error
-
-    def __reduce__(self):
-        return (TaskFailedError, (str(self), self.error))
 
 
 def resolve_token(token: str | None, token_file: str | None) -> str:
@@ -341,32 +325,8 @@ class AsyncClient:
 
     def _on_op(self, op: dict) -> None:
         kind = op.get("op")
-        if kind == "task-finished":
-            state = self._states.get(op["key"])
-            if state is not None:
-                state.who_has = op.get("who_has") or ()
-                state.finish(FINISHED)
-        elif kind == "task-erred":
-            state = self._states.get(op["key"])
-            if state is not None:
-                text, error = op.get("text") or "", op.get("error") or ""
-                if op.get("exception"):
-                    state.error_from_payload(op["exception"], text, error)
-                else:
-                    state.finish(FutureStatus.error, exception=TaskFailedError(text, error),
-                                 traceback=None, reason=error)
-        elif kind == "task-cancelled":
-            state = self._states.get(op["key"])
-            if state is not None:
-                state.finish(FutureStatus.cancelled, reason=op.get("reason") or "")
-        elif kind == "task-waiting":
-            reason = op.get("reason") or ""
-            for key in op.get("keys", ()):
-                state = self._states.get(key)
-                if state is not None:
-                    state.reason = reason
-            if reason:
-                logger.warning("%d task(s) cannot run yet: %s", len(op.get("keys", ())), reason)
+        if kind in TASK_REPORTS:
+            apply_task_report(self._states, op)
         elif op.get("id") is not None and op["id"] in self._requests:
             request = self._requests.pop(op["id"])
             if not request.done():
