@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -44,6 +45,7 @@ class Daemons:
         }
         self.env.pop("SCHED_CONFIG", None)
         self.processes: list[subprocess.Popen] = []
+        self.workers: list[subprocess.Popen] = []
         self._clients: list = []
 
     def scheduler(self, *args: str, env: dict | None = None, timeout: float = 30.0,
@@ -80,6 +82,7 @@ class Daemons:
             env={**self.env, **(env or {})}, **popen,
         )
         self.processes.append(process)
+        self.workers.append(process)
         return process
 
     def client(self, **kwargs):
@@ -112,6 +115,42 @@ class Daemons:
                 process.wait()
             if process.stdout:
                 process.stdout.close()
+
+
+#: The cluster a test module gets from the ``cluster`` fixture, unless it sets CLUSTER_WORKERS.
+TWO_WORKERS = (("--name", "a", "--nthreads", "2", "--resources", "GPU=2"),
+               ("--name", "b", "--nthreads", "2", "--gpus", "none"))
+
+
+@contextmanager
+def running_cluster(tmp_path, workers):
+    """A scheduler and one worker per argument list, stopped at the end."""
+    daemons = Daemons(tmp_path)
+    try:
+        daemons.scheduler()
+        for args in workers:
+            daemons.worker(*args)
+        yield daemons
+    finally:
+        daemons.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(request, tmp_path_factory):
+    """One cluster shared by a module's tests: its ``CLUSTER_WORKERS``, else TWO_WORKERS."""
+    workers = getattr(request.module, "CLUSTER_WORKERS", TWO_WORKERS)
+    with running_cluster(tmp_path_factory.mktemp("cluster"), workers) as daemons:
+        yield daemons
+
+
+@pytest.fixture
+def client(cluster):
+    """A client of the module's cluster, once all its workers have registered."""
+    from dsched import Client
+
+    with Client(cluster.address, token=cluster.token) as client:
+        client.wait_for_workers(len(cluster.workers), timeout=30)
+        yield client
 
 
 @pytest.fixture

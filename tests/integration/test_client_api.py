@@ -15,7 +15,7 @@ import cloudpickle
 import pytest
 
 import dsched
-from conftest import Daemons, wait_until
+from conftest import wait_until
 from dsched import AsyncClient, Client, as_completed, wait
 from dsched.peers import PeerPool
 
@@ -42,25 +42,6 @@ def describe(value):
 
 def payload(nbytes):
     return b"x" * nbytes
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    daemons = Daemons(tmp_path_factory.mktemp("cluster"))
-    try:
-        daemons.scheduler()
-        daemons.worker("--name", "a", "--nthreads", "2", "--resources", "GPU=2")
-        daemons.worker("--name", "b", "--nthreads", "2", "--gpus", "none")
-        yield daemons
-    finally:
-        daemons.stop()
-
-
-@pytest.fixture
-def client(cluster):
-    with Client(cluster.address, token=cluster.token) as client:
-        client.wait_for_workers(2, timeout=30)
-        yield client
 
 
 def task_counts(client) -> dict:

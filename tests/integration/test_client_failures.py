@@ -14,7 +14,7 @@ import cloudpickle
 import psutil
 import pytest
 
-from conftest import Daemons, wait_until
+from conftest import wait_until
 from dsched import CancelledError, Client, ResourceSpecError, SchedulerLostError, wait
 from dsched.auth import generate_token
 from dsched.errors import AuthenticationError
@@ -80,25 +80,6 @@ def flaky(path, failures):
     if attempts <= failures:
         raise RuntimeError(f"attempt {attempts} fails")
     return attempts
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    daemons = Daemons(tmp_path_factory.mktemp("cluster"))
-    try:
-        daemons.scheduler()
-        daemons.worker("--name", "a", "--nthreads", "2", "--resources", "GPU=2")
-        daemons.worker("--name", "b", "--nthreads", "2", "--gpus", "none")
-        yield daemons
-    finally:
-        daemons.stop()
-
-
-@pytest.fixture
-def client(cluster):
-    with Client(cluster.address, token=cluster.token) as client:
-        client.wait_for_workers(2, timeout=30)
-        yield client
 
 
 def task_counts(client) -> dict:

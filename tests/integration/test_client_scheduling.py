@@ -9,8 +9,8 @@ import cloudpickle
 import pytest
 
 import dsched
-from conftest import Daemons, wait_until
-from dsched import FIRST_COMPLETED, Client, as_completed, progress, wait
+from conftest import wait_until
+from dsched import FIRST_COMPLETED, as_completed, progress, wait
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -45,26 +45,12 @@ def record(path, tag):
     return tag
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    daemons = Daemons(tmp_path_factory.mktemp("cluster"))
-    try:
-        daemons.scheduler()
-        daemons.worker("--name", "a", "--nthreads", "2", "--gpus", "none")
-        daemons.worker("--name", "b", "--nthreads", "2", "--gpus", "none")
-        # One thread and one "slot": tasks needing the slot run one at a time, in queue order.
-        daemons.worker("--name", "serial", "--nthreads", "1", "--resources", "slot=1",
-                       "--gpus", "none")
-        yield daemons
-    finally:
-        daemons.stop()
-
-
-@pytest.fixture
-def client(cluster):
-    with Client(cluster.address, token=cluster.token) as client:
-        client.wait_for_workers(3, timeout=30)
-        yield client
+CLUSTER_WORKERS = (
+    ("--name", "a", "--nthreads", "2", "--gpus", "none"),
+    ("--name", "b", "--nthreads", "2", "--gpus", "none"),
+    # One thread and one "slot": tasks needing the slot run one at a time, in queue order.
+    ("--name", "serial", "--nthreads", "1", "--resources", "slot=1", "--gpus", "none"),
+)
 
 
 def test_a_dependency_chain_alternating_between_workers(client):

@@ -14,33 +14,7 @@ import threading
 import pytest
 
 from dsched import CancelledError
-from dsched.client.client import AsyncClient
 from dsched.serialize import RemoteTraceback, dumps_exception
-
-
-class FakeComm:
-    closed = False
-
-    def __init__(self):
-        self.ops = []
-
-    def write_nowait(self, op):
-        self.ops.append(op)
-
-
-@pytest.fixture
-def client():
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    client = AsyncClient("127.0.0.1:1", token="t")
-    client.loop, client.comm, client.status = loop, FakeComm(), "running"
-    client.asynchronous = False
-    yield client
-    client.status = "closed"
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
-    loop.close()
 
 
 def on_loop(client, fn=lambda: None, *args):

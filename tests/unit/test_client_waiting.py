@@ -2,34 +2,10 @@
 
 import asyncio
 import io
-import threading
 
 import pytest
 
 from dsched import FIRST_COMPLETED, as_completed, progress, wait
-from dsched.client.client import AsyncClient
-
-
-class FakeComm:
-    closed = False
-
-    def write_nowait(self, op):
-        pass
-
-
-@pytest.fixture
-def client():
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    client = AsyncClient("127.0.0.1:1", token="t")
-    client.loop, client.comm, client.status = loop, FakeComm(), "running"
-    client.asynchronous = False
-    yield client
-    client.status = "closed"
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
-    loop.close()
 
 
 def inc(x):
