@@ -42,7 +42,7 @@ def free_port() -> int:
 
 def test_heartbeats_bring_cpu_and_memory_to_the_scheduler(daemons):
     daemons.scheduler()
-    daemons.worker(env=FAST)
+    daemons.worker("--memory-limit", "4GiB", env=FAST)
     client = daemons.client()
     daemons.wait_for_workers(client, 1)
 
@@ -53,6 +53,7 @@ def test_heartbeats_bring_cpu_and_memory_to_the_scheduler(daemons):
 
     found = wait_until(metrics, 5, what="a heartbeat with cpu and memory")
     assert found["memory"] > 0 and found["cpu"] >= 0
+    assert found["memory_limit"] == 4 * 2**30
 
 
 def test_sigterm_lets_the_running_task_finish_and_report_then_exits_0(daemons, tmp_path):

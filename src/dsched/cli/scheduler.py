@@ -27,7 +27,8 @@ def run_scheduler(cfg: dict) -> int:
               help="Port for workers and clients, 0 for any free one "
               f"[scheduler.port; default {default_of('scheduler.port')}].")
 @click.option("--dashboard-port", type=click.IntRange(0, 65535),
-              help="Port of the dashboard, API and metrics "
+              help="Port of the dashboard, API and metrics (reserved: the dashboard is not "
+              "built yet) "
               f"[scheduler.dashboard_port; default {default_of('scheduler.dashboard_port')}].")
 @click.option("--token-file", metavar="FILE",
               help="Shared token file; created (mode 0600) when missing "

@@ -42,7 +42,8 @@ def run_worker(cfg: dict) -> int:
               help="GPUs to use: auto (found by NVML), none, or device indices or UUIDs "
               f"[worker.gpus; default {default_of('worker.gpus')}].")
 @click.option("--memory-limit", type=ConfigValue("worker.memory_limit", "auto|none|SIZE|FRACTION"),
-              help="Memory limit: auto, none, bytes ('4GiB') or a fraction of the machine's "
+              help="Memory limit, reported to the scheduler (not yet enforced): auto, none, "
+              "bytes ('4GiB') or a fraction of the machine's "
               f"[worker.memory_limit; default {default_of('worker.memory_limit')}].")
 @click.option("--local-directory", metavar="DIR",
               help="Scratch directory [worker.local_directory; default: under the temp dir].")

@@ -277,7 +277,8 @@ class Worker:
             usage = await asyncio.get_running_loop().run_in_executor(None, gpu_usage, indices)
             self.scheduler.write_nowait({
                 "op": "heartbeat", "cpu": process.cpu_percent(),
-                "memory": process.memory_info().rss, "gpus": [vars(u) for u in usage],
+                "memory": process.memory_info().rss, "memory_limit": self.settings.memory_limit,
+                "gpus": [vars(u) for u in usage],
                 "executing": self.settings.nthreads - self.state.free_threads,
             })
 
