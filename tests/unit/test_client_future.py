@@ -217,3 +217,12 @@ def test_a_refused_submit_fails_the_futures_it_names(client):
     report(client, op="error", id=None, reason="the scheduler is draining", keys=[future.key])
     with pytest.raises(SchedError, match="draining"):
         future.result(timeout=5)
+
+
+def test_a_waiting_reason_reaches_the_future_and_clears_when_it_can_run(client):
+    future = client.submit(inc, 1)
+    reason = "no worker offers the resource 'TPU'"
+    report(client, op="task-waiting", keys=[future.key], reason=reason)
+    assert future.reason == reason and future.status == "pending"
+    report(client, op="task-waiting", keys=[future.key], reason=None)
+    assert future.reason == ""

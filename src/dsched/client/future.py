@@ -170,6 +170,13 @@ class Future:
         return self._state.status.value
 
     @property
+    def reason(self) -> str:
+        """Why a pending task cannot run yet (no workers, a resource no worker has, more than
+        any worker offers), or why it failed or was cancelled; ``""`` when there is nothing
+        to say."""
+        return self._state.reason
+
+    @property
     def client(self) -> "AsyncClient":
         return self._client
 

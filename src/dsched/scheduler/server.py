@@ -26,7 +26,7 @@ from ..resources import Resources
 from . import actions as act
 from . import events as ev
 from .state import SchedulerState
-from .views import processing_count, task_counts, who_has, worker_info
+from .views import processing_count, task_counts, waiting, who_has, worker_info
 
 logger = logging.getLogger("dsched.scheduler")
 
@@ -222,7 +222,7 @@ class Scheduler:
 
     def info(self) -> dict:
         return {"address": self.address, "workers": worker_info(self.state),
-                "tasks": task_counts(self.state)}
+                "tasks": task_counts(self.state), "waiting": waiting(self.state)}
 
     # -- the state and its actions ----------------------------------------------------------
 

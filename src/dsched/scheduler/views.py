@@ -41,6 +41,22 @@ def task_counts(state: "SchedulerState") -> dict[str, int]:
     return dict(Counter(task.state.value for task in state.tasks.values()))
 
 
+def waiting(state: "SchedulerState", limit: int = 100) -> dict[str, int]:
+    """Why queued tasks cannot run on any connected worker: each reason with its task count.
+
+    The reasons are distinct: no workers yet; a resource no worker has; more than any single
+    worker offers; restricted to workers that are not connected. Walks the shape queues, not
+    the tasks, so it costs the number of distinct resource shapes.
+    """
+    reasons: dict[str, int] = {}
+    for queue in state.queue.queues.values():
+        if queue.reason is not None and queue.live:
+            reasons[queue.reason] = reasons.get(queue.reason, 0) + queue.live
+            if len(reasons) >= limit:
+                break
+    return reasons
+
+
 def processing_count(state: "SchedulerState") -> int:
     return sum(1 for task in state.tasks.values() if task.state is PROCESSING)
 
