@@ -78,7 +78,11 @@ class Daemons:
                **popen) -> subprocess.Popen:
         process = subprocess.Popen(
             [sys.executable, "-m", "dsched.cli.worker", address or self.address,
-             "--host", "127.0.0.1", "--log-level", "info", *args],
+             "--host", "127.0.0.1", "--log-level", "info",
+             # scratch space under the test's tmp_path, even for workers killed with -9
+             *(() if "--local-directory" in args else
+               ("--local-directory", str(self.tmp_path / "scratch"))),
+             *args],
             env={**self.env, **(env or {})}, **popen,
         )
         self.processes.append(process)
