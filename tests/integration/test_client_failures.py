@@ -14,7 +14,7 @@ import cloudpickle
 import psutil
 import pytest
 
-from conftest import wait_until
+from cluster_helpers import wait_until
 from dsched import CancelledError, Client, ResourceSpecError, SchedulerLostError, wait
 from dsched.auth import generate_token
 from dsched.errors import AuthenticationError

@@ -9,7 +9,7 @@ import cloudpickle
 import pytest
 
 import dsched
-from conftest import wait_until
+from cluster_helpers import wait_until
 from dsched import FIRST_COMPLETED, as_completed, progress, wait
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -11,7 +11,7 @@ import time
 import cloudpickle
 import pytest
 
-from conftest import wait_until
+from cluster_helpers import wait_until
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

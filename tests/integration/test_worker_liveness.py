@@ -9,7 +9,7 @@ import sys
 
 import cloudpickle
 
-from conftest import wait_until
+from cluster_helpers import wait_until
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -198,7 +198,7 @@ class SchedulerState(Lifecycle, Placement):
             t.prefetched = False
             if t.deaths > self.allowed_failures:
                 text = (
-                    f"worker died {t.deaths} times while running this task "
+                    f"{t.deaths} worker(s) died while running this task "
                     f"(allowed_failures={self.allowed_failures}); the last was {w.name} at "
                     f"{address}: {reason}"
                 )

@@ -86,7 +86,7 @@ def test_killed_worker_after_allowed_failures_plus_one_deaths():
     actions = s.leave(s.where("t"))
     assert [(a.key, a.error) for a in actions if isinstance(a, ReportErred)] == [
         ("t", "killed_worker")]
-    assert "worker died 2 times while running this task" in actions[0].text
+    assert "2 worker(s) died while running this task" in actions[0].text
 
 
 def test_deaths_and_exceptions_are_counted_apart():

@@ -1,0 +1,139 @@
+"""Real daemons on 127.0.0.1 with OS-chosen ports, always cleaned up: the helpers the
+integration tests import (``from cluster_helpers import ...``; a unique name, because
+``conftest`` is not one)."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+from dsched.auth import generate_token
+
+LISTENING = re.compile(r"listening at (\S+)")
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.02, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy, or fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout}s")
+        time.sleep(interval)
+
+
+class Daemons:
+    """Starts sched-scheduler and sched-worker processes and stops them all at the end."""
+
+    def __init__(self, tmp_path):
+        self.token = generate_token()
+        self.tmp_path = tmp_path
+        self.env = {
+            **os.environ,
+            "SCHED_TOKEN": self.token,
+            "XDG_CONFIG_HOME": str(tmp_path / "config"),
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.env.pop("SCHED_CONFIG", None)
+        self.processes: list[subprocess.Popen] = []
+        self.workers: list[subprocess.Popen] = []
+        self._clients: list = []
+
+    def scheduler(self, *args: str, env: dict | None = None, timeout: float = 30.0,
+                  port: int = 0) -> str:
+        """Start a scheduler; its log goes to a file, read by :meth:`scheduler_log`."""
+        self.log_path = self.tmp_path / f"scheduler-{len(self.processes)}.log"
+        with open(self.log_path, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "dsched.cli.scheduler", "--host", "127.0.0.1",
+                 "--port", str(port), "--log-level", "info", *args],
+                env={**self.env, **(env or {})}, stdout=subprocess.PIPE, stderr=log, text=True,
+            )
+        self.processes.append(process)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and process.poll() is None:
+            ready, _, _ = select.select([process.stdout], [], [], 0.5)
+            if ready:
+                match = LISTENING.search(process.stdout.readline())
+                if match:
+                    self.scheduler_process = process
+                    self.address = match.group(1)
+                    return self.address
+        raise AssertionError(f"the scheduler did not start:\n{self.scheduler_log()}")
+
+    def scheduler_log(self) -> str:
+        """What the last scheduler started has logged so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def worker(self, *args: str, env: dict | None = None, address: str | None = None,
+               **popen) -> subprocess.Popen:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dsched.cli.worker", address or self.address,
+             "--host", "127.0.0.1", "--log-level", "info",
+             # scratch space under the test's tmp_path, even for workers killed with -9
+             *(() if "--local-directory" in args else
+               ("--local-directory", str(self.tmp_path / "scratch"))),
+             *args],
+            env={**self.env, **(env or {})}, **popen,
+        )
+        self.processes.append(process)
+        self.workers.append(process)
+        return process
+
+    def client(self, **kwargs):
+        from dsched import Client
+
+        client = Client(self.address, token=self.token, **kwargs)
+        self._clients.append(client)
+        return client
+
+    def wait_for_workers(self, client, n: int, timeout: float = 30.0) -> dict:
+        return wait_until(lambda: (info := client.scheduler_info())["workers"] and
+                          len(info["workers"]) >= n and info, timeout, what=f"{n} workers")
+
+    def stop(self) -> None:
+        for client in self._clients:
+            try:
+                client.close()
+            except Exception:
+                pass
+        self._clients.clear()
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in reversed(self.processes):
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            if process.stdout:
+                process.stdout.close()
+
+
+#: The cluster a test module gets from the ``cluster`` fixture, unless it sets CLUSTER_WORKERS.
+TWO_WORKERS = (("--name", "a", "--nthreads", "2", "--resources", "GPU=2"),
+               ("--name", "b", "--nthreads", "2", "--gpus", "none"))
+
+
+@contextmanager
+def running_cluster(tmp_path, workers):
+    """A scheduler and one worker per argument list, stopped at the end."""
+    daemons = Daemons(tmp_path)
+    try:
+        daemons.scheduler()
+        for args in workers:
+            daemons.worker(*args)
+        yield daemons
+    finally:
+        daemons.stop()
