@@ -51,14 +51,19 @@ class PeerPool:
     """Connections to workers, opened on first use; ``request`` sends an op and awaits its reply."""
 
     def __init__(self, *, role: str, name: str, token: str | bytes,
-                 ssl: ssl_module.SSLContext | None = None, timeout: float = 10.0):
+                 ssl: ssl_module.SSLContext | None = None, timeout: float = 10.0,
+                 limits: dict[str, int] | None = None):
         self._role, self._name, self._token, self._ssl = role, name, token, ssl
         self._timeout = timeout
+        self._limits = limits or {}
+        self._closed = False
         self._peers: dict[str, _Peer] = {}
         self._connecting: dict[str, asyncio.Future] = {}
         self._ids = itertools.count(1)
 
     async def _peer(self, address: str) -> _Peer:
+        if self._closed:
+            raise CommClosedError("the peer pool is closed")
         peer = self._peers.get(address)
         if peer is not None and not peer.comm.closed:
             return peer
@@ -70,7 +75,10 @@ class PeerPool:
 
     async def _open(self, address: str) -> _Peer:
         comm = await connect(address, role=self._role, name=self._name, token=self._token,
-                             ssl=self._ssl, timeout=self._timeout)
+                             ssl=self._ssl, timeout=self._timeout, **self._limits)
+        if self._closed:  # closed while we were connecting: leave nothing behind
+            await comm.close("done")
+            raise CommClosedError("the peer pool is closed")
         peer = self._peers[address] = _Peer(comm)
         return peer
 
@@ -87,6 +95,7 @@ class PeerPool:
             peer.waiting.pop(request_id, None)
 
     async def close(self) -> None:
+        self._closed = True
         peers, self._peers = list(self._peers.values()), {}
         for peer in peers:
             await peer.comm.close("done")

@@ -111,13 +111,23 @@ def substitute(obj: Any, data: Mapping[str, Any]) -> Any:
 
 
 def dumps_exception(exc: BaseException) -> tuple[bytes, str]:
-    """The exception's pickle (or a TaskError that names it) and its traceback text."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    """The exception's pickle (or a TaskError that names it) and its traceback text.
+
+    Never raises: an exception that cannot be pickled, printed or formatted still gives a
+    report, so the task's failure always reaches the client."""
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:
+        text = f"{type(exc).__qualname__} (its traceback could not be formatted)"
     try:
         payload = dumps(exc)
         loads(payload)  # some exceptions pickle but cannot be rebuilt
     except Exception:
-        payload = dumps(TaskError(type(exc).__qualname__, str(exc)))
+        try:
+            message = str(exc)
+        except Exception:
+            message = "<unprintable>"
+        payload = dumps(TaskError(type(exc).__qualname__, message))
     return payload, text
 
 

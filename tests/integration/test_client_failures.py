@@ -17,7 +17,7 @@ import pytest
 from cluster_helpers import wait_until
 from dsched import CancelledError, Client, ResourceSpecError, SchedulerLostError, wait
 from dsched.auth import generate_token
-from dsched.errors import AuthenticationError
+from dsched.errors import AuthenticationError, SchedError
 from dsched.serialize import RemoteTraceback, TaskError
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -113,6 +113,22 @@ def test_an_exception_that_cannot_be_pickled_is_named(client):
     with pytest.raises(TaskError, match="Unpicklable: holds a lock") as raised:
         client.submit(raise_unpicklable).result(timeout=30)
     assert "raise_unpicklable" in raised.value.__cause__.text
+
+
+def make_lock():
+    import threading
+
+    return threading.Lock()
+
+
+def test_a_result_that_cannot_be_pickled_is_a_clear_error_at_once(client):
+    import time
+
+    future = client.submit(make_lock)
+    started = time.monotonic()
+    with pytest.raises(SchedError, match="cannot send the result of .*cannot pickle"):
+        future.result(timeout=30)
+    assert time.monotonic() - started < 5  # not after the fetch's patience runs out
 
 
 def test_dependents_of_a_failed_task_fail_with_its_exception(client):

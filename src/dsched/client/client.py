@@ -39,6 +39,12 @@ def resolve_token(token: str | None, token_file: str | None) -> str:
     return load_token(token, token_file=token_file or config.get("client.token_file"))
 
 
+def comm_limits() -> dict[str, int]:
+    """The frame and outbox limits from the config, for this process's connections."""
+    return {"max_frame_size": config.get("comm.max_frame_size"),
+            "outbox_limit": config.get("comm.outbox_limit")}
+
+
 def _is_future(value: Any) -> bool:
     return type(value) is Future
 
@@ -69,6 +75,7 @@ class AsyncClient:
         self._requests: dict[int, asyncio.Future] = {}
         self._next_id = 0
         self.comm: Comm | None = None
+        self._limits = comm_limits()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._reader: asyncio.Task | None = None
         self._peers: PeerPool | None = None
@@ -98,8 +105,8 @@ class AsyncClient:
             self.status = "closed"
             await self._close_cluster()
             raise
-        self._peers = PeerPool(role="client", name=self.name, token=self._token, ssl=self._ssl,
-                               timeout=self._timeout)
+        self._peers = PeerPool(limits=self._limits, role="client", name=self.name,
+                               token=self._token, ssl=self._ssl, timeout=self._timeout)
         self._reader = asyncio.ensure_future(self._read())
         self.status = "running"
         return self
@@ -124,7 +131,7 @@ class AsyncClient:
             self._ssl = ssl_contexts(config.get("client.tls"), server=False)
         try:
             self.comm = await connect(address, role="client", name=self.name, token=self._token,
-                                      ssl=self._ssl, timeout=self._timeout)
+                                      ssl=self._ssl, timeout=self._timeout, **self._limits)
             welcome = await self.comm.recv()
         except AuthenticationError as error:
             raise AuthenticationError(
@@ -244,6 +251,7 @@ class AsyncClient:
         builder = TaskBuilder(fn, task_options(resources, priority, retries, workers),
                               _is_future, self._keys)
         task = builder.build(args, kwargs, key, pure)
+        self._check_size(task)
         future, submit = self._future(task["key"])
         if submit:
             self._enqueue({"op": "submit", "tasks": [task]})
@@ -264,16 +272,34 @@ class AsyncClient:
         builder = TaskBuilder(fn, task_options(resources, priority, retries, workers),
                               _is_future, self._keys, prefix=prefix)
         explicit = keys if isinstance(keys, list) else None
-        tasks, futures = [], []
+        tasks, futures, size = [], [], 0
+        budget = self._limits["max_frame_size"] // 4
         for index, args in enumerate(calls):
             task = builder.build(args, kwargs, explicit[index] if explicit else None, pure)
+            task_size = self._check_size(task)
             future, submit = self._future(task["key"])
             futures.append(future)
             if submit:
+                if tasks and size + task_size > budget:  # keep each message well in a frame
+                    self._enqueue({"op": "submit", "tasks": tasks})
+                    tasks, size = [], 0
                 tasks.append(task)
+                size += task_size
         if tasks:
             self._enqueue({"op": "submit", "tasks": tasks})
         return futures
+
+    def _check_size(self, task: dict) -> int:
+        """The bytes a task's function and arguments take; too many for one frame is an
+        error here, before anything is sent."""
+        size = sum(len(part) for part in task["spec"])
+        limit = self._limits["max_frame_size"]
+        if size > limit // 2:
+            raise ValueError(
+                f"task {task['key']}: its function and arguments take {size} bytes, over half "
+                f"the frame limit of {limit} (comm.max_frame_size); load large data inside a "
+                "task instead, or raise the limit")
+        return size
 
     def _cancel_now(self, futures: Iterable[Future] | Future) -> None:
         if isinstance(futures, Future):
@@ -404,7 +430,8 @@ class AsyncClient:
     async def _fetch(self, states: list[FutureState]) -> dict[str, Any]:
         assert self._peers is not None
         return await fetch_results(self._peers, states, self._timeout,
-                                   still_running=lambda: self.status == "running")
+                                   still_running=lambda: self.status == "running",
+                                   request_bytes=self._limits["max_frame_size"] // 4)
 
     def _sync_result(self, future: Future, timeout: float | None) -> Any:
         """``Future.result`` from a thread other than the loop's: one trip to the loop."""

@@ -26,7 +26,9 @@ from typing import Any
 
 from .. import config
 from ..auth import generate_token
-from ..resources import Resources
+from ..resources import SCALE, Resources
+from ..worker.gpus import detect_gpus, gpus_option, load_nvml, split_gpus
+from ..worker.ledger import GPU
 
 _LISTENING = re.compile(r"listening at (\S+)")
 
@@ -69,6 +71,13 @@ class LocalCluster:
         self._env = {**os.environ, **(env or {}), "SCHED_TOKEN": self.token}
         if prefetch is not None:  # for many tiny tasks: keep more queued on each worker
             self._env["SCHED_SCHEDULER__PREFETCH"] = str(int(prefetch))
+        # The machine's GPUs, found once here and handed out so that no two workers share a
+        # device (each worker would otherwise find and claim them all).
+        found = () if gpus == "none" else detect_gpus(
+            visible=self._env.get("CUDA_VISIBLE_DEVICES"), select=gpus,
+            backend=load_nvml(self._env)).devices
+        self._machine_has_gpus = bool(found)
+        self._unassigned_gpus = list(found)
         self.scheduler: subprocess.Popen | None = None
         self.workers: list[subprocess.Popen] = []
         # Every process, workers first so they go before the scheduler they report to.
@@ -76,8 +85,11 @@ class LocalCluster:
         self._finalizer = weakref.finalize(self, _stop, self._processes, 5.0)
         try:
             self._start_scheduler()
-            for _ in range(self.n_workers):
-                self.start_worker(wait=False)
+            if self.n_workers:
+                shares = split_gpus(self._unassigned_gpus, self.n_workers)
+                self._unassigned_gpus = []
+                for share in shares:
+                    self.start_worker(wait=False, gpus=share)
             self.wait_for_workers(self.n_workers)
         except BaseException:
             self.close()
@@ -105,20 +117,41 @@ class LocalCluster:
                     return
 
     def start_worker(self, resources: Any = None, nthreads: int | None = None,
-                     name: str | None = None, wait: bool = True) -> subprocess.Popen:
-        """Start one more worker, optionally with its own resources (``"GPU=2"``)."""
+                     name: str | None = None, wait: bool = True,
+                     gpus: list | None = None) -> subprocess.Popen:
+        """Start one more worker, optionally with its own resources (``"GPU=2"``).
+
+        On a machine with GPUs, a worker whose resources name ``GPU=N`` takes N devices no
+        other worker of this cluster holds (an error when fewer are left); without GPUs,
+        ``GPU=N`` is abstract (devices 0..N-1 as far as tasks can tell).
+        """
         spec = Resources.parse(resources) if resources is not None else self.resources
+        if gpus is None:
+            gpus = self._take_gpus(spec)
         index = len(self.workers)
         command = [sys.executable, "-m", "dsched.cli.worker", self.scheduler_address,
                    "--nthreads", str(nthreads or self.threads_per_worker),
-                   "--name", name or f"local-{index}", "--gpus", self.gpus, "--host", "127.0.0.1",
-                   "--log-level", self.log_level, "--resources", str(spec)]
+                   "--name", name or f"local-{index}", "--gpus", gpus_option(gpus),
+                   "--host", "127.0.0.1", "--log-level", self.log_level,
+                   "--resources", str(spec)]
         process = subprocess.Popen(command, env=self._env)
         self.workers.append(process)
         self._processes.insert(0, process)
         if wait:
             self.wait_for_workers(len(self.workers))
         return process
+
+    def _take_gpus(self, spec: Resources) -> list:
+        if not self._machine_has_gpus or GPU not in spec:
+            return []
+        units = spec[GPU]
+        wanted = -(-units // SCALE)  # a fractional GPU resource still needs a whole device
+        if wanted > len(self._unassigned_gpus):
+            raise ValueError(f"a worker offering GPU={spec.quantity(GPU)} needs {wanted} GPU(s), "
+                             f"but only {len(self._unassigned_gpus)} of this machine's are left")
+        taken, self._unassigned_gpus = (self._unassigned_gpus[:wanted],
+                                        self._unassigned_gpus[wanted:])
+        return taken
 
     def wait_for_workers(self, n: int, timeout: float | None = None) -> None:
         """Block until ``n`` workers are registered with the scheduler."""

@@ -50,12 +50,12 @@ class FutureState:
     """What the client knows about one key; changed only on the client's loop thread.
 
     ``refs`` counts the live Future objects of the key (the client changes it under its lock);
-    ``who_has`` lists the workers holding the result once it is finished.
+    ``who_has`` lists the workers holding the result once it is finished, ``nbytes`` its size.
     Waiters are created only when someone waits: most futures of a big ``map`` never have any.
     """
 
     __slots__ = ("key", "status", "exception", "traceback", "reason", "refs", "who_has",
-                 "_event", "_callbacks")
+                 "nbytes", "_event", "_callbacks")
 
     def __init__(self, key: str):
         self.key = key
@@ -65,6 +65,7 @@ class FutureState:
         self.reason = ""
         self.refs = 0
         self.who_has: tuple | list = ()
+        self.nbytes = 0
         self._event: threading.Event | None = None
         self._callbacks: list[Callable[[FutureState], None]] | None = None
 

@@ -34,6 +34,7 @@ def apply_task_report(states: Mapping[str, FutureState], op: dict) -> None:
         return  # released by now
     if kind == "task-finished":
         state.who_has = op.get("who_has") or ()
+        state.nbytes = op.get("nbytes", state.nbytes)
         state.finish(FutureStatus.finished)
     elif kind == "task-erred":
         text, error = op.get("text") or "", op.get("error") or ""

@@ -17,6 +17,8 @@ from .future import PENDING, FutureState, FutureStatus
 FINISHED = FutureStatus.finished
 #: Seconds the client keeps trying to fetch a finished task's result from its workers.
 FETCH_PATIENCE = 10.0
+#: Results asked for in one request to a worker, in bytes (the frame limit is far above).
+REQUEST_BYTES = 64 * 2**20
 #: Stands for the result of a future that failed, in ``gather(errors="skip")``.
 MISSING = object()
 
@@ -51,23 +53,21 @@ async def wait_all(states: list[FutureState], fail_fast: bool) -> None:
 
 
 async def fetch_results(peers: PeerPool, states: list[FutureState], timeout: float,
-                        still_running: Callable[[], bool]) -> dict[str, Any]:
-    """The results of finished ``states`` straight from the workers holding them: one request
-    per worker, retrying other holders (and new ones the scheduler reports) for a while."""
+                        still_running: Callable[[], bool],
+                        request_bytes: int = REQUEST_BYTES) -> dict[str, Any]:
+    """The results of finished ``states`` straight from the workers holding them: few requests
+    per worker (each at most ``request_bytes`` of results), retrying other holders (and new ones
+    the scheduler reports) for a while."""
     wanted = {state.key: state for state in states}
     values: dict[str, Any] = {}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + FETCH_PATIENCE
     attempt = 0
     while True:
-        by_worker: dict[str, list[str]] = {}
-        for key, state in wanted.items():
-            holders = state.who_has
-            if holders:
-                by_worker.setdefault(holders[attempt % len(holders)], []).append(key)
+        requests = _requests(wanted, attempt, request_bytes)
         replies = await asyncio.gather(
-            *(peers.request(worker, {"op": "get-data", "keys": keys}, timeout)
-              for worker, keys in by_worker.items()),
+            *(peers.request(worker, {"op": "get-data", "keys": keys}, timeout + nbytes / 10e6)
+              for worker, keys, nbytes in requests),
             return_exceptions=True)
         for reply in replies:
             if isinstance(reply, BaseException):
@@ -76,13 +76,38 @@ async def fetch_results(peers: PeerPool, states: list[FutureState], timeout: flo
                 if key in wanted:
                     values[key] = serialize.loads(payload)
                     del wanted[key]
+            for key, text in (reply.get("errors") or {}).items():
+                if key in wanted:  # the worker cannot send it: no use asking again
+                    raise SchedError(text)
         if not wanted:
             return values
+        by_worker = [worker for worker, _, _ in requests]
         attempt += 1
         if loop.time() > deadline or not still_running():
             raise SchedError(f"could not fetch the results of {list(wanted)[:5]} from their "
                              f"workers {list(by_worker)[:5]}")
         await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
+
+
+def _requests(wanted: dict[str, FutureState], attempt: int,
+              budget: int) -> list[tuple[str, list[str], int]]:
+    """(worker, keys, bytes) per request: keys grouped by the worker asked this attempt, at
+    most ``budget`` bytes of results in one request, so no reply outgrows a frame."""
+    requests: list[tuple[str, list[str], int]] = []
+    open_request: dict[str, int] = {}
+    for key, state in wanted.items():
+        holders = state.who_has
+        if not holders:
+            continue
+        worker = holders[attempt % len(holders)]
+        index = open_request.get(worker)
+        if index is None or requests[index][2] + state.nbytes > budget:
+            open_request[worker] = index = len(requests)
+            requests.append((worker, [], 0))
+        _, keys, nbytes = requests[index]
+        keys.append(key)
+        requests[index] = (worker, keys, nbytes + state.nbytes)
+    return requests
 
 
 def substitute_present(obj: Any, data: dict[str, Any]) -> Any:

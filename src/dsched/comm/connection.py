@@ -115,7 +115,7 @@ class Comm:
             return
         ops, self._pending = self._pending, []
         try:
-            chunks = encode_ops(ops, max_frame_size=self.max_frame_size)
+            chunks = self._encode_within_limit(ops)
         except LocalProtocolError as error:
             logger.error("Closing %r: cannot send queued ops: %s", self, error)
             self._start_close(f"sender error: {error}")
@@ -126,6 +126,18 @@ class Comm:
                 f"peer is not reading: {self._outbox_bytes} bytes waiting for it, over the "
                 f"outbox limit of {self.outbox_limit}"
             )
+
+    def _encode_within_limit(self, ops: list[dict]) -> list[Chunk]:
+        """One message for ``ops``, or several when together they pass ``max_frame_size``
+        (many large ops queued in one tick); only a single op over the limit is an error."""
+        try:
+            return encode_ops(ops, max_frame_size=self.max_frame_size)
+        except LocalProtocolError:
+            if len(ops) == 1:
+                raise
+            middle = len(ops) // 2
+            return (self._encode_within_limit(ops[:middle])
+                    + self._encode_within_limit(ops[middle:]))
 
     def _write(self, chunks: Iterable[Chunk]) -> None:
         if self._connection.writing_paused or self._outbox:

@@ -107,18 +107,21 @@ class Scheduler:
         except (KeyError, TypeError, ValueError, ResourceSpecError) as error:
             await comm.close(f"refused: invalid register op: {error}")
             return
-        if joined.address in self.workers:
-            await comm.close(f"refused: a worker at {joined.address} is already registered")
-            return
-        if any(w.name == joined.name for w in self.state.workers.values()):
+        address = joined.address
+        if any(w.name == joined.name and w.address != address
+               for w in self.state.workers.values()):
             await comm.close(f"refused: a worker named {joined.name!r} is already registered")
             return
-        address = joined.address
+        old = self.workers.pop(address, None)
+        if old is not None:
+            # The same worker again (it reconnected before we saw its old connection close):
+            # the new registration replaces the old one, and the state reconciles the two.
+            old.abort("the worker registered again")
         self.workers[address] = comm
-        comm.write_nowait({"op": "registered", "address": address})
-        self._handle(joined)
         reason, expected = "connection closed", False
         try:
+            comm.write_nowait({"op": "registered", "address": address})
+            self._handle(joined)
             for op in batch[1:]:
                 self._worker_op(address, op)
             async for op in comm:

@@ -167,6 +167,8 @@ class GpuProcessPool:
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._idle: dict[tuple[int, ...], list[GpuChild]] = {}
         self._busy: dict[str, GpuChild] = {}
+        self._starting: set[str] = set()  # keys whose child is being started
+        self._stop_when_started: set[str] = set()  # ... and which were killed meanwhile
         self._max_idle = max_idle
 
     async def run(self, key: str, gpus: tuple[int, ...], function_bytes: bytes,
@@ -175,7 +177,18 @@ class GpuProcessPool:
         # A child can die while idle (killed for memory, or by a thread its last task left).
         while idle and idle[-1].process.returncode is not None:
             idle.pop()
-        child = idle.pop() if idle else await GpuChild.start(gpus, self._base_env)
+        if idle:
+            child = idle.pop()
+        else:
+            self._starting.add(key)
+            try:
+                child = await GpuChild.start(gpus, self._base_env)
+            finally:
+                self._starting.discard(key)
+            if key in self._stop_when_started:  # killed while its child was starting
+                self._stop_when_started.discard(key)
+                await child.close()
+                raise TaskKilled(f"task {key} was stopped before its process started")
         self._busy[key] = child
         try:
             outcome = await child.run(function_bytes, argument_bytes)
@@ -196,6 +209,9 @@ class GpuProcessPool:
 
     def kill(self, key: str) -> bool:
         """Kill the child running ``key``; its ``run`` then raises TaskKilled."""
+        if key in self._starting:
+            self._stop_when_started.add(key)
+            return True
         child = self._busy.get(key)
         if child is None:
             return False

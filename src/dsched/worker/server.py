@@ -65,6 +65,7 @@ class WorkerSettings:
     drain_timeout: float = 60.0
     death_timeout: float | None = None
     connect_timeout: float = 10.0
+    comm_limits: dict = field(default_factory=dict)  # max_frame_size, outbox_limit
     ssl_client: Any = None
     ssl_server: Any = None
     extra: dict = field(default_factory=dict)
@@ -105,12 +106,12 @@ class Worker:
         self.gpu_children.set_env(LOCAL_DIRECTORY_ENV, self.local_directory)
         self.listener = await listen(s.host or "0.0.0.0", s.port, self._serve_peer, token=s.token,
                                      ssl=s.ssl_server, role="worker", name=self.name or "worker",
-                                     accept_roles={"worker", "client"})
+                                     accept_roles={"worker", "client"}, **s.comm_limits)
         host = s.host if s.host not in ("", "0.0.0.0", "::") else None
         self._advertise_host = host
         self.port = self.listener.port
-        self.peers = PeerPool(role="worker", name=self.name or "worker", token=s.token,
-                              ssl=s.ssl_client, timeout=s.connect_timeout)
+        self.peers = PeerPool(limits=s.comm_limits, role="worker", name=self.name or "worker",
+                              token=s.token, ssl=s.ssl_client, timeout=s.connect_timeout)
         self._spawn(self._scheduler_loop(), "scheduler connection")
         self._spawn(self._heartbeats(), "heartbeats")
 
@@ -172,7 +173,8 @@ class Worker:
         while not self.stopped.is_set():
             try:
                 comm = await connect(s.scheduler_address, role="worker", name=self.name or "worker",
-                                     token=s.token, ssl=s.ssl_client, timeout=s.connect_timeout)
+                                     token=s.token, ssl=s.ssl_client, timeout=s.connect_timeout,
+                                     **s.comm_limits)
             except (OSError, TimeoutError, SchedError) as error:
                 if isinstance(error, SchedError) and "authentication" in str(error).lower():
                     logger.error("The scheduler refused this worker: %s", error)
@@ -189,20 +191,28 @@ class Worker:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, s.reconnect_max)
                 continue
-            backoff, lost_at = s.reconnect_min, None
             try:
                 await self._session(comm)
             except CommClosedError as error:
                 if self.stopped.is_set():
                     return
-                if "refused" in (error.reason or ""):
+                if (error.reason or "").startswith("refused"):
                     logger.error("The scheduler refused this worker: %s", error.reason)
                     self.stopped.set()
                     return
                 logger.warning("Lost the scheduler (%s); reconnecting", error.reason)
+            except Exception:  # a bug in one session must not end the reconnecting
+                logger.exception("The scheduler session failed; reconnecting")
+                comm.abort("worker error")
             finally:
+                registered = self._registered.is_set()
                 self.scheduler = None
                 self._registered.clear()
+            if registered:  # back-off starts again only after a session that got going
+                backoff, lost_at = s.reconnect_min, None
+            else:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, s.reconnect_max)
 
     async def _session(self, comm: Comm) -> None:
         if not self.address:
@@ -256,7 +266,7 @@ class Worker:
                 self._spawn(self.drain(), "drain")
             else:
                 logger.warning("Ignoring unknown op from the scheduler: %r", kind)
-        except (KeyError, TypeError, ValueError) as error:
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
             logger.error("Ignoring malformed %r op from the scheduler: %s", kind, error)
 
     def _to_scheduler(self, op: dict) -> None:
@@ -275,7 +285,10 @@ class Worker:
             if self.scheduler is None or self.scheduler.closed:
                 continue
             usage = await asyncio.get_running_loop().run_in_executor(None, gpu_usage, indices)
-            self.scheduler.write_nowait({
+            comm = self.scheduler  # read again: the connection may have changed meanwhile
+            if comm is None or comm.closed:
+                continue
+            comm.write_nowait({
                 "op": "heartbeat", "cpu": process.cpu_percent(),
                 "memory": process.memory_info().rss, "memory_limit": self.settings.memory_limit,
                 "gpus": [vars(u) for u in usage],
@@ -321,10 +334,10 @@ class Worker:
             raise TypeError(f"unknown worker action {action!r}")
 
     async def _run(self, start: act.StartTask) -> None:
-        function_bytes, argument_bytes = start.spec
         if start.gpus:
             logger.info("Running task %s on GPUs %s", start.key, ",".join(map(str, start.gpus)))
         try:
+            function_bytes, argument_bytes = start.spec
             if start.where == act.THREAD:
                 args, kwargs = serialize.substitute(serialize.loads(argument_bytes), self.data)
                 outcome = await self.threads.run(function_bytes, args, kwargs)
@@ -355,10 +368,11 @@ class Worker:
         assert self.peers is not None
         try:
             reply = await self.peers.request(fetch.worker, {"op": "get-data", "keys": [fetch.key]},
-                                             timeout=self.settings.connect_timeout * 6)
+                                             timeout=transfer_timeout(fetch.nbytes))
             payload = reply.get("data", {}).get(fetch.key)
             if payload is None:
-                raise KeyError(f"{fetch.worker} does not hold {fetch.key}")
+                raise KeyError(reply.get("errors", {}).get(fetch.key)
+                               or f"{fetch.worker} does not hold {fetch.key}")
             value = serialize.loads(payload)
         except Exception as error:  # any failure means: try another holder
             self._handle(ev.DependencyFetchFailed(fetch.key, fetch.worker, str(error)))
@@ -373,13 +387,22 @@ class Worker:
             if op.get("op") != "get-data":
                 await comm.close(f"unknown op {op.get('op')!r} for a worker's data port")
                 return
-            data, missing = {}, []
+            data, missing, errors = {}, [], {}
             for key in op.get("keys", ()):
-                if key in self.data:
-                    data[key] = Payload(serialize.dumps(self.data[key]))
-                else:
+                if key not in self.data:
                     missing.append(key)
-            comm.write_nowait({"op": "data", "id": op.get("id"), "data": data, "missing": missing})
+                    continue
+                try:
+                    data[key] = Payload(serialize.dumps(self.data[key]))
+                except Exception as error:  # a result that cannot be pickled: say so
+                    errors[key] = f"cannot send the result of {key}: {type(error).__name__}: {error}"
+            comm.write_nowait({"op": "data", "id": op.get("id"), "data": data,
+                               "missing": missing, "errors": errors})
+
+
+def transfer_timeout(nbytes: int) -> float:
+    """How long a fetch of ``nbytes`` may take: a minute, plus time at a slow 10 MB/s."""
+    return 60.0 + nbytes / 10e6
 
 
 def local_ip_towards(address: str) -> str:

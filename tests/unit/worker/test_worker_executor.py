@@ -68,3 +68,17 @@ async def test_killing_a_running_gpu_task_ends_its_process():
             await asyncio.wait_for(run, 30)
     finally:
         await pool.close()
+
+
+async def test_a_task_killed_while_its_process_starts_never_runs():
+    pool = GpuProcessPool()
+    try:
+        run = asyncio.ensure_future(
+            pool.run("early", (0,), serialize.dumps(visible_devices), serialize.dumps(((), {})))
+        )
+        await asyncio.sleep(0)  # the run is now starting its child process
+        assert pool.kill("early")
+        with pytest.raises(TaskKilled, match="before its process started"):
+            await asyncio.wait_for(run, 30)
+    finally:
+        await pool.close()
