@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 from cluster_helpers import wait_until
-from dsched import CancelledError, Client, ResourceSpecError, SchedulerLostError, wait
+from dsched import (CancelledError, Client, ResourceSpecError, SchedulerLostError,
+                    TaskFailedError, wait)
 from dsched.auth import generate_token
 from dsched.errors import AuthenticationError, SchedError
 from dsched.serialize import RemoteTraceback, TaskError
@@ -129,6 +130,13 @@ def test_a_result_that_cannot_be_pickled_is_a_clear_error_at_once(client):
     with pytest.raises(SchedError, match="cannot send the result of .*cannot pickle"):
         future.result(timeout=30)
     assert time.monotonic() - started < 5  # not after the fetch's patience runs out
+
+
+def test_a_dependency_no_worker_can_send_fails_its_dependent_instead_of_looping(client):
+    lock = client.submit(make_lock, workers=["a"], pure=False)
+    user = client.submit(repr, lock, workers=["b"])  # must fetch the lock from worker a
+    with pytest.raises(TaskFailedError, match="no worker could send the result"):
+        user.result(timeout=60)
 
 
 def test_dependents_of_a_failed_task_fail_with_its_exception(client):

@@ -95,6 +95,7 @@ class ReportErred:
 
     ``error`` says how: ``exception`` (the task raised; ``exception`` holds it, opaque),
     ``killed_worker`` (workers died running it), ``no_worker`` (``no_worker_timeout``),
+    ``unfetchable`` (its result could never be sent to the workers that needed it),
     ``dependency`` (an input failed; ``exception`` is that input's), ``unknown_dependency``
     or ``cycle`` (the submission was wrong).
     """

@@ -281,7 +281,15 @@ class SchedulerState(Lifecycle, Placement):
                     if holder is not None:
                         holder.has_what.pop(d.key, None)
             if not d.who_has:
+                d.losses += 1
                 self._lose(d)
+                if d.losses > self.allowed_failures and d.state in ACTIVE:
+                    # Computed again and again, yet no worker could ever hand it over (a
+                    # result that cannot be pickled, say): stop the loop with a reason.
+                    self._fail(d, "unfetchable", (
+                        f"no worker could send the result of {d.key} to the workers that "
+                        f"needed it, {d.losses} times (the last tried: {', '.join(e.tried)}); "
+                        "a result that cannot be pickled does this"))
         ended = self._ended_on(e.worker, e.key, holds_result=False)
         if ended is not None:
             self._compute(ended[1])

@@ -57,7 +57,7 @@ class Task:
         "key", "spec", "deps", "dependents", "waiters", "waiting_on", "resources", "priority",
         "order", "retries", "exceptions", "deaths", "restrict", "prefix", "wanted_by", "state",
         "error", "end_reason", "exception", "who_has", "nbytes", "processing_on", "started",
-        "prefetched", "queue", "queued_at", "reported",
+        "prefetched", "queue", "queued_at", "reported", "losses",
     )
 
     def __init__(
@@ -76,6 +76,7 @@ class Task:
         self.retries = retries
         self.exceptions = 0
         self.deaths = 0
+        self.losses = 0  # times its result could not be fetched from any holder
         self.restrict = restrict
         self.prefix = prefix
         self.wanted_by: tuple[str, ...] = ()

@@ -214,3 +214,23 @@ def test_missing_data_recomputes_the_input_and_retries_the_task():
     assert started(actions) == [("x", "a")]  # no copy of x left anywhere: compute it again
     assert s.state_of("y") == "waiting"
     assert started(s.finish("x")) == [("y", "b")]
+
+
+def test_a_result_no_worker_can_ever_send_fails_instead_of_looping():
+    s = Story(allowed_failures=2)
+    s.worker("a")
+    s.worker("b")
+    s.submit(task("x", workers=("a",)), task("y", dependencies=("x",), workers=("b",)))
+    for attempt in range(2):
+        s.finish("x", nbytes=10)
+        actions = s(MissingData(key="y", worker=addr("b"), dependency="x",
+                                tried=(addr("a"),), now=0))
+        assert started(actions) == [("x", "a")]  # computed again, for now
+    s.finish("x", nbytes=10)
+    actions = s(MissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
+                            now=0))
+    (error,) = [a for a in actions if isinstance(a, ReportErred)]  # x was reported already
+    assert error.key == "y" and error.error == "dependency"
+    assert "no worker could send the result of x" in error.text
+    assert s.state_of("x") == "erred" and s.state.tasks["x"].error == "unfetchable"
+    assert s.state_of("y") == "erred" and started(actions) == []
