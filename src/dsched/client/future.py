@@ -261,8 +261,9 @@ class Future:
         self._client._cancel_now([self])
 
     def add_done_callback(self, fn: Callable[["Future"], Any]) -> None:
-        """Call ``fn(self)`` once the task ends: at once if it has, else on the client's loop
-        thread (so ``fn`` must not block)."""
+        """Call ``fn(self)`` once the task ends: at once if it has, else on the thread that
+        ends it, which is the client's loop thread for a report from the scheduler and the
+        caller's thread for ``cancel()`` (so ``fn`` must not block)."""
         def call(state: FutureState) -> None:
             fn(self)
 
