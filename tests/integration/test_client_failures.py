@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from cluster_helpers import wait_until
+from task_helpers import wait_for
 from dsched import (CancelledError, Client, ResourceSpecError, SchedulerLostError,
                     TaskFailedError, wait)
 from dsched.auth import generate_token
@@ -44,19 +45,6 @@ def raise_unpicklable():
 
 def inc(x):
     return x + 1
-
-
-def wait_for(path, value=None, timeout=60.0):
-    """Return ``value`` once ``path`` exists (the test creates it to let the task end)."""
-    import os
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never appeared")
-        time.sleep(0.01)
-    return value
 
 
 def mark_and_wait(marker, gate):

@@ -10,6 +10,7 @@ import pytest
 
 import dsched
 from cluster_helpers import wait_until
+from task_helpers import wait_for
 from dsched import FIRST_COMPLETED, as_completed, progress, wait
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -24,18 +25,6 @@ def step(previous):
     import os
 
     return previous + [os.environ["SCHED_WORKER_NAME"]]
-
-
-def wait_for(path, value=None, timeout=60.0):
-    import os
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never appeared")
-        time.sleep(0.01)
-    return value
 
 
 def record(path, tag):

@@ -14,7 +14,8 @@ import threading
 from typing import Any, Callable, Iterable
 
 from ..errors import SchedError
-from .client import AsyncClient, resolve_token
+from .client import AsyncClient
+from .settings import resolve_token
 from .cluster import LocalCluster
 from .future import Future
 

@@ -20,29 +20,18 @@ import threading
 from typing import Any, Callable, Iterable
 
 from .. import config, serialize
-from ..auth import load_token
 from ..comm import Comm, connect
 from ..errors import AuthenticationError, CommClosedError, SchedError, SchedulerLostError
 from ..peers import PeerPool
 from .future import PENDING, Future, FutureState, FutureStatus
 from .reports import TASK_REPORTS, apply_task_report
 from .results import MISSING, fetch_results, substitute_present, wait_all
-from .submission import KeyMaker, TaskBuilder, map_keys, task_options
+from .settings import comm_limits, resolve_token
+from .submission import KeyMaker, TaskBuilder, map_keys, task_options, task_size
 
 logger = logging.getLogger("dsched.client")
 
 FINISHED = FutureStatus.finished
-
-
-def resolve_token(token: str | None, token_file: str | None) -> str:
-    """The token a client uses: given, ``SCHED_TOKEN``, ``token_file``, or the config's file."""
-    return load_token(token, token_file=token_file or config.get("client.token_file"))
-
-
-def comm_limits() -> dict[str, int]:
-    """The frame and outbox limits from the config, for this process's connections."""
-    return {"max_frame_size": config.get("comm.max_frame_size"),
-            "outbox_limit": config.get("comm.outbox_limit")}
 
 
 def _is_future(value: Any) -> bool:
@@ -251,7 +240,7 @@ class AsyncClient:
         builder = TaskBuilder(fn, task_options(resources, priority, retries, workers),
                               _is_future, self._keys)
         task = builder.build(args, kwargs, key, pure)
-        self._check_size(task)
+        task_size(task, self._limits["max_frame_size"])
         future, submit = self._future(task["key"])
         if submit:
             self._enqueue({"op": "submit", "tasks": [task]})
@@ -276,30 +265,18 @@ class AsyncClient:
         budget = self._limits["max_frame_size"] // 4
         for index, args in enumerate(calls):
             task = builder.build(args, kwargs, explicit[index] if explicit else None, pure)
-            task_size = self._check_size(task)
+            nbytes = task_size(task, self._limits["max_frame_size"])
             future, submit = self._future(task["key"])
             futures.append(future)
             if submit:
-                if tasks and size + task_size > budget:  # keep each message well in a frame
+                if tasks and size + nbytes > budget:  # keep each message well in a frame
                     self._enqueue({"op": "submit", "tasks": tasks})
                     tasks, size = [], 0
                 tasks.append(task)
-                size += task_size
+                size += nbytes
         if tasks:
             self._enqueue({"op": "submit", "tasks": tasks})
         return futures
-
-    def _check_size(self, task: dict) -> int:
-        """The bytes a task's function and arguments take; too many for one frame is an
-        error here, before anything is sent."""
-        size = sum(len(part) for part in task["spec"])
-        limit = self._limits["max_frame_size"]
-        if size > limit // 2:
-            raise ValueError(
-                f"task {task['key']}: its function and arguments take {size} bytes, over half "
-                f"the frame limit of {limit} (comm.max_frame_size); load large data inside a "
-                "task instead, or raise the limit")
-        return size
 
     def _cancel_now(self, futures: Iterable[Future] | Future) -> None:
         if isinstance(futures, Future):

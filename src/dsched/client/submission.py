@@ -159,3 +159,15 @@ def map_keys(key: str | Iterable[str] | None, n: int | None) -> list[str | None]
     if n is not None and len(keys) != n:
         raise ValueError(f"map() got {len(keys)} keys for {n} calls")
     return keys
+
+
+def task_size(task: dict[str, Any], max_frame_size: int) -> int:
+    """The bytes a task's function and arguments take; over half a frame is an error here, in
+    the caller's thread, before anything is sent."""
+    size = sum(len(part) for part in task["spec"])
+    if size > max_frame_size // 2:
+        raise ValueError(
+            f"task {task['key']}: its function and arguments take {size} bytes, over half "
+            f"the frame limit of {max_frame_size} (comm.max_frame_size); load large data "
+            "inside a task instead, or raise the limit")
+    return size

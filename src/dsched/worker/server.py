@@ -83,7 +83,6 @@ class Worker:
         self.gpu_children = GpuProcessPool(base_env=dict(os.environ))
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         os.environ[TASK_GPUS_ENV] = ""
-        self.where: dict[str, str] = {}
         self.scheduler: Comm | None = None
         self.unsent: list[dict] = []
         self.address = ""
@@ -304,7 +303,6 @@ class Worker:
     def _carry_out(self, action: Any) -> None:
         kind = type(action)
         if kind is act.StartTask:
-            self.where[action.key] = action.where
             self._spawn(self._run(action), f"task {action.key}")
         elif kind is act.FetchDependency:
             self._spawn(self._fetch(action), f"fetch of {action.key}")
@@ -354,8 +352,6 @@ class Worker:
             payload, text = serialize.dumps_exception(error)
             self._handle(ev.TaskFailed(start.key, payload, text))
             return
-        finally:
-            self.where.pop(start.key, None)
         if outcome.ok:
             self.data[start.key] = outcome.value
             self._handle(ev.TaskCompleted(start.key, serialize.sizeof(outcome.value),
