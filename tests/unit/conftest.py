@@ -1,10 +1,12 @@
 """Shared fixtures of the unit tests (no sockets, no processes)."""
 
 import asyncio
+import os
 import threading
 
 import pytest
 
+from dsched import config
 from dsched.client.client import AsyncClient
 
 
@@ -34,3 +36,19 @@ def client():
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
     loop.close()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """No SCHED_* variables, an empty home and no system config file: config sees only what
+    the test sets up."""
+    for name in list(os.environ):
+        if name.startswith("SCHED_"):
+            monkeypatch.delenv(name)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    monkeypatch.setattr(config, "SYSTEM_CONFIG", tmp_path / "etc" / "sched" / "config.toml")
+    return home

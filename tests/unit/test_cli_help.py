@@ -7,27 +7,15 @@ HOME, XDG and /etc/sched are moved under tmp_path and SCHED_* variables removed.
 
 from __future__ import annotations
 
-import os
 
 import pytest
 from click.testing import CliRunner
 
-from dsched import config
 from dsched.cli import sched, scheduler, worker
 
 
-@pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("SCHED_"):
-            monkeypatch.delenv(name)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
-    monkeypatch.setattr(config, "SYSTEM_CONFIG", tmp_path / "etc" / "sched" / "config.toml")
-    return home
+# Every test here runs with no SCHED_* variables and a fresh home (the ``home`` fixture).
+pytestmark = pytest.mark.usefixtures("home")
 
 
 @pytest.fixture
