@@ -13,21 +13,10 @@ import sys
 import time
 from contextlib import contextmanager
 
+from deadline import wait_until
 from dsched.auth import generate_token
 
 LISTENING = re.compile(r"listening at (\S+)")
-
-
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.02, what: str = "condition"):
-    """Poll ``predicate`` until it returns something truthy, or fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        time.sleep(interval)
 
 
 class Daemons:
@@ -107,16 +96,22 @@ class Daemons:
             except Exception:
                 pass
         self._clients.clear()
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for process in reversed(self.processes):
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        # The daemons' own shutdown: a first SIGTERM drains; a daemon still draining after a
+        # moment (a task that runs on) gets the second signal, which means "exit at once".
+        # SIGKILL only for a daemon that ignores both.
+        for patience, signum in ((2.0, signal.SIGTERM), (10.0, signal.SIGTERM),
+                                 (10.0, signal.SIGKILL)):
+            alive = [p for p in reversed(self.processes) if p.poll() is None]
+            for process in alive:
+                process.send_signal(signum)
+            deadline = time.monotonic() + patience
+            for process in alive:
+                try:
+                    process.wait(max(0.01, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+        for process in self.processes:
+            process.wait()
             if process.stdout:
                 process.stdout.close()
 

@@ -1,20 +1,16 @@
 """Functions that tests run as tasks; shipped by value, since workers cannot import tests."""
 
+import os
 import sys
 
 import cloudpickle
+
+from deadline import wait_until
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def wait_for(path, value=None, timeout=60.0):
     """Return ``value`` once ``path`` exists (the test creates it to let the task end)."""
-    import os
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never appeared")
-        time.sleep(0.01)
+    wait_until(lambda: os.path.exists(path), timeout, interval=0.01, what=f"{path} to appear")
     return value

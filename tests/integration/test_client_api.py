@@ -15,7 +15,7 @@ import cloudpickle
 import pytest
 
 import dsched
-from cluster_helpers import wait_until
+from deadline import wait_until
 from dsched import AsyncClient, Client, as_completed, wait
 from dsched.peers import PeerPool
 

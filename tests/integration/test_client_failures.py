@@ -14,7 +14,7 @@ import cloudpickle
 import psutil
 import pytest
 
-from cluster_helpers import wait_until
+from deadline import wait_until
 from task_helpers import wait_for
 from dsched import (CancelledError, Client, ResourceSpecError, SchedulerLostError,
                     TaskFailedError, wait)

@@ -9,7 +9,7 @@ import cloudpickle
 import pytest
 
 import dsched
-from cluster_helpers import wait_until
+from deadline import wait_until
 from task_helpers import wait_for
 from dsched import FIRST_COMPLETED, as_completed, progress, wait
 

@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from deadline import wait_until_async
 from dsched.auth import client_ssl_context, server_ssl_context
 from dsched.comm import connect, listen, parse_address
 from dsched.errors import CommClosedError, LocalProtocolError, RemoteProtocolError
@@ -21,10 +22,7 @@ DEADLINE = 10.0
 
 
 async def eventually(predicate, timeout: float = DEADLINE) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
+    await wait_until_async(predicate, timeout)
 
 
 async def echo(comm):

@@ -14,6 +14,7 @@ import tracemalloc
 import psutil
 import pytest
 
+from deadline import wait_until_async
 from dsched.comm import connect, listen
 from dsched.errors import (
     AuthenticationError,
@@ -90,10 +91,7 @@ def refusal(received: bytes) -> RemoteProtocolError:
 
 
 async def eventually(predicate, timeout: float = DEADLINE) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
+    await wait_until_async(predicate, timeout)
 
 
 class EchoClient:
@@ -114,11 +112,12 @@ class EchoClient:
     async def still_served(self):
         """Wait (bounded) until a few more replies arrive after this moment."""
         target = self.replies + 3
-        deadline = asyncio.get_running_loop().time() + DEADLINE
-        while self.replies < target:
+
+        def served() -> bool:
             assert not self.task.done(), self.task
-            assert asyncio.get_running_loop().time() < deadline, "echo replies stopped"
-            await asyncio.sleep(0.01)
+            return self.replies >= target
+
+        await wait_until_async(served, DEADLINE, what="more echo replies")
 
 
 async def test_hostile_peers_are_cut_off_and_a_good_client_is_served_throughout(server):

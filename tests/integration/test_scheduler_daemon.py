@@ -11,7 +11,7 @@ import time
 import cloudpickle
 import pytest
 
-from cluster_helpers import wait_until
+from deadline import wait_until
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

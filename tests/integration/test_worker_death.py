@@ -7,7 +7,7 @@ import sys
 import cloudpickle
 import pytest
 
-from cluster_helpers import wait_until
+from deadline import wait_until
 from dsched import TaskFailedError
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -16,15 +16,13 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 def report_then_wait(marker, gate):
     """Write which worker runs this, then wait until ``gate`` exists (or it runs again)."""
     import os
-    import time
 
     name = os.environ["SCHED_WORKER_NAME"]
     first = not os.path.exists(marker)
     with open(marker, "a") as f:
         f.write(name + "\n")
-    deadline = time.monotonic() + 60
-    while first and not os.path.exists(gate) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    if first:
+        wait_until(lambda: os.path.exists(gate), 60, interval=0.01, what=f"{gate} to appear")
     return name
 
 

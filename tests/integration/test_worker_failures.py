@@ -12,7 +12,7 @@ import pytest
 
 from dsched.errors import SchedError
 
-from cluster_helpers import wait_until
+from deadline import wait_until
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

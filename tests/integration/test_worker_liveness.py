@@ -9,7 +9,7 @@ import sys
 
 import cloudpickle
 
-from cluster_helpers import wait_until
+from deadline import wait_until
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

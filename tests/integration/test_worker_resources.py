@@ -13,7 +13,7 @@ import sys
 
 import cloudpickle
 
-from cluster_helpers import wait_until
+from deadline import wait_until
 
 # The workers cannot import this test module, so ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

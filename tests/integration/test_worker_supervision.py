@@ -13,7 +13,7 @@ import sys
 import cloudpickle
 import psutil
 
-from cluster_helpers import wait_until
+from deadline import wait_until
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -7,6 +7,7 @@ import sys
 import cloudpickle
 import pytest
 
+from deadline import wait_until_async
 from dsched import serialize
 from dsched.worker.executor import GpuProcessPool, TaskKilled, ThreadRunner
 
@@ -60,10 +61,7 @@ async def test_killing_a_running_gpu_task_ends_its_process():
         run = asyncio.ensure_future(
             pool.run("slow", (0,), serialize.dumps(time.sleep), serialize.dumps(((60,), {})))
         )
-        deadline = time.monotonic() + 30
-        while not pool.kill("slow"):
-            assert time.monotonic() < deadline, "the task never started"
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: pool.kill("slow"), what="the task to start")
         with pytest.raises(TaskKilled):
             await asyncio.wait_for(run, 30)
     finally:

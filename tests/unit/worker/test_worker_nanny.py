@@ -6,16 +6,15 @@ import signal
 import sys
 import time
 
+from deadline import wait_until_async
+
 from dsched.worker.nanny import Nanny
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
 
 async def wait_for(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        await asyncio.sleep(0.02)
+    await wait_until_async(predicate, timeout)
 
 
 async def test_nanny_restarts_a_dead_process_and_stops_all():
