@@ -8,7 +8,7 @@ from . import config
 from .client import (ALL_COMPLETED, FIRST_COMPLETED, AsyncClient, CancelledError, Client, Future,
                      LocalCluster, SchedulerLostError, TaskFailedError, annotate, as_completed,
                      progress, wait)
-from .errors import ResourceSpecError, SchedError
+from .errors import ResourceSpecError, SchedError, TaskExit
 from .gpu_ids import get_gpu_ids
 from .resources import Resources, parse_resources
 
@@ -17,6 +17,6 @@ __version__ = "0.1.0"
 __all__ = [
     "ALL_COMPLETED", "AsyncClient", "CancelledError", "Client", "FIRST_COMPLETED", "Future",
     "LocalCluster", "ResourceSpecError", "Resources", "SchedError", "SchedulerLostError",
-    "TaskFailedError", "annotate", "as_completed", "config", "get_gpu_ids", "parse_resources",
+    "TaskExit", "TaskFailedError", "annotate", "as_completed", "config", "get_gpu_ids", "parse_resources",
     "progress", "wait",
 ]

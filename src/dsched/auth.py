@@ -46,7 +46,10 @@ def read_token_file(path: PathLike) -> str:
         text = path.read_text(encoding="utf-8").strip()
         mode = path.stat().st_mode
     except FileNotFoundError:
-        raise ConfigError(f"token file {path} does not exist") from None
+        raise ConfigError(
+            f"token file {path} does not exist; give the scheduler's token with --token-file "
+            f"FILE (a copy of the scheduler's token file) or the {TOKEN_ENV} environment "
+            "variable") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"cannot read token file {path}: {error}") from error
     if not text:
@@ -123,8 +126,9 @@ def load_token(
     if found is None:
         default = default_path if default_path is not None else default_token_path(env)
         raise ConfigError(
-            f"no token found: pass --token or --token-file, set {TOKEN_ENV}, or copy the "
-            f"scheduler's token file to {default} (the scheduler creates it on first start)"
+            f"no token found: give the scheduler's token with --token-file FILE or the "
+            f"{TOKEN_ENV} environment variable, or copy the scheduler's token file to {default} "
+            "(the scheduler creates it on first start)"
         )
     return found
 

@@ -11,7 +11,7 @@ import os
 import re
 from typing import Any, Callable, Mapping
 
-from .resources import Resources
+from .resources import Resources, check_offer
 
 class Bad(ValueError):
     """A value of the wrong type or range; the message says what was expected."""
@@ -102,7 +102,7 @@ def resource_table(v: Any) -> dict[str, int | float]:
     # Resources.parse is the one parser; its ResourceSpecError reaches the user unchanged.
     if not isinstance(v, (str, Mapping)):
         raise Bad("a resource spec such as 'GPU=2 MEMORY=100e9' or a table such as {GPU = 2}")
-    parsed = Resources.parse(v)
+    parsed = check_offer(Resources.parse(v))
     return {name: parsed.quantity(name) for name in parsed}
 
 

@@ -65,3 +65,19 @@ class TaskFailedError(SchedError):
 
     def __reduce__(self):
         return (TaskFailedError, (str(self), self.error))
+
+
+class TaskExit(SchedError):
+    """A task raised an exception that is not an ``Exception`` (``SystemExit``,
+    ``KeyboardInterrupt``). Raised as it is, it would end the calling program (``sys.exit(3)``
+    in a task would exit the client with status 3 and print nothing), so it arrives as this
+    ordinary error that names it; ``original`` holds it, and the remote traceback is chained
+    as the cause."""
+
+    def __init__(self, original: BaseException):
+        super().__init__(f"the task raised {type(original).__name__}"
+                         f"({', '.join(map(repr, original.args))})")
+        self.original = original
+
+    def __reduce__(self):
+        return (TaskExit, (self.original,))

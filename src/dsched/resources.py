@@ -21,6 +21,11 @@ from .errors import ResourceSpecError
 SCALE = 10_000
 #: The largest quantity of one resource (kept so a quantity always fits a signed 64-bit int).
 MAX_QUANTITY = 10**14
+#: The resource that counts a worker's interchangeable GPU devices.
+GPU = "GPU"
+#: The most GPUs one worker may offer: far above any machine, low enough that a typo such as
+#: GPU=1e7 is an error instead of ten million device records.
+MAX_GPUS = 1024
 
 _FORM = "expected NAME=VALUE pairs separated by spaces or commas, e.g. \"GPU=2 MEMORY=100e9\""
 _SEPARATORS = re.compile(r"[\s,]+")
@@ -164,6 +169,45 @@ class Resources(Mapping[str, int]):
 
 
 EMPTY = Resources()
+
+
+# -- the GPU rules: what a task may ask for and what a worker may offer ----------------------
+
+
+def gpu_request_error(units: int) -> str:
+    """Why a task may never ask for ``units`` of GPU ("" when it may): a fraction of one GPU
+    or a whole number of GPUs, never a fraction above one (no worker could grant GPU=1.5)."""
+    if units > SCALE and units % SCALE:
+        return (f"invalid GPU request GPU={format_units(units)}: a task may ask for a fraction "
+                "of one GPU (e.g. GPU=0.5) or a whole number of GPUs (e.g. GPU=2), not a "
+                "fraction above one")
+    return ""
+
+
+def demand_error(demand: Resources) -> str:
+    """Why no worker could ever grant ``demand`` as asked ("" when some worker could)."""
+    return gpu_request_error(demand.get(GPU, 0))
+
+
+def check_demand(demand: Resources) -> Resources:
+    """``demand`` itself, or ResourceSpecError when no worker could ever grant it."""
+    error = demand_error(demand)
+    if error:
+        raise ResourceSpecError(error)
+    return demand
+
+
+def check_offer(offer: Resources) -> Resources:
+    """``offer`` itself, or ResourceSpecError when a worker cannot offer it: its GPUs are
+    whole devices, at most ``MAX_GPUS``."""
+    units = offer.get(GPU, 0)
+    if units % SCALE:
+        raise ResourceSpecError(f"invalid worker resource GPU={format_units(units)}: a worker's "
+                                "GPUs must be a whole number of devices")
+    if units > MAX_GPUS * SCALE:
+        raise ResourceSpecError(f"invalid worker resource GPU={format_units(units)}: a worker "
+                                f"offers at most {MAX_GPUS} GPUs")
+    return offer
 
 
 def parse_resources(spec: ResourcesLike) -> Resources:

@@ -20,6 +20,8 @@ from typing import Any, Callable, Mapping
 
 import cloudpickle
 
+from .errors import TaskExit
+
 PICKLE_PROTOCOL = 5
 
 
@@ -131,7 +133,7 @@ def dumps_exception(exc: BaseException) -> tuple[bytes, str]:
     return payload, text
 
 
-def loads_exception(payload: bytes, text: str) -> BaseException:
+def loads_exception(payload: bytes, text: str) -> Exception:
     """Rebuild a task's exception with the remote traceback chained as its cause."""
     try:
         exc = loads(payload)
@@ -139,6 +141,8 @@ def loads_exception(payload: bytes, text: str) -> BaseException:
             raise TypeError(f"not an exception: {type(exc).__name__}")
     except Exception as err:  # the client lacks the exception's module, say
         exc = TaskError("UnpicklableError", f"{err}; remote traceback follows")
+    if not isinstance(exc, Exception):  # SystemExit must not end the caller's program
+        exc = TaskExit(exc)
     exc.__cause__ = RemoteTraceback(text)
     return exc
 

@@ -16,7 +16,7 @@ import pytest
 
 from deadline import wait_until
 from task_helpers import wait_for
-from dsched import (CancelledError, Client, ResourceSpecError, SchedulerLostError,
+from dsched import (CancelledError, Client, ResourceSpecError, SchedulerLostError, TaskExit,
                     TaskFailedError, wait)
 from dsched.auth import generate_token
 from dsched.errors import AuthenticationError, SchedError
@@ -127,6 +127,47 @@ def test_a_dependency_no_worker_can_send_fails_its_dependent_instead_of_looping(
         user.result(timeout=60)
 
 
+def exit_with(code):
+    import sys
+
+    sys.exit(code)
+
+
+def interrupt():
+    raise KeyboardInterrupt("stop")
+
+
+def test_sys_exit_in_a_task_is_an_ordinary_error_that_names_it(client):
+    for resources in (None, {"GPU": 1}):  # a thread of the worker, and a GPU child process
+        with pytest.raises(TaskExit, match=r"the task raised SystemExit\(3\)") as raised:
+            client.submit(exit_with, 3, resources=resources).result(timeout=30)
+        assert isinstance(raised.value.original, SystemExit)
+        assert "sys.exit(code)" in raised.value.__cause__.text
+    with pytest.raises(TaskExit, match="KeyboardInterrupt"):
+        client.submit(interrupt).result(timeout=30)
+    assert client.submit(inc, 1).result(timeout=30) == 2  # the worker serves on
+
+
+def test_a_program_whose_task_calls_sys_exit_goes_on_and_reports_it(cluster, tmp_path):
+    import subprocess
+
+    script = tmp_path / "driver.py"
+    script.write_text(
+        "import sys\n"
+        "from dsched import Client\n"
+        f"client = Client({cluster.address!r}, token={cluster.token!r})\n"
+        "try:\n"
+        "    client.submit(sys.exit, 3).result(timeout=30)\n"
+        "except Exception as error:\n"
+        "    print('caught:', error)\n"
+        "print('still running')\n"
+        "client.close()\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["caught: the task raised SystemExit(3)", "still running"]
+
+
 def test_dependents_of_a_failed_task_fail_with_its_exception(client):
     failed = client.submit(fail, ZeroDivisionError, "root cause")
     dependent = client.submit(inc, failed)
@@ -191,6 +232,20 @@ def test_cancelling_a_running_gpu_task_kills_its_process(client, tmp_path):
     assert client.submit(inc, 2, resources={"GPU": 2}).result(timeout=30) == 3  # both free
 
 
+def test_one_clients_cancel_does_not_cancel_the_same_task_for_another(cluster, tmp_path):
+    gate = tmp_path / "gate"
+    with Client(cluster.address, token=cluster.token) as first, \
+            Client(cluster.address, token=cluster.token) as second:
+        mine = first.submit(wait_for, str(gate), 42)
+        theirs = second.submit(wait_for, str(gate), 42)  # the same pure call: one task
+        assert mine.key == theirs.key
+        wait_until(lambda: task_counts(first).get("processing") == 1, 30, what="it runs")
+        mine.cancel()
+        assert mine.cancelled()
+        gate.touch()
+        assert theirs.result(timeout=30) == 42
+
+
 def test_cancelling_a_running_thread_task_ends_its_future(client, tmp_path):
     gate, marker = tmp_path / "gate", tmp_path / "pid"
     running = client.submit(mark_and_wait, str(marker), str(gate), workers="b")
@@ -216,6 +271,24 @@ def test_an_invalid_resource_spec_fails_at_submit_and_sends_nothing(client):
             client.map(inc, range(3), resources=bad)
     assert task_counts(client) == {}
     assert client.submit(inc, 1).result(timeout=30) == 2
+
+
+def test_a_gpu_request_no_worker_could_grant_fails_at_submit(client):
+    for bad in ({"GPU": 1.5}, "GPU=2.5"):
+        with pytest.raises(ResourceSpecError, match="not a fraction above one"):
+            client.submit(inc, 1, resources=bad)
+    from dsched import annotate
+
+    with pytest.raises(ResourceSpecError, match="not a fraction above one"):
+        with annotate(resources={"GPU": 1.5}):
+            pass
+
+
+def test_unknown_client_options_are_refused_not_ignored(cluster):
+    with pytest.raises(TypeError, match="unexpected keyword argument.*bogus"):
+        Client(cluster.address, token=cluster.token, bogus=1)
+    with pytest.raises(TypeError, match="bogus"):
+        Client(bogus=1)  # would start a LocalCluster, which takes no such option
 
 
 def test_connecting_to_nothing_names_the_address_quickly():

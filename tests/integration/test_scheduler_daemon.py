@@ -59,8 +59,8 @@ def test_an_invalid_config_file_is_a_clear_error(daemons, tmp_path):
     assert "prot" in result.stderr and "port" in result.stderr and str(bad) in result.stderr
 
 
-def test_a_placement_is_logged_with_its_demand(daemons):
-    daemons.scheduler()
+def test_a_placement_is_logged_with_its_demand_at_debug(daemons):
+    daemons.scheduler("--log-level", "debug")
     daemons.worker("--resources", "GPU=1", "--name", "gpu-worker")
     client = daemons.client()
     daemons.wait_for_workers(client, 1)
@@ -69,6 +69,19 @@ def test_a_placement_is_logged_with_its_demand(daemons):
     daemons.scheduler_process.wait(30)
     log = daemons.scheduler_log()
     assert "(requires GPU=1) on worker gpu-worker" in log
+
+
+def test_the_log_is_quiet_at_info_one_line_per_operator_event_not_per_task(daemons):
+    daemons.scheduler()  # --log-level info
+    daemons.worker("--name", "w", "--nthreads", "2")
+    client = daemons.client()
+    daemons.wait_for_workers(client, 1)
+    assert client.gather(client.map(slow, [0] * 500, range(500))) == list(range(500))
+    client.submit(slow, 0, 1, resources={"GPU": 1})  # cannot run: that is worth a line
+    wait_until(lambda: "cannot run: no worker offers resource GPU" in daemons.scheduler_log(),
+               what="the unrunnable line")
+    lines = daemons.scheduler_log().splitlines()
+    assert len(lines) < 10, "\n".join(lines)
 
 
 def test_sigterm_lets_running_tasks_finish_then_exits(daemons):
@@ -106,3 +119,25 @@ def test_the_help_names_every_option():
     for option in ("--host", "--port", "--token-file", "--tls-cert", "--state-dir", "--config",
                    "--log-level"):
         assert option in result.stdout
+
+
+def test_an_unusable_state_directory_is_one_line_and_a_non_zero_exit(daemons, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = subprocess.run(scheduler_command("--state-dir", str(blocker / "state")),
+                            env=daemons.env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    (line,) = [line for line in result.stderr.splitlines() if "error" in line]
+    assert line.startswith("sched-scheduler: error: cannot create the state directory")
+    assert "Traceback" not in result.stderr
+
+
+def test_the_address_it_gives_clients_is_one_they_can_connect_to():
+    from types import SimpleNamespace
+
+    from dsched.scheduler.server import Scheduler
+
+    scheduler = Scheduler(host="0.0.0.0", port=0, token="t")
+    scheduler.listener = SimpleNamespace(host="0.0.0.0", port=8786)  # as if listening
+    host, port = scheduler.address.rsplit(":", 1)
+    assert port == "8786" and host not in ("0.0.0.0", "")

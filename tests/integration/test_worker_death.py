@@ -57,3 +57,41 @@ def test_a_task_fails_once_it_has_killed_more_workers_than_allowed(daemons, tmp_
         future.result(timeout=60)
     assert failed.value.error == "killed_worker"
     assert open(marker).read().split() == [first]  # not run again
+
+
+def add_when(gate, started, x, y):
+    """``x + y`` once ``gate`` exists; ``started`` is created when it begins."""
+    import os
+
+    open(started, "w").close()
+    wait_until(lambda: os.path.exists(gate), 60, interval=0.01, what=f"{gate} to appear")
+    return x + y
+
+
+def add(x, y):
+    return x + y
+
+
+def test_a_chain_whose_intermediates_were_dropped_survives_losing_every_copy(daemons, tmp_path):
+    daemons.scheduler()
+    a = daemons.worker("--name", "a", "--nthreads", "1")
+    b = daemons.worker("--name", "b", "--nthreads", "1")
+    client = daemons.client()
+    daemons.wait_for_workers(client, 2)
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    d = client.submit(add, 1, 0, workers=["a"])
+    t = client.submit(add_when, str(gate), str(started), d, 10, workers=["b"])
+    final = client.submit(add, t, 100, resources={"GPU": 1})  # no worker has a GPU yet
+    del d, t  # as inside a function: only the final future is kept
+    wait_until(started.exists, what="t running on b")
+    a.kill()  # the only copy of d goes; t already has its own
+    wait_until(lambda: len(client.scheduler_info()["workers"]) == 1, what="a gone")
+    gate.touch()
+    wait_until(lambda: "GPU" in final.reason, what="final waiting for a GPU")
+    b.kill()  # the only copy of t goes: final needs t again, and t needs d again
+    wait_until(lambda: not client.scheduler_info()["workers"], what="b gone")
+    daemons.worker("--name", "a", "--nthreads", "1")
+    daemons.worker("--name", "b", "--nthreads", "1")
+    daemons.worker("--name", "gpu", "--resources", "GPU=1")
+    assert final.result(timeout=60) == 111
+    assert "cancel" not in daemons.scheduler_log().lower()

@@ -80,12 +80,14 @@ def test_the_environment_is_read_when_none_is_passed(monkeypatch, default_path):
 
 
 def test_a_client_without_any_token_gets_an_error_saying_where_to_put_one(default_path):
-    with pytest.raises(ConfigError, match=f"set {TOKEN_ENV}.*{default_path}"):
+    with pytest.raises(ConfigError, match=f"--token-file FILE or the {TOKEN_ENV} environment "
+                       f"variable.*{default_path}"):
         load_token(env={}, default_path=default_path)
 
 
 def test_a_named_token_file_that_is_missing_or_empty_is_an_error(tmp_path, default_path):
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ConfigError, match=f"does not exist; give the scheduler's token with "
+                       f"--token-file FILE .* or the {TOKEN_ENV} environment variable"):
         find_token(env={}, token_file=tmp_path / "missing", default_path=default_path)
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(ConfigError, match="is empty"):

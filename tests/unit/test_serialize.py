@@ -57,3 +57,17 @@ def test_an_unpicklable_exception_becomes_a_task_error_naming_its_type():
 @pytest.mark.parametrize("value, low", [(b"x" * 1000, 1000), ("y" * 50, 50), ([b"z" * 100] * 3, 300)])
 def test_sizeof_counts_payload_bytes(value, low):
     assert serialize.sizeof(value) >= low
+
+
+def test_an_exception_that_is_not_an_exception_arrives_as_an_ordinary_error_naming_it():
+    from dsched.errors import TaskExit
+
+    for original in (SystemExit(3), KeyboardInterrupt("stop"), GeneratorExit()):
+        payload, text = serialize.dumps_exception(original)
+        rebuilt = serialize.loads_exception(payload, text)
+        assert isinstance(rebuilt, TaskExit) and isinstance(rebuilt, Exception)
+        assert type(rebuilt.original) is type(original)
+        assert type(original).__name__ in str(rebuilt)
+        assert isinstance(rebuilt.__cause__, serialize.RemoteTraceback)
+    assert str(serialize.loads_exception(*serialize.dumps_exception(SystemExit(3)))) == (
+        "the task raised SystemExit(3)")

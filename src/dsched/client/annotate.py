@@ -15,7 +15,7 @@ import contextvars
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from ..resources import Resources
+from ..resources import Resources, check_demand
 
 KNOWN = ("resources", "priority", "retries", "workers")
 
@@ -35,7 +35,7 @@ def annotate(**annotations: Any) -> Iterator[None]:
         if name == "resources":
             outer = merged.get("resources", Resources())
             inner = Resources.parse(value)
-            value = Resources({**outer.to_wire(), **inner.to_wire()})
+            value = check_demand(Resources({**outer.to_wire(), **inner.to_wire()}))
         merged[name] = value
     token = _current.set(merged)
     try:

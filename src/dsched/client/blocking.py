@@ -40,13 +40,13 @@ class Client:
     def __init__(self, address: str | LocalCluster | None = None, *, asynchronous: bool = False,
                  token: str | None = None, token_file: str | None = None, ssl: Any = None,
                  name: str = "client", timeout: float | None = None, **cluster_kwargs: Any):
+        self._async = AsyncClient(address, token=token, token_file=token_file, ssl=ssl,
+                                  name=name, timeout=timeout, **cluster_kwargs)
+        self._async.asynchronous = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="dsched-client",
                                         daemon=True)
         self._thread.start()
-        self._async = AsyncClient(address, token=token, token_file=token_file, ssl=ssl,
-                                  name=name, timeout=timeout, **cluster_kwargs)
-        self._async.asynchronous = False
         try:
             self._run(self._async.start())
         except BaseException:

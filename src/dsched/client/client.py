@@ -38,6 +38,27 @@ def _is_future(value: Any) -> bool:
     return type(value) is Future
 
 
+def check_cluster_kwargs(address: Any, cluster_kwargs: dict[str, Any]) -> None:
+    """Keyword arguments a Client passes on to the LocalCluster it starts: refused when it
+    starts none (an address was given) or when LocalCluster takes no such argument, so that a
+    misspelt option is an error rather than silently ignored."""
+    if not cluster_kwargs:
+        return
+    import inspect
+
+    from .cluster import LocalCluster
+
+    names = ", ".join(sorted(cluster_kwargs))
+    if address is not None:
+        raise TypeError(f"Client() got unexpected keyword argument(s) {names}: options for a "
+                        "LocalCluster apply only when no address is given")
+    known = set(inspect.signature(LocalCluster).parameters)
+    unknown = sorted(set(cluster_kwargs) - known)
+    if unknown:
+        raise TypeError(f"Client() got unexpected keyword argument(s) {', '.join(unknown)}; it "
+                        f"takes its own options and those of LocalCluster: {', '.join(sorted(known))}")
+
+
 class AsyncClient:
     """A client on an asyncio loop: ``client = await AsyncClient(address)`` or ``async with``.
 
@@ -50,6 +71,7 @@ class AsyncClient:
     def __init__(self, address: Any = None, *, token: str | None = None,
                  token_file: str | None = None, ssl: Any = None, name: str = "client",
                  timeout: float | None = None, **cluster_kwargs: Any):
+        check_cluster_kwargs(address, cluster_kwargs)
         self.address = address
         self.cluster: Any = None
         self._owns_cluster = False

@@ -19,7 +19,7 @@ import uuid
 from typing import Any, Callable, Iterable
 
 from .. import serialize
-from ..resources import Resources
+from ..resources import Resources, check_demand
 from ..serialize import TaskRef
 from .annotate import current as current_annotations
 
@@ -34,7 +34,7 @@ def task_options(resources: Any = None, priority: Any = None, retries: Any = Non
     Raises ResourceSpecError for a bad ``resources``, TypeError or ValueError for the rest.
     """
     annotations = current_annotations()
-    demand = (Resources.parse(resources) if resources is not None
+    demand = (check_demand(Resources.parse(resources)) if resources is not None
               else annotations.get("resources"))
     if priority is None:
         priority = annotations.get("priority", 0)

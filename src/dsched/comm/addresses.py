@@ -19,3 +19,27 @@ def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
 def format_address(host: str, port: int, *, tls: bool = False) -> str:
     host = f"[{host}]" if ":" in host else host
     return f"{'tls' if tls else 'tcp'}://{host}:{port}"
+
+
+#: Hosts that mean "every interface": nobody can connect to them.
+WILDCARD_HOSTS = frozenset(("", "0.0.0.0", "::"))
+
+
+def reachable_host(host: str) -> str:
+    """The host others should use to reach a socket bound to ``host``: ``host`` itself, or for
+    a wildcard, this machine's first non-loopback IPv4 address (of an interface that is up),
+    else its host name. Reads the interface table; sends nothing."""
+    if host not in WILDCARD_HOSTS:
+        return host
+    import socket
+
+    import psutil
+
+    stats = psutil.net_if_stats()
+    for name, addresses in sorted(psutil.net_if_addrs().items()):
+        if not stats.get(name) or not stats[name].isup:
+            continue
+        for address in addresses:
+            if address.family == socket.AF_INET and not address.address.startswith("127."):
+                return address.address
+    return socket.gethostname()

@@ -8,13 +8,13 @@ Pure: no I/O, no clock.
 """
 
 from .actions import (
-    Action, CancelTask, CloseWorker, Execute, FreeResults, Log, ReportCancelled, ReportErred,
-    ReportFinished, ReportMoved, ReportWaiting,
+    Action, CancelTask, CloseWorker, Execute, FreeResults, Log, Replicate, ReportCancelled,
+    ReportErred, ReportFinished, ReportMoved, ReportWaiting, RetireWorker,
 )
 from .events import (
     CancelConfirmed, CancelRequested, ClientDisconnected, Event, KeysReleased, MissingData,
-    TaskErred, TaskFinished, TaskRejected, TaskSpec, TasksSubmitted, Tick, WorkerHeartbeat,
-    WorkerJoined, WorkerLeft,
+    ReplicateFailed, ResultReplicated, TaskErred, TaskFinished, TaskRejected, TaskSpec,
+    TasksSubmitted, Tick, WorkerDraining, WorkerHeartbeat, WorkerJoined, WorkerLeft,
 )
 from .state import SchedulerState
 from .task import Task, TaskState
@@ -23,8 +23,9 @@ from .worker import WorkerInfo
 __all__ = [
     "Action", "CancelConfirmed", "CancelRequested", "CancelTask", "ClientDisconnected",
     "CloseWorker", "Event", "Execute", "FreeResults", "KeysReleased", "Log", "MissingData",
-    "ReportCancelled", "ReportErred", "ReportFinished", "ReportMoved", "ReportWaiting",
-    "SchedulerState",
+    "Replicate", "ReplicateFailed", "ReportCancelled", "ReportErred", "ReportFinished",
+    "ReportMoved", "ReportWaiting", "ResultReplicated", "RetireWorker", "SchedulerState",
     "Task", "TaskErred", "TaskFinished", "TaskRejected", "TaskSpec", "TaskState",
-    "TasksSubmitted", "Tick", "WorkerHeartbeat", "WorkerInfo", "WorkerJoined", "WorkerLeft",
+    "TasksSubmitted", "Tick", "WorkerDraining", "WorkerHeartbeat", "WorkerInfo", "WorkerJoined",
+    "WorkerLeft",
 ]

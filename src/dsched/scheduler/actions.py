@@ -44,7 +44,8 @@ class Execute:
 
 @_frozen
 class CancelTask:
-    """Stop ``key`` on ``worker`` (kill its process group); it answers with CancelConfirmed."""
+    """Stop ``key`` on ``worker`` (kill its process group): nobody needs it any more. The
+    worker answers with CancelConfirmed, or with the task's end if that came first."""
 
     key: str
     worker: str
@@ -56,6 +57,25 @@ class FreeResults:
 
     worker: str
     keys: tuple[str, ...]
+
+
+@_frozen
+class Replicate:
+    """``worker`` should fetch a copy of the result of ``key`` from ``source`` and keep it:
+    ``source`` is draining and is the only worker holding that result, still needed."""
+
+    worker: str
+    key: str
+    source: str
+    nbytes: int = 0
+
+
+@_frozen
+class RetireWorker:
+    """The draining ``worker`` may leave: it runs nothing, and what it alone held that is
+    still needed is held elsewhere now (or cannot be moved)."""
+
+    worker: str
 
 
 @_frozen
@@ -96,6 +116,7 @@ class ReportErred:
     ``error`` says how: ``exception`` (the task raised; ``exception`` holds it, opaque),
     ``killed_worker`` (workers died running it), ``no_worker`` (``no_worker_timeout``),
     ``unfetchable`` (its result could never be sent to the workers that needed it),
+    ``rejected`` (workers kept refusing it),
     ``dependency`` (an input failed; ``exception`` is that input's), ``unknown_dependency``
     or ``cycle`` (the submission was wrong).
     """
@@ -109,6 +130,9 @@ class ReportErred:
 
 @_frozen
 class ReportCancelled:
+    """``clients`` cancelled ``key`` (or a task it depends on): their futures end cancelled.
+    The task itself runs on while another client wants it."""
+
     key: str
     clients: tuple[str, ...]
     reason: str
@@ -143,11 +167,12 @@ class Log:
 DEBUG, INFO, WARNING = 10, 20, 30
 
 Action = Union[
-    Execute, CancelTask, FreeResults, CloseWorker, ReportFinished, ReportMoved, ReportErred,
-    ReportCancelled, ReportWaiting, Log,
+    Execute, CancelTask, FreeResults, Replicate, RetireWorker, CloseWorker, ReportFinished,
+    ReportMoved, ReportErred, ReportCancelled, ReportWaiting, Log,
 ]
 
 __all__ = [
     "Action", "CancelTask", "CloseWorker", "Execute", "FreeResults", "Log", "NO_INPUTS",
-    "ReportCancelled", "ReportErred", "ReportFinished", "ReportMoved", "ReportWaiting",
+    "Replicate", "ReportCancelled", "ReportErred", "ReportFinished", "ReportMoved",
+    "ReportWaiting", "RetireWorker",
 ]

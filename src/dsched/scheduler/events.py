@@ -51,7 +51,9 @@ class WorkerJoined:
     A worker that reconnects (after a network fault, or to a restarted scheduler) also says
     what it kept: ``held``, the results it holds as (key, nbytes) pairs, and ``running``, the
     tasks it is still executing. The scheduler adopts what it still needs and has the
-    worker drop the rest, so no work is done twice.
+    worker drop the rest, so no work is done twice. ``previous_exit`` says how the worker's
+    previous process under the same name ended, when its nanny restarted it after a crash
+    ("killed by signal 11 (SIGSEGV)").
     """
 
     address: str
@@ -61,6 +63,7 @@ class WorkerJoined:
     gpus: tuple[Mapping[str, Any], ...] = ()
     held: tuple[tuple[str, int], ...] = ()
     running: tuple[str, ...] = ()
+    previous_exit: str | None = None
     now: float
 
 
@@ -70,6 +73,15 @@ class WorkerHeartbeat:
 
     address: str
     metrics: Mapping[str, Any] | None = None
+    now: float
+
+
+@_frozen
+class WorkerDraining:
+    """The worker stops taking work (SIGTERM): it finishes what runs within its deadline, and
+    leaves once the results only it holds that are still needed are held elsewhere."""
+
+    address: str
     now: float
 
 
@@ -136,12 +148,34 @@ class TaskRejected:
 
 @_frozen
 class MissingData:
-    """``worker`` could not start ``key``: input ``dependency`` was on none of ``tried``."""
+    """``worker`` could not start ``key``: input ``dependency`` was on none of ``tried``
+    (``reason``: the last fetch error, when there was one)."""
 
     key: str
     worker: str
     dependency: str
     tried: tuple[str, ...] = ()
+    reason: str = ""
+    now: float
+
+
+@_frozen
+class ResultReplicated:
+    """``worker`` now holds a copy of the result of ``key`` (``nbytes``), as asked."""
+
+    key: str
+    worker: str
+    nbytes: int = 0
+    now: float
+
+
+@_frozen
+class ReplicateFailed:
+    """``worker`` could not copy the result of ``key`` from where it was told to."""
+
+    key: str
+    worker: str
+    reason: str = ""
     now: float
 
 
@@ -159,7 +193,8 @@ class TasksSubmitted:
 
 @_frozen
 class CancelRequested:
-    """``client`` cancels ``keys``: those still to run or running stop, with their dependents."""
+    """``client`` cancels ``keys``: it drops its interest in them and in the tasks it wants
+    that depend on them; a task stops only once no client wants it and nothing waits on it."""
 
     client: str
     keys: tuple[str, ...]
@@ -194,13 +229,14 @@ class Tick:
 
 
 Event = Union[
-    WorkerJoined, WorkerHeartbeat, WorkerLeft, TaskFinished, TaskErred, CancelConfirmed,
-    TaskRejected, MissingData, TasksSubmitted, CancelRequested, KeysReleased,
-    ClientDisconnected, Tick,
+    WorkerJoined, WorkerHeartbeat, WorkerDraining, WorkerLeft, TaskFinished, TaskErred,
+    CancelConfirmed, TaskRejected, MissingData, ResultReplicated, ReplicateFailed,
+    TasksSubmitted, CancelRequested, KeysReleased, ClientDisconnected, Tick,
 ]
 
 __all__ = [
     "CancelConfirmed", "CancelRequested", "ClientDisconnected", "Event", "KeysReleased",
-    "MissingData", "TaskErred", "TaskFinished", "TaskRejected", "TaskSpec", "TasksSubmitted",
-    "Tick", "WorkerHeartbeat", "WorkerJoined", "WorkerLeft",
+    "MissingData", "ReplicateFailed", "ResultReplicated", "TaskErred", "TaskFinished",
+    "TaskRejected", "TaskSpec", "TasksSubmitted", "Tick", "WorkerDraining", "WorkerHeartbeat",
+    "WorkerJoined", "WorkerLeft",
 ]

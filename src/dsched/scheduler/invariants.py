@@ -11,9 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..resources import EMPTY
-from .task import (
-    ACTIVE, CANCELLED, ERRED, MEMORY, PROCESSING, QUEUED, RELEASED, WAITING, TaskState,
-)
+from .task import ACTIVE, ERRED, MEMORY, PROCESSING, QUEUED, RELEASED, WAITING, TaskState
 
 if TYPE_CHECKING:
     from .state import SchedulerState
@@ -45,10 +43,15 @@ def _check_workers(s: SchedulerState) -> None:
             assert t.key == key and s.tasks.get(key) is t, (w, key)
             assert t.state is PROCESSING and t.processing_on == address, (w, t)
         for key, t in w.stopping.items():
-            assert t.key == key and t.state is CANCELLED, (w, t)
+            assert t.key == key and t.processing_on != address and key not in w.processing, (
+                w, t)
         for key in w.has_what:
             t = s.tasks[key]
             assert t.state is MEMORY and address in (t.who_has or ()), (w, t)
+        assert (address in s._draining) == w.draining, w
+        assert not w.evacuating or w.draining, w
+        for key, target in w.evacuating.items():
+            assert target in s.workers and not s.workers[target].draining, (w, key, target)
 
 
 def _check_tasks(s: SchedulerState) -> None:
@@ -56,7 +59,7 @@ def _check_tasks(s: SchedulerState) -> None:
     for key, t in tasks.items():
         assert t.key == key and isinstance(t.state, TaskState), t
         state = t.state
-        if state not in (ERRED, CANCELLED):
+        if state is not ERRED:
             for d in t.deps:
                 assert tasks.get(d.key) is d, f"{t} needs forgotten {d}"
                 assert t in d.dependents, (t, d)
@@ -67,8 +70,12 @@ def _check_tasks(s: SchedulerState) -> None:
         assert (state is QUEUED) == (t.queue is not None), t
         assert (state is PROCESSING) == (t.processing_on is not None), t
         assert (state is MEMORY) == bool(t.who_has), t
-        assert (state is WAITING) == bool(t.waiting_on), t
-        if state is WAITING:
+        assert (t.retry_at is not None) == (t in s.retrying), t
+        assert t.retry_at is None or (state is WAITING and not t.waiting_on), t
+        assert (state is WAITING) == bool(t.waiting_on or t.retry_at is not None), t
+        if t.retry_at is not None:
+            assert all(d.state is MEMORY for d in t.deps), t
+        elif state is WAITING:
             for d in t.deps:
                 if d in t.waiting_on:
                     assert d.state in ACTIVE, (t, d)
@@ -81,15 +88,14 @@ def _check_tasks(s: SchedulerState) -> None:
         elif state is MEMORY:
             for address in t.who_has:
                 assert key in s.workers[address].has_what, (t, address)
-        if state in (MEMORY, ERRED, CANCELLED):
+        if state in (MEMORY, ERRED):
             assert t.reported, f"{t} ended unreported"
         for client in t.wanted_by:
             assert key in s.clients.get(client, ()), (t, client)
         if not t.wanted_by:
             assert not (state in ACTIVE and not t.waiters), f"{t} runs for nobody"
             assert not (state is MEMORY and not t.waiters), f"{t} result leaked"
-            assert not (state in (RELEASED, ERRED, CANCELLED) and not t.dependents), (
-                f"{t} not forgotten")
+            assert not (state in (RELEASED, ERRED) and not t.dependents), f"{t} not forgotten"
     for client, keys in s.clients.items():
         assert keys, client
         for key in keys:
@@ -123,6 +129,10 @@ def _check_index(s: SchedulerState) -> None:
     offered: dict[str, int] = {}
     open_slots = 0
     for address, w in s.workers.items():
+        assert index.by_name[w.name] == address, w
+        if w.draining:  # out of every index but by_name
+            assert w.slot_key == 0 and not any(w.free_keys.values()), w
+            continue
         assigned = len(w.processing) + len(w.stopping)
         room = max(0, w.nthreads + s.prefetch - assigned)
         open_slots += room
@@ -136,7 +146,6 @@ def _check_index(s: SchedulerState) -> None:
             assert w.free_keys[name] == units, (w, name)
             if units:
                 free.setdefault(name, {}).setdefault(units, set()).add(address)
-        assert index.by_name[w.name] == address, w
     assert index.open_slots == open_slots, "open slots"
     assert {k: set(g) for k, g in index.slots.groups.items()} == slots, "slot index"
     assert index.slots.keys == sorted(slots), "slot keys"

@@ -2,9 +2,12 @@
 
 A mixin that SchedulerState is built from, split out to keep each file readable; it holds
 no state of its own. Tasks move waiting -> queued -> processing -> memory (-> released), or
-end erred or cancelled; every end is reported once per task (incarnation). A result is kept
-while a client wants it or a dependent still has to run; a finished task's record is kept
-while dependents exist, so that a lost result can be recomputed from its inputs.
+end erred; every end is reported once per task (incarnation). A result is kept while a
+client wants it or a dependent still has to run; a task's record is kept while dependents
+exist, so that a lost result can be recomputed from its inputs. Nothing here cancels a task:
+a client's cancel drops that client's interest, and a task that no client wants and nothing
+waits on goes back to released (stopped where it runs), to be forgotten once nothing refers
+to it, or computed again if something comes to need it.
 
 Pure: no I/O, no clock.
 """
@@ -15,12 +18,11 @@ from collections import deque
 from typing import TYPE_CHECKING, Iterable
 
 from ..resources import EMPTY, Resources
-from .actions import INFO, ReportCancelled, ReportErred, ReportFinished, ReportMoved
+from .actions import DEBUG, INFO, ReportCancelled, ReportErred, ReportFinished, ReportMoved
 from .events import TaskSpec
 from .queue import ShapeQueue
 from .task import (
-    ACTIVE, CANCELLED, ENDED, ERRED, MEMORY, PROCESSING, QUEUED, RELEASED, WAITING, Task,
-    default_prefix,
+    ACTIVE, ERRED, MEMORY, PROCESSING, QUEUED, RELEASED, WAITING, Task, default_prefix,
 )
 
 if TYPE_CHECKING:
@@ -48,7 +50,7 @@ class Lifecycle(_Base):
                 continue
             seen.add(key)
             old = tasks.get(key)
-            if old is not None and old.state not in ENDED:
+            if old is not None and old.state is not ERRED:
                 if spec.wanted:
                     self._want(old, client)
                 continue
@@ -163,13 +165,10 @@ class Lifecycle(_Base):
             t = stack.pop()
             t.state = WAITING
             t.waiting_on = None
-            failed = next((d for d in t.deps if d.state is ERRED or d.state is CANCELLED), None)
+            failed = next((d for d in t.deps if d.state is ERRED), None)
             if failed is not None:
-                if failed.state is ERRED:
-                    self._fail(t, "dependency", f"dependency {failed.key} failed: "
-                               f"{failed.end_reason}", failed.exception)
-                else:
-                    self._cancel(t, f"dependency {failed.key} was cancelled")
+                self._fail(t, "dependency", f"dependency {failed.key} failed: "
+                           f"{failed.end_reason}", failed.exception)
                 continue
             waiting = None
             for d in t.deps:
@@ -253,7 +252,10 @@ class Lifecycle(_Base):
         if t.state is QUEUED and t.queue is not None:
             self.queue.remove(t)
         elif t.state is PROCESSING and t.processing_on is not None:
-            self._cancel_on_worker(t)
+            self._stop_on_worker(t)
+        elif t.retry_at is not None:
+            t.retry_at = None
+            del self.retrying[t]
         t.waiting_on = None
         for d in t.deps:
             d.waiters.pop(t, None)
@@ -277,17 +279,22 @@ class Lifecycle(_Base):
                 if dd.state is WAITING or dd.state is QUEUED:
                     stack.append((dd, "dependency", f"dependency {t.key} failed: {text}"))
 
-    def _cancel(self, root: Task, reason: str) -> None:
-        """End ``root`` cancelled, and every dependent still to run or running."""
-        stack = [(root, reason)]
+    def _cancel_for(self, client: str, roots: Iterable[Task]) -> None:
+        """``client`` cancels ``roots``: it stops wanting them and the tasks it wants that
+        depend on them (its futures of those end cancelled). What nobody wants any more then
+        stops, through the releases; what other clients still want runs on for them."""
+        stack = [(t, f"cancelled by client {client}") for t in roots]
+        seen: set[Task] = set()
         while stack:
             t, reason = stack.pop()
-            if t.state not in ACTIVE:
+            if t in seen:
                 continue
-            self._leave_active(t)
-            t.state = CANCELLED
-            t.end_reason = reason
-            self._report_end(t)
+            seen.add(t)
+            if client in t.wanted_by:
+                if t.state in ACTIVE and not t.reported:  # not one already told finished
+                    self._actions.append(ReportCancelled(key=t.key, clients=(client,),
+                                                         reason=reason))
+                self._unwant(t.key, client)
             for dd in t.waiters:
                 stack.append((dd, f"dependency {t.key} was cancelled"))
 
@@ -302,14 +309,11 @@ class Lifecycle(_Base):
         if state is MEMORY:
             self._actions.append(ReportFinished(
                 key=t.key, clients=t.wanted_by, nbytes=t.nbytes, who_has=tuple(t.who_has or ())))
-        elif state is ERRED:
+        else:
             self._actions.append(ReportErred(
                 key=t.key, clients=t.wanted_by, error=t.error or "exception",
                 text=t.end_reason or "", exception=t.exception))
             self._log(INFO, "Task %s erred (%s): %s", t.key, t.error, t.end_reason)
-        else:
-            self._actions.append(ReportCancelled(key=t.key, clients=t.wanted_by,
-                                                 reason=t.end_reason or "cancelled"))
 
     # -- releasing and forgetting -----------------------------------------------------------------
 
@@ -323,10 +327,11 @@ class Lifecycle(_Base):
                 continue
             state = t.state
             if state in ACTIVE:
-                if not t.waiters:
-                    self._cancel(t, "no client wants this result any more")
-                continue
-            if state is MEMORY:
+                if t.waiters:
+                    continue
+                self._leave_active(t)  # stopped where it runs; computed again if needed
+                t.state = RELEASED
+            elif state is MEMORY:
                 if t.waiters:
                     continue
                 for address in t.who_has or ():
@@ -343,20 +348,28 @@ class Lifecycle(_Base):
                 work.append(d)
 
     def _lose(self, t: Task) -> None:
-        """No worker holds the result of ``t`` any more: recompute it if still needed."""
+        """No worker holds the result of ``t`` any more: compute it again when a client wants
+        it or a dependent still has to start. Dependents already running have their copy (or
+        report the input missing, which brings them back here)."""
         t.who_has = None
         if t.state is not MEMORY:
             return
         t.state = RELEASED
-        if not (t.wanted_by or t.waiters):
+        if not t.wanted_by and all(dd.state is PROCESSING for dd in t.waiters):
             self._release_work.append(t)
             return
+        self.counters["recomputed"] += 1
         for dd in t.waiters:
             if dd.state is QUEUED:
                 self.queue.remove(dd)
                 dd.state = WAITING
                 dd.waiting_on = {t: None}
-            elif dd.state is WAITING and dd.waiting_on is not None:
+            elif dd.state is WAITING:
+                if dd.retry_at is not None:  # refused by a worker; now it needs its input
+                    dd.retry_at = None
+                    del self.retrying[dd]
+                if dd.waiting_on is None:
+                    dd.waiting_on = {}
                 dd.waiting_on[t] = None
-        self._log(INFO, "The result of task %s was lost; computing it again", t.key)
+        self._log(DEBUG, "The result of task %s was lost; computing it again", t.key)
         self._compute(t)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .actions import INFO, NO_INPUTS, CancelTask, Execute, Log
+from .actions import DEBUG, NO_INPUTS, CancelTask, Execute, Log
 from .queue import ShapeQueue
 from .task import PROCESSING, QUEUED, Task
 from .worker import WorkerInfo
@@ -122,13 +122,13 @@ class Placement(_Base):
             w.free, w.free_units = self._arithmetic.take(w.free, t.resources)
             self.index.update(w)
         w.version += 1
-        self.decisions += 1
+        self.counters["placed"] += 1
         actions = self._actions
         if q.empty:
-            actions.append(Log(level=INFO, msg="Scheduling task %s on worker %s",
+            actions.append(Log(level=DEBUG, msg="Scheduling task %s on worker %s",
                                args=(t.key, w.name)))
         else:
-            actions.append(Log(level=INFO, msg="Scheduling task %s (requires %s) on worker %s",
+            actions.append(Log(level=DEBUG, msg="Scheduling task %s (requires %s) on worker %s",
                                args=(t.key, t.resources, w.name)))
         if t.deps:
             who_has = {d.key: tuple(d.who_has or ()) for d in t.deps}
@@ -161,7 +161,9 @@ class Placement(_Base):
         w.version += 1
         self._dirty_workers[w.address] = w
 
-    def _cancel_on_worker(self, t: Task) -> None:
+    def _stop_on_worker(self, t: Task) -> None:
+        """Nobody needs ``t`` any more: stop it where it runs. It keeps its thread and
+        resources there until the worker confirms (or reports its end)."""
         w = self.workers[t.processing_on]
         del w.processing[t.key]
         w.stopping[t.key] = t

@@ -20,7 +20,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Iterable
 
-from ..resources import format_units
+from ..resources import demand_error, format_units
 from .queue import ShapeQueue
 from .task import Task
 from .worker import WorkerInfo
@@ -67,6 +67,8 @@ class Policy:
     # -- can a worker start a task now ------------------------------------------------------
 
     def can_start(self, t: Task, q: ShapeQueue, w: WorkerInfo) -> bool:
+        if w.draining:
+            return False
         restrict = q.restrict
         if restrict is not None and w.name not in restrict and w.address not in restrict:
             return False
@@ -223,14 +225,15 @@ class Policy:
         return self._best_of(t, q, [workers[a] for a in held if a in workers], x, xq)
 
     def restricted(self, restrict: frozenset[str]) -> list[WorkerInfo]:
-        """The connected workers a restriction names (by name or address), in name order."""
+        """The connected workers a restriction names (by name or address) that take work
+        (not draining), in name order."""
         found: dict[str, WorkerInfo] = {}
         by_name = self.index.by_name
         workers = self.workers
         for name in sorted(restrict):
             address = by_name.get(name, name)
             w = workers.get(address)
-            if w is not None:
+            if w is not None and not w.draining:
                 found[address] = w
         return list(found.values())
 
@@ -313,14 +316,22 @@ class Policy:
     # -- why a shape cannot run anywhere ----------------------------------------------------------
 
     def unrunnable_reason(self, q: ShapeQueue) -> str | None:
-        if not self.workers:
-            return "no workers connected yet"
         demand = q.resources
+        error = demand_error(demand)
+        if error:
+            return error
+        if not self.index.by_name:
+            return "no workers connected yet"
+        if not self.index.totals:
+            return "every connected worker is draining"
         where = ""
         if q.restrict is not None:
             allowed = self.restricted(q.restrict)
             if not allowed:
                 names = ", ".join(sorted(q.restrict))
+                by_name = self.index.by_name
+                if any(by_name.get(n, n) in self.workers for n in q.restrict):
+                    return f"restricted to workers {names}, which are draining"
                 return f"restricted to workers {names}, and none of them is connected"
             totals = [w.resources for w in allowed]
             where = " among the allowed workers"

@@ -5,7 +5,9 @@ event stamped with the loop's monotonic clock, hands it to ``state.handle`` and 
 returned actions in order. It logs, ticks the clock for timeouts, and drains on SIGTERM.
 
 Ops from workers: ``register`` (first), ``heartbeat``, ``task-finished``, ``task-erred``,
-``task-cancelled``, ``task-rejected``, ``missing-data``, ``unregister``.
+``task-cancelled``, ``task-rejected``, ``missing-data``, ``draining``, ``replicated``,
+``replicate-failed``, ``unregister``. Ops to workers: ``execute``, ``cancel``, ``free``,
+``replicate``, ``retire``.
 Ops from clients: ``submit``, ``cancel``, ``release``; ``info`` and ``who-has`` are requests
 answered by ``id``.
 Ops to clients: ``task-finished``, ``task-erred``, ``task-cancelled``, ``task-waiting``.
@@ -18,10 +20,12 @@ import itertools
 import logging
 import os
 import socket
+import sys
 from typing import Any
 
 from ..comm import Comm, Listener, listen
-from ..errors import CommClosedError, ResourceSpecError
+from ..comm.addresses import reachable_host
+from ..errors import CommClosedError, ConfigError, ResourceSpecError
 from ..resources import Resources
 from . import actions as act
 from . import events as ev
@@ -49,6 +53,7 @@ class Scheduler:
         self.workers: dict[str, Comm] = {}
         self.clients: dict[str, Comm] = {}
         self.listener: Listener | None = None
+        self._address: str | None = None
         self.draining = False
         self._client_ids = itertools.count(1)
         self._ticker: asyncio.Task | None = None
@@ -56,8 +61,11 @@ class Scheduler:
 
     @property
     def address(self) -> str:
+        """Where workers and clients reach this scheduler (not 0.0.0.0: nobody can)."""
         assert self.listener is not None
-        return f"{self.listener.host}:{self.listener.port}"
+        if self._address is None:
+            self._address = f"{reachable_host(self.listener.host)}:{self.listener.port}"
+        return self._address
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -150,7 +158,9 @@ class Scheduler:
             nthreads=nthreads, resources=Resources.from_wire(op.get("resources") or {}),
             gpus=tuple(op.get("gpus") or ()),
             held=tuple((str(k), int(n)) for k, n in (op.get("held") or {}).items()),
-            running=tuple(str(k) for k in op.get("running") or ()), now=self.now(),
+            running=tuple(str(k) for k in op.get("running") or ()),
+            previous_exit=str(op["previous_exit"]) if op.get("previous_exit") else None,
+            now=self.now(),
         )
 
     def _worker_op(self, address: str, op: dict) -> None:
@@ -173,7 +183,16 @@ class Scheduler:
                                         reason=op.get("reason", ""), now=now)
             elif kind == "missing-data":
                 event = ev.MissingData(key=op["key"], worker=address, dependency=op["dependency"],
-                                       tried=tuple(op.get("tried", ())), now=now)
+                                       tried=tuple(op.get("tried", ())),
+                                       reason=str(op.get("reason") or ""), now=now)
+            elif kind == "draining":
+                event = ev.WorkerDraining(address=address, now=now)
+            elif kind == "replicated":
+                event = ev.ResultReplicated(key=op["key"], worker=address,
+                                            nbytes=int(op.get("nbytes") or 0), now=now)
+            elif kind == "replicate-failed":
+                event = ev.ReplicateFailed(key=op["key"], worker=address,
+                                           reason=str(op.get("reason") or ""), now=now)
             else:
                 logger.warning("Ignoring unknown op %r from worker %s", kind, address)
                 return
@@ -225,7 +244,8 @@ class Scheduler:
 
     def info(self) -> dict:
         return {"address": self.address, "workers": worker_info(self.state),
-                "tasks": task_counts(self.state), "waiting": waiting(self.state)}
+                "tasks": task_counts(self.state), "waiting": waiting(self.state),
+                "counters": dict(self.state.counters)}
 
     # -- the state and its actions ----------------------------------------------------------
 
@@ -264,6 +284,11 @@ class Scheduler:
                                                 "reason": action.reason})
         elif kind is act.CancelTask:
             self._to_worker(action.worker, {"op": "cancel", "key": action.key})
+        elif kind is act.Replicate:
+            self._to_worker(action.worker, {"op": "replicate", "key": action.key,
+                                            "who_has": [action.source], "nbytes": action.nbytes})
+        elif kind is act.RetireWorker:
+            self._to_worker(action.worker, {"op": "retire"})
         elif kind is act.CloseWorker:
             comm = self.workers.get(action.worker)
             if comm is not None:
@@ -317,6 +342,20 @@ def notify_systemd(message: bytes = b"READY=1") -> bool:
     return True
 
 
+def prepare_state_dir(path: str) -> None:
+    """Create the state directory (mode 0700) or say in one line why it cannot be used."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        writable = os.access(path, os.W_OK | os.X_OK)
+    except OSError as error:
+        raise ConfigError(f"cannot create the state directory {path}: "
+                          f"{error.strerror or error}; choose another with --state-dir or "
+                          "scheduler.state_dir") from None
+    if not writable:
+        raise ConfigError(f"the state directory {path} is not writable by this user; choose "
+                          "another with --state-dir or scheduler.state_dir")
+
+
 def run_scheduler(cfg: dict) -> int:
     """Run the scheduler daemon from a loaded config until it is drained; the exit status."""
     from ..auth import ensure_token
@@ -324,8 +363,13 @@ def run_scheduler(cfg: dict) -> int:
 
     s, c = cfg["scheduler"], cfg["comm"]
     setup_logging(s["log_level"])
-    token = ensure_token(token_file=s["token_file"])
-    ssl = ssl_contexts(s["tls"], server=True)
+    try:
+        prepare_state_dir(s["state_dir"])
+        token = ensure_token(token_file=s["token_file"])
+        ssl = ssl_contexts(s["tls"], server=True)
+    except ConfigError as error:
+        print(f"sched-scheduler: error: {error}", file=sys.stderr)
+        return 2
 
     async def main() -> int:
         scheduler = Scheduler(

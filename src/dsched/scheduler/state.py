@@ -3,7 +3,8 @@
 It holds the workers, the tasks and their graph, which worker holds which result, which
 clients want which results, and the ready queue; ``handle`` returns the actions the async
 shell must carry out. The placement rules live in ``policy.py`` and the placement pass in
-``placement.py``, the task lifecycle in ``lifecycle.py``, the invariants in ``invariants.py``.
+``placement.py``, the task lifecycle in ``lifecycle.py``, workers joining, draining and
+leaving in ``membership.py``, the invariants in ``invariants.py``.
 
 Pure: no I/O, no clock (time arrives inside events).
 """
@@ -12,21 +13,28 @@ from __future__ import annotations
 
 from typing import Callable
 
+from collections import Counter
+
 from ..resources import Resources
 from . import events as ev
-from .actions import INFO, WARNING, CancelTask, CloseWorker, FreeResults, Log, ReportWaiting
+from .actions import (
+    INFO, WARNING, CloseWorker, FreeResults, Log, ReportWaiting, RetireWorker,
+)
 from .lifecycle import Lifecycle
+from .membership import Membership
 from .placement import Placement
 from .policy import Policy
 from .queue import ReadyQueue, ShapeQueue
-from .task import ACTIVE, MEMORY, QUEUED, Task
+from .task import ACTIVE, MEMORY, WAITING, Task
 from .worker import FreeArithmetic, WorkerIndex, WorkerInfo
 
 #: Submission order fits below this; priority is scaled above it in ``Task.order``.
 _ORDER_SHIFT = 48
+#: Seconds a task a worker refused waits before it is queued again; doubles each refusal.
+REJECTION_BACKOFF = 0.5
 
 
-class SchedulerState(Lifecycle, Placement):
+class SchedulerState(Membership, Lifecycle, Placement):
     """The scheduler's state and decisions.
 
     ``allowed_failures``: how many workers may die while a task runs before it fails (it
@@ -35,16 +43,23 @@ class SchedulerState(Lifecycle, Placement):
     ``heartbeat_timeout``: seconds without a heartbeat after which a worker is removed on a
     Tick (None: never). ``prefetch``: extra resource-free tasks a worker may hold beyond its
     threads. ``duration_weight``: weight of the newest duration in the per-prefix average.
+    ``max_rejections``: times workers may refuse a task (each refusal waits longer before the
+    next try) before it fails with the last worker's reason.
+
+    ``counters`` counts, since start: ``placed`` tasks, worker ``deaths`` counted against
+    tasks, ``rejected`` refusals, ``recomputed`` lost results, ``replicated`` results copied
+    off draining workers.
     """
 
     def __init__(
         self, *, allowed_failures: int = 3, no_worker_timeout: float | None = None,
         heartbeat_timeout: float | None = None, prefetch: int = 0,
-        duration_weight: float = 0.5,
+        duration_weight: float = 0.5, max_rejections: int = 5,
     ):
-        if allowed_failures < 0 or prefetch < 0:
-            raise ValueError("allowed_failures and prefetch must not be negative")
+        if allowed_failures < 0 or prefetch < 0 or max_rejections < 0:
+            raise ValueError("allowed_failures, prefetch and max_rejections must not be negative")
         self.allowed_failures = allowed_failures
+        self.max_rejections = max_rejections
         self.no_worker_timeout = no_worker_timeout
         self.heartbeat_timeout = heartbeat_timeout
         self.prefetch = prefetch
@@ -54,7 +69,6 @@ class SchedulerState(Lifecycle, Placement):
         self.clients: dict[str, dict[str, None]] = {}
         self.durations: dict[str, float] = {}
         self.now = 0.0
-        self.decisions = 0
         self.queue = ReadyQueue()
         self.index = WorkerIndex(prefetch)
         self._arithmetic = FreeArithmetic()
@@ -67,6 +81,13 @@ class SchedulerState(Lifecycle, Placement):
         self._shapes: dict[frozenset, Resources] = {}
         self._waiting_reports: dict[tuple[str, str | None], list[str]] = {}
         self._seq = 0
+        self.counters: Counter[str] = Counter(
+            placed=0, deaths=0, rejected=0, recomputed=0, replicated=0)
+        #: Tasks a worker refused, waiting until their ``retry_at`` to be queued again.
+        self.retrying: dict[Task, None] = {}
+        self._draining: dict[str, WorkerInfo] = {}
+        #: Worker name -> the tasks its process was running when it died unexpectedly.
+        self._crashed: dict[str, tuple[str, ...]] = {}
 
     # -- the one mutator ----------------------------------------------------------------------
 
@@ -90,6 +111,11 @@ class SchedulerState(Lifecycle, Placement):
             for (client, reason), keys in self._waiting_reports.items():
                 actions.append(ReportWaiting(client=client, keys=tuple(keys), reason=reason))
             self._waiting_reports = {}
+        if self._draining:
+            for w in self._draining.values():
+                if not (w.retired or w.processing or w.stopping or w.evacuating):
+                    w.retired = True
+                    actions.append(RetireWorker(worker=w.address))
         return actions
 
     def validate(self) -> None:
@@ -97,115 +123,6 @@ class SchedulerState(Lifecycle, Placement):
         from .invariants import check
 
         check(self)
-
-    # -- workers ------------------------------------------------------------------------------
-
-    def _on_worker_joined(self, e: ev.WorkerJoined) -> None:
-        old = self.workers.get(e.address)
-        if old is not None:
-            self._remove_worker(old, "it registered again")
-        other = self.index.by_name.get(e.name)
-        if other is not None:
-            reason = f"a worker named {e.name!r} is already connected from {other}"
-            self._actions.append(CloseWorker(worker=e.address, reason=reason))
-            self._log(WARNING, "Refused worker %s at %s: %s", e.name, e.address, reason)
-            return
-        if e.nthreads < 1:
-            reason = f"a worker needs at least one thread, not {e.nthreads}"
-            self._actions.append(CloseWorker(worker=e.address, reason=reason))
-            return
-        w = WorkerInfo(e.address, e.name, e.nthreads, e.resources, tuple(e.gpus), self.now)
-        self.workers[e.address] = w
-        self.index.add(w)
-        self._dirty_workers[e.address] = w
-        self._log(INFO, "Worker %s joined from %s: %d threads, resources %s",
-                  e.name, e.address, e.nthreads, e.resources)
-        if e.held or e.running:
-            self._reconcile(w, e.held, e.running)
-        self._refresh_reasons()
-
-    def _reconcile(self, w: WorkerInfo, held: tuple[tuple[str, int], ...],
-                   running: tuple[str, ...]) -> None:
-        """Adopt what a reconnecting worker kept that is still needed; drop the rest there.
-
-        A result still needed and not yet recomputed ends its task here; a result already
-        in memory elsewhere becomes one more copy. A task it still runs is adopted when it is
-        queued to run again and fits this worker now (the worker ignores the repeated
-        Execute); any other running task is cancelled there.
-        """
-        for key, nbytes in held:
-            t = self.tasks.get(key)
-            if t is not None and t.state is MEMORY and t.who_has is not None:
-                t.who_has[w.address] = None
-                w.has_what[key] = None
-            elif t is not None and t.state is QUEUED and t.queue is not None:
-                self.queue.remove(t)
-                t.state = MEMORY
-                t.nbytes = nbytes
-                t.who_has = {w.address: None}
-                w.has_what[key] = None
-                self._log(INFO, "Worker %s kept the result of task %s; not computing it again",
-                          w.name, key)
-                self._report_end(t)
-                self._dependency_done(t)
-            else:
-                self._to_free.setdefault(w.address, []).append(key)
-        for key in running:
-            t = self.tasks.get(key)
-            q = t.queue if t is not None and t.state is QUEUED else None
-            if (q is not None and w.assigned < w.nthreads and t.resources.fits(w.free)
-                    and (t.restrict is None or not t.restrict.isdisjoint((w.name, w.address)))):
-                self.queue.remove(t)
-                self._place(t, w, q)
-            else:
-                self._actions.append(CancelTask(key=key, worker=w.address))
-
-    def _on_heartbeat(self, e: ev.WorkerHeartbeat) -> None:
-        w = self.workers.get(e.address)
-        if w is not None:
-            w.last_seen = self.now
-            if e.metrics is not None:
-                w.metrics = e.metrics
-
-    def _on_worker_left(self, e: ev.WorkerLeft) -> None:
-        w = self.workers.get(e.address)
-        if w is not None:
-            self._remove_worker(w, e.reason, level=INFO if e.expected else WARNING)
-
-    def _remove_worker(self, w: WorkerInfo, reason: str, level: int = WARNING) -> None:
-        address = w.address
-        del self.workers[address]
-        self.index.remove(w)
-        self._dirty_workers.pop(address, None)
-        r = self.policy.reservation
-        if r is not None and r.worker is w:
-            self.policy.reservation = None
-        self._log(level, "Worker %s at %s removed: %s", w.name, address, reason)
-        lost = []
-        for key in w.has_what:
-            t = self.tasks[key]
-            del t.who_has[address]
-            if not t.who_has:
-                lost.append(t)
-        w.has_what = {}
-        for t in lost:
-            self._lose(t)
-        running, w.processing, w.stopping = list(w.processing.values()), {}, {}
-        for t in running:
-            t.processing_on = None
-            if not t.prefetched:
-                t.deaths += 1
-            t.prefetched = False
-            if t.deaths > self.allowed_failures:
-                text = (
-                    f"{t.deaths} worker(s) died while running this task "
-                    f"(allowed_failures={self.allowed_failures}); the last was {w.name} at "
-                    f"{address}: {reason}"
-                )
-                self._fail(t, "killed_worker", text)
-            else:
-                self._compute(t)
-        self._refresh_reasons()
 
     # -- what workers report about tasks ---------------------------------------------------------
 
@@ -241,6 +158,8 @@ class SchedulerState(Lifecycle, Placement):
         w.has_what[key] = None
         self._report_end(t)
         self._dependency_done(t)
+        if w.draining:
+            self._evacuate(w, [key])
 
     def _on_erred(self, e: ev.TaskErred) -> None:
         ended = self._ended_on(e.worker, e.key, holds_result=False)
@@ -268,8 +187,26 @@ class SchedulerState(Lifecycle, Placement):
         if ended is None:
             return
         w, t = ended
-        self._log(WARNING, "Worker %s gave task %s back: %s", w.name, t.key, e.reason)
-        self._compute(t)
+        if w.draining:  # not the task's fault: it goes elsewhere at once
+            self._compute(t)
+            return
+        t.rejections += 1
+        self.counters["rejected"] += 1
+        if t.rejections > self.max_rejections:
+            self._fail(t, "rejected", f"workers refused this task {t.rejections} times; the "
+                       f"last, {w.name}, said: {e.reason}")
+            return
+        delay = REJECTION_BACKOFF * 2 ** (t.rejections - 1)
+        self._log(WARNING, "Worker %s refused task %s (%s); trying again in %g s",
+                  w.name, t.key, e.reason, delay)
+        if not all(d.state is MEMORY for d in t.deps):
+            self._compute(t)  # an input was lost meanwhile: computing it is the wait
+            return
+        t.state = WAITING
+        t.waiting_on = None
+        t.end_reason = e.reason
+        t.retry_at = self.now + delay
+        self.retrying[t] = None
 
     def _on_missing_data(self, e: ev.MissingData) -> None:
         d = self.tasks.get(e.dependency)
@@ -286,17 +223,18 @@ class SchedulerState(Lifecycle, Placement):
                 if d.losses > self.allowed_failures and d.state in ACTIVE:
                     # Computed again and again, yet no worker could ever hand it over (a
                     # result that cannot be pickled, say): stop the loop with a reason.
+                    cause = e.reason or "a result that cannot be pickled does this"
                     self._fail(d, "unfetchable", (
                         f"no worker could send the result of {d.key} to the workers that "
-                        f"needed it, {d.losses} times (the last tried: {', '.join(e.tried)}); "
-                        "a result that cannot be pickled does this"))
+                        f"needed it, {d.losses} times (the last tried: {', '.join(e.tried)}): "
+                        f"{cause}"))
         ended = self._ended_on(e.worker, e.key, holds_result=False)
         if ended is not None:
             self._compute(ended[1])
 
     def _stray(self, w: WorkerInfo, key: str, holds_result: bool) -> None:
-        """A report about ``key`` from ``w``, where it is not processing: a cancelled task
-        that ended (it stopped: free its thread) or one we moved elsewhere (ignore)."""
+        """A report about ``key`` from ``w``, where it is not processing: a task we told it to
+        stop that ended (free its thread) or one we moved elsewhere (ignore)."""
         t = w.stopping.pop(key, None)
         if t is not None:
             self._release_slot(w, t)
@@ -309,10 +247,8 @@ class SchedulerState(Lifecycle, Placement):
         self._submit(e.client, e.tasks)
 
     def _on_cancel_requested(self, e: ev.CancelRequested) -> None:
-        for key in e.keys:
-            t = self.tasks.get(key)
-            if t is not None and t.state in ACTIVE:
-                self._cancel(t, f"cancelled by client {e.client}")
+        tasks = self.tasks
+        self._cancel_for(e.client, [tasks[key] for key in e.keys if key in tasks])
 
     def _on_released(self, e: ev.KeysReleased) -> None:
         for key in e.keys:
@@ -336,6 +272,11 @@ class SchedulerState(Lifecycle, Placement):
                     self._remove_worker(w, reason)
         if self.no_worker_timeout is not None:
             self._expire_unrunnable()
+        if self.retrying:
+            for t in [t for t in self.retrying if t.retry_at <= now]:
+                del self.retrying[t]
+                t.retry_at = None
+                self._enqueue(t)
         r = self.policy.reservation
         if r is not None:  # estimates drift as time passes: look for the best worker again
             self.policy.reservation = None
@@ -369,14 +310,17 @@ class SchedulerState(Lifecycle, Placement):
         return (-priority << _ORDER_SHIFT) + self._seq
 
     _HANDLERS: dict[type, Callable] = {
-        ev.WorkerJoined: _on_worker_joined,
-        ev.WorkerHeartbeat: _on_heartbeat,
-        ev.WorkerLeft: _on_worker_left,
+        ev.WorkerJoined: Membership._on_worker_joined,
+        ev.WorkerHeartbeat: Membership._on_heartbeat,
+        ev.WorkerDraining: Membership._on_worker_draining,
+        ev.WorkerLeft: Membership._on_worker_left,
         ev.TaskFinished: _on_finished,
         ev.TaskErred: _on_erred,
         ev.CancelConfirmed: _on_cancel_confirmed,
         ev.TaskRejected: _on_rejected,
         ev.MissingData: _on_missing_data,
+        ev.ResultReplicated: Membership._on_replicated,
+        ev.ReplicateFailed: Membership._on_replicate_failed,
         ev.TasksSubmitted: _on_submitted,
         ev.CancelRequested: _on_cancel_requested,
         ev.KeysReleased: _on_released,

@@ -22,9 +22,8 @@ class TaskState(str, Enum):
     queued = "queued"  #: ready; waits for a worker that can start it now (see ``reason``)
     processing = "processing"  #: sent to a worker
     memory = "memory"  #: finished; the result is held on at least one worker
-    released = "released"  #: finished, result freed; kept so dependents can be recomputed
+    released = "released"  #: not needed now; kept while dependents exist, to recompute them
     erred = "erred"
-    cancelled = "cancelled"
 
     def __str__(self) -> str:
         return self.value
@@ -36,11 +35,8 @@ PROCESSING = TaskState.processing
 MEMORY = TaskState.memory
 RELEASED = TaskState.released
 ERRED = TaskState.erred
-CANCELLED = TaskState.cancelled
 #: States of a task that has still to run (or is running).
 ACTIVE = frozenset((WAITING, QUEUED, PROCESSING))
-#: States of a task whose end has been reported.
-ENDED = frozenset((ERRED, CANCELLED))
 
 
 class Task:
@@ -49,15 +45,18 @@ class Task:
     ``deps``: the tasks it needs; ``dependents``: the tasks that need it; ``waiters``: those
     dependents still to run, which keep its result alive; ``waiting_on``: the deps not yet in
     memory (state ``waiting``). ``order`` sorts the ready queue: higher priority first, then
-    submission order. ``deaths`` counts workers that died while it ran, ``exceptions`` the
-    times it raised; ``retries`` is what is left of ``retries=``.
+    submission order. ``deaths`` counts workers that died while it ran (``death_causes`` says
+    how, where known), ``exceptions`` the times it raised, ``rejections`` the times a worker
+    refused it; ``retries`` is what is left of ``retries=``. ``retry_at``: the time a refused
+    task waits for (state ``waiting`` without ``waiting_on``) before it is queued again.
     """
 
     __slots__ = (
         "key", "spec", "deps", "dependents", "waiters", "waiting_on", "resources", "priority",
         "order", "retries", "exceptions", "deaths", "restrict", "prefix", "wanted_by", "state",
         "error", "end_reason", "exception", "who_has", "nbytes", "processing_on", "started",
-        "prefetched", "queue", "queued_at", "reported", "losses",
+        "prefetched", "queue", "queued_at", "reported", "losses", "rejections", "retry_at",
+        "death_causes",
     )
 
     def __init__(
@@ -77,6 +76,9 @@ class Task:
         self.exceptions = 0
         self.deaths = 0
         self.losses = 0  # times its result could not be fetched from any holder
+        self.rejections = 0
+        self.retry_at: float | None = None
+        self.death_causes: tuple[str, ...] = ()
         self.restrict = restrict
         self.prefix = prefix
         self.wanted_by: tuple[str, ...] = ()
@@ -111,6 +113,8 @@ class Task:
         if state is QUEUED:
             return self.unrunnable_reason
         if state is WAITING:
+            if self.retry_at is not None:
+                return f"refused by a worker ({self.end_reason}); trying again shortly"
             n = len(self.waiting_on or ())
             return f"waiting for {n} dependenc{'y' if n == 1 else 'ies'}"
         if state is PROCESSING:

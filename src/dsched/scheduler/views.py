@@ -31,6 +31,7 @@ def worker_info(state: "SchedulerState") -> dict[str, dict[str, Any]]:
             "free": _quantities(w.free),
             "gpus": [dict(gpu) for gpu in w.gpus],
             "metrics": dict(w.metrics or {}),
+            "draining": w.draining,
         }
         for address, w in state.workers.items()
     }

@@ -20,15 +20,19 @@ class WorkerInfo:
 
     ``resources`` is its total and ``free`` what its assigned tasks leave (``total_units``
     and ``free_units`` are the same as plain dicts, for fast ``Resources.fits``); ``processing``
-    holds the tasks sent to it, ``stopping`` those cancelled but not yet confirmed stopped
-    (they keep their thread and resources). ``prefetched`` counts assigned resource-free
-    tasks that wait on the worker for a thread. ``version`` changes whenever its load does.
+    holds the tasks sent to it, ``stopping`` those it was told to stop and has not yet
+    confirmed stopped (they keep their thread and resources). ``prefetched`` counts assigned
+    resource-free tasks that wait on the worker for a thread. ``version`` changes whenever its
+    load does. A ``draining`` worker takes no new tasks (it is out of the index); ``evacuating``
+    maps each result it alone holds and is copying away to the worker copying it, and
+    ``retired`` says it has been told it may leave.
     """
 
     __slots__ = (
         "address", "name", "nthreads", "resources", "gpus", "last_seen", "metrics", "free",
         "total_units", "free_units", "processing", "stopping", "has_what", "prefetched",
-        "slot_key", "free_keys", "thread_free", "version",
+        "slot_key", "free_keys", "thread_free", "version", "draining", "evacuating",
+        "retired",
     )
 
     def __init__(
@@ -53,6 +57,9 @@ class WorkerInfo:
         self.free_keys: dict[str, int] = {n: 0 for n in sorted(resources.names())}
         self.thread_free = False
         self.version = 0
+        self.draining = False
+        self.evacuating: dict[str, str] = {}
+        self.retired = False
 
     @property
     def used(self) -> Resources:
@@ -140,6 +147,8 @@ class WorkerIndex:
     resource-free tasks. ``free[name]``: workers that have a free thread, by the free units
     of ``name``, for tasks that demand it. ``totals``: workers by their total resources, and
     ``offered``: how many workers offer each name, for unrunnable reasons and reservations.
+    A draining worker is withdrawn from all of these (it offers nothing any more) but keeps
+    its name in ``by_name`` until it leaves.
     """
 
     def __init__(self, prefetch: int):
@@ -162,6 +171,13 @@ class WorkerIndex:
         self.update(w)
 
     def remove(self, w: WorkerInfo) -> None:
+        if not w.draining:
+            self.withdraw(w)
+        if self.by_name.get(w.name) == w.address:
+            del self.by_name[w.name]
+
+    def withdraw(self, w: WorkerInfo) -> None:
+        """Take ``w`` out of every index but ``by_name``: no task may start there now."""
         address = w.address
         if w.slot_key:
             self.slots.discard(w.slot_key, address)
@@ -179,11 +195,11 @@ class WorkerIndex:
         del group[address]
         if not group:
             del self.totals[w.resources]
-        if self.by_name.get(w.name) == address:
-            del self.by_name[w.name]
 
     def update(self, w: WorkerInfo, resources_changed: bool = True) -> None:
         """Re-file ``w`` after its assigned tasks or free resources changed."""
+        if w.draining:
+            return
         address = w.address
         assigned = len(w.processing) + len(w.stopping)
         slots = w.nthreads + self.prefetch - assigned

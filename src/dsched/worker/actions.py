@@ -101,7 +101,8 @@ class ReportRejected:
 
 @dataclass(frozen=True)
 class ReportMissingData:
-    """``key`` cannot start: its input ``dependency`` was on none of the workers ``tried``.
+    """``key`` cannot start: its input ``dependency`` was on none of the workers ``tried``
+    (``reason``: the last fetch error).
 
     The task is dropped here; the scheduler recomputes the input or fails the task.
     """
@@ -109,6 +110,26 @@ class ReportMissingData:
     key: str
     dependency: str
     tried: tuple[str, ...] = ()
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ReportDraining:
+    """This worker takes no new work: the scheduler stops placing tasks here."""
+
+
+@dataclass(frozen=True)
+class ReportReplicated:
+    """This worker now holds a copy of the result ``key``, as the scheduler asked."""
+
+    key: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class ReportReplicateFailed:
+    key: str
+    reason: str
 
 
 # -- what a worker (re)registers with ----------------------------------------------------
@@ -135,5 +156,6 @@ class WorkerSnapshot:
 
 Action = Union[
     FetchDependency, StartTask, StopTask, ReleaseResult, ReportDone, ReportFailed,
-    ReportCancelled, ReportRejected, ReportMissingData,
+    ReportCancelled, ReportRejected, ReportMissingData, ReportDraining, ReportReplicated,
+    ReportReplicateFailed,
 ]

@@ -108,7 +108,17 @@ class DrainRequested:
     """Stop taking work (SIGTERM): hand back tasks not yet started; running ones go on."""
 
 
+@dataclass(frozen=True)
+class ReplicateRequested:
+    """The scheduler asks this worker to keep a copy of the result ``key``, fetched from one
+    of ``who_has`` (a draining worker that is its only holder)."""
+
+    key: str
+    who_has: tuple[str, ...]
+    nbytes: int = 0
+
+
 Event = Union[
     ExecuteRequested, DependencyFetched, DependencyFetchFailed, TaskCompleted, TaskFailed,
-    TaskStopped, CancelRequested, FreeKeys, DrainRequested,
+    TaskStopped, CancelRequested, FreeKeys, DrainRequested, ReplicateRequested,
 ]

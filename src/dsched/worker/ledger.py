@@ -17,21 +17,16 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..errors import ResourceSpecError
-from ..resources import SCALE, format_units
-
-#: The resource name the ledger accounts for.
-GPU = "GPU"
+from ..resources import GPU, SCALE, Resources, check_offer, gpu_request_error
 
 
 def check_gpu_request(units: int) -> None:
     """Raise ResourceSpecError unless ``units`` is a fraction below one GPU or a whole number."""
     if units < 0:
         raise ResourceSpecError(f"invalid GPU request GPU={units / SCALE}: it is negative")
-    if units > SCALE and units % SCALE:
-        raise ResourceSpecError(
-            f"invalid GPU request GPU={format_units(units)}: a task may ask for a fraction of one "
-            "GPU (e.g. GPU=0.5) or a whole number of GPUs (e.g. GPU=2), not a fraction above one"
-        )
+    error = gpu_request_error(units)
+    if error:
+        raise ResourceSpecError(error)
 
 
 class GpuLedger:
@@ -52,11 +47,7 @@ class GpuLedger:
     @classmethod
     def abstract(cls, units: int) -> "GpuLedger":
         """The ledger of a worker that declared ``GPU=N`` without NVML: devices ``0..N-1``."""
-        if units % SCALE:
-            raise ResourceSpecError(
-                f"invalid worker resource GPU={format_units(units)}: a worker's GPUs must be a "
-                "whole number of devices"
-            )
+        check_offer(Resources({GPU: units}))
         return cls(range(units // SCALE))
 
     # -- queries --------------------------------------------------------------------------

@@ -5,9 +5,10 @@ held results, and re-registering them), serves results to peer workers and clien
 port, fetches inputs from peers, runs tasks through the executor, and sends heartbeats. Every
 decision is ``WorkerState``'s; this module only moves bytes and runs code.
 
-Ops from the scheduler: ``execute``, ``cancel``, ``free``, ``drain``. Ops to it: ``register``,
-``heartbeat``, ``task-finished``, ``task-erred``, ``task-cancelled``, ``task-rejected``,
-``missing-data``, ``unregister``. Ops served to peers: ``get-data`` -> ``data``.
+Ops from the scheduler: ``execute``, ``cancel``, ``free``, ``drain``, ``replicate``,
+``retire``. Ops to it: ``register``, ``heartbeat``, ``task-finished``, ``task-erred``,
+``task-cancelled``, ``task-rejected``, ``missing-data``, ``draining``, ``replicated``,
+``replicate-failed``, ``unregister``. Ops served to peers: ``get-data`` -> ``data``.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class Worker:
         self.draining = False
         self._tasks: set[asyncio.Task] = set()
         self._registered = asyncio.Event()
+        self._retired = asyncio.Event()  # the scheduler says a draining worker may leave
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -131,7 +133,9 @@ class Worker:
         shutil.rmtree(self.local_directory, ignore_errors=True)
 
     async def drain(self) -> None:
-        """Stop taking work, let running tasks finish within the deadline, then stop them."""
+        """Stop taking work, let running tasks finish within the deadline (then stop them),
+        and leave once the scheduler has had the results only this worker holds copied away
+        (or at the deadline, or at once when no scheduler is connected)."""
         if self.draining:
             return
         self.draining = True
@@ -140,12 +144,19 @@ class Worker:
         self._handle(ev.DrainRequested())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.drain_timeout
-        while not self.state.is_idle() and loop.time() < deadline:
+
+        def done() -> bool:
+            return self.state.is_idle() and (self._retired.is_set() or self.scheduler is None)
+
+        while not done() and loop.time() < deadline:
             await asyncio.sleep(0.05)
         if not self.state.is_idle():
             logger.warning("Drain deadline passed; stopping the tasks still running")
             for task in self.state.snapshot().running:
                 self.gpu_children.kill(task.key)
+        elif not done():
+            logger.warning("Drain deadline passed before the results only this worker holds "
+                           "were copied to other workers; they are computed again if needed")
         if self.scheduler is not None and not self.scheduler.closed:
             self.scheduler.write_nowait({"op": "unregister", "reason": "worker drained"})
         await self.close("worker drained")
@@ -263,6 +274,11 @@ class Worker:
                 self._handle(ev.FreeKeys(tuple(op["keys"])))
             elif kind == "drain":
                 self._spawn(self.drain(), "drain")
+            elif kind == "replicate":
+                self._handle(ev.ReplicateRequested(op["key"], tuple(op["who_has"]),
+                                                   int(op.get("nbytes") or 0)))
+            elif kind == "retire":
+                self._retired.set()
             else:
                 logger.warning("Ignoring unknown op from the scheduler: %r", kind)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -327,13 +343,21 @@ class Worker:
             self._to_scheduler({"op": "task-rejected", "key": action.key, "reason": action.reason})
         elif kind is act.ReportMissingData:
             self._to_scheduler({"op": "missing-data", "key": action.key,
-                                "dependency": action.dependency, "tried": list(action.tried)})
+                                "dependency": action.dependency, "tried": list(action.tried),
+                                "reason": action.reason})
+        elif kind is act.ReportDraining:
+            self._to_scheduler({"op": "draining"})
+        elif kind is act.ReportReplicated:
+            self._to_scheduler({"op": "replicated", "key": action.key, "nbytes": action.nbytes})
+        elif kind is act.ReportReplicateFailed:
+            self._to_scheduler({"op": "replicate-failed", "key": action.key,
+                                "reason": action.reason})
         else:
             raise TypeError(f"unknown worker action {action!r}")
 
     async def _run(self, start: act.StartTask) -> None:
         if start.gpus:
-            logger.info("Running task %s on GPUs %s", start.key, ",".join(map(str, start.gpus)))
+            logger.debug("Running task %s on GPUs %s", start.key, ",".join(map(str, start.gpus)))
         try:
             function_bytes, argument_bytes = start.spec
             if start.where == act.THREAD:

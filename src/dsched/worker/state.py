@@ -19,15 +19,14 @@ from __future__ import annotations
 import bisect
 from typing import Iterable
 
-from ..errors import ResourceSpecError
-from ..resources import EMPTY, Resources, format_units
+from ..resources import EMPTY, Resources, demand_error, format_units
 from . import events as ev
 from .actions import (
     GPU_PROCESS, THREAD, Action, FetchDependency, ReleaseResult, ReportCancelled, ReportDone,
-    ReportFailed, ReportMissingData, ReportRejected, RunningTask, StartTask, StopTask,
-    WorkerSnapshot,
+    ReportDraining, ReportFailed, ReportMissingData, ReportRejected, ReportReplicated,
+    ReportReplicateFailed, RunningTask, StartTask, StopTask, WorkerSnapshot,
 )
-from .ledger import GPU, GpuLedger, check_gpu_request
+from .ledger import GPU, GpuLedger
 from .task import RUNNING, Fetch, HeldResult, TaskState, WorkerTask
 
 
@@ -78,6 +77,7 @@ class WorkerState:
             ev.CancelRequested: self._cancel,
             ev.FreeKeys: self._free_keys,
             ev.DrainRequested: self._drain,
+            ev.ReplicateRequested: self._replicate,
         }
 
     # -- the one mutator ------------------------------------------------------------------
@@ -129,6 +129,8 @@ class WorkerState:
             return []  # sent again (a reconnect): the copy here stands and will report
         held = self.results.get(key)
         if held is not None and held.report is not None:
+            if isinstance(held.report, ReportReplicated):  # a copy, held here: done, untimed
+                return [ReportDone(key, held.nbytes, 0.0, 0.0, -1.0)]
             return [held.report]
         if held is not None or key in self.fetches:
             return [ReportRejected(key, f"{key} is an input held or being fetched here")]
@@ -166,9 +168,15 @@ class WorkerState:
 
     def _fetched(self, event: ev.DependencyFetched) -> list[Action]:
         key = event.key
-        if self.fetches.pop(key, None) is None:
+        fetch = self.fetches.pop(key, None)
+        if fetch is None:
             # Not asked for: drop the copy, unless it is data this worker tracks.
             return [] if key in self.results or key in self.tasks else [ReleaseResult(key)]
+        if fetch.replicate:
+            report = ReportReplicated(key, event.nbytes)
+            self.results[key] = HeldResult(event.nbytes, owned=True, report=report)
+            self._input_arrived(key)
+            return [report]
         waiting = self.needed_by.get(key)
         if not waiting:
             return [ReleaseResult(key)]  # the tasks that wanted it have gone
@@ -181,11 +189,14 @@ class WorkerState:
         if fetch is None or fetch.worker != event.worker:
             return []  # a late answer to a fetch already settled
         fetch.tried.append(event.worker)
-        if self.needed_by.get(event.key) and fetch.untried:
+        if (fetch.replicate or self.needed_by.get(event.key)) and fetch.untried:
             fetch.worker = fetch.untried.pop(0)
             return [FetchDependency(event.key, fetch.worker, fetch.nbytes)]
         del self.fetches[event.key]
-        return self._lose_input(event.key, tuple(fetch.tried))
+        actions: list[Action] = []
+        if fetch.replicate:
+            actions.append(ReportReplicateFailed(event.key, event.reason or "fetch failed"))
+        return actions + self._lose_input(event.key, tuple(fetch.tried), event.reason)
 
     def _completed(self, event: ev.TaskCompleted) -> list[Action]:
         task = self.tasks.get(event.key)
@@ -253,22 +264,46 @@ class WorkerState:
         return actions
 
     def _drain(self, event: ev.DrainRequested) -> list[Action]:
+        if self.closing:
+            return []
         self.closing = True
-        actions: list[Action] = []
+        actions: list[Action] = [ReportDraining()]
         for task in sorted(self.tasks.values(), key=lambda t: t.seq):
             if task.state not in RUNNING:
                 actions.append(ReportRejected(task.key, "the worker is closing"))
                 actions += self._forget(task)
         return actions
 
+    def _replicate(self, event: ev.ReplicateRequested) -> list[Action]:
+        key = event.key
+        held = self.results.get(key)
+        if held is not None:
+            if not held.owned:  # an input fetched for a task here: keep it for the scheduler
+                report = ReportReplicated(key, held.nbytes)
+                self.results[key] = HeldResult(held.nbytes, owned=True, report=report)
+                return [report]
+            return [ReportReplicated(key, held.nbytes)]
+        fetch = self.fetches.get(key)
+        if fetch is not None:  # already on its way (an input of a task here, or asked twice)
+            fetch.replicate = True
+            return []
+        if self.closing or key in self.tasks:
+            reason = "the worker is closing" if self.closing else f"{key} is computed here"
+            return [ReportReplicateFailed(key, reason)]
+        sources = [w for w in event.who_has if w != self.address]
+        if not sources:
+            return [ReportReplicateFailed(key, "no other worker holds it")]
+        fetch = self.fetches[key] = Fetch(sources[0], sources[1:], [], event.nbytes,
+                                          replicate=True)
+        return [FetchDependency(key, fetch.worker, fetch.nbytes)]
+
     # -- bookkeeping ----------------------------------------------------------------------
 
     def _never_fits(self, resources: Resources) -> str:
         """Why a task with these resources can never run here; "" when it can."""
-        try:
-            check_gpu_request(resources.get(GPU))
-        except ResourceSpecError as exc:
-            return str(exc)
+        error = demand_error(resources)
+        if error:
+            return error
         if resources.fits(self.total):
             return ""
         absent = resources.missing_names(self.total.names())
@@ -331,14 +366,14 @@ class WorkerState:
     def _end_without_result(self, task: WorkerTask) -> list[Action]:
         return self._forget(task) + self._lose_input(task.key, ())
 
-    def _lose_input(self, dep: str, tried: tuple[str, ...]) -> list[Action]:
+    def _lose_input(self, dep: str, tried: tuple[str, ...], reason: str = "") -> list[Action]:
         """``dep`` will not arrive: the tasks here waiting for it are handed back."""
         actions: list[Action] = []
         for key in sorted(self.needed_by.get(dep, ()), key=lambda k: self.tasks[k].seq):
             task = self.tasks.get(key)
             if task is None:
                 continue  # handed back already, as a dependent of an earlier one
-            actions.append(ReportMissingData(key, dep, tried))
+            actions.append(ReportMissingData(key, dep, tried, reason))
             actions += self._end_without_result(task)
         return actions
 

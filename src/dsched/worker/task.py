@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..resources import Resources
-from .actions import ReportDone
+from .actions import ReportDone, ReportReplicated
 
 
 class TaskState(str, Enum):
@@ -47,12 +47,14 @@ class WorkerTask:
 
 @dataclass(frozen=True)
 class HeldResult:
-    """A result stored here. ``owned``: computed here and reported, kept until FreeKeys;
-    otherwise a copy fetched (or freed while still an input) that goes when no task needs it."""
+    """A result stored here. ``owned``: the scheduler counts this worker among its holders
+    (computed here, or copied here when it asked), kept until FreeKeys, and ``report`` says so
+    again if asked; otherwise a copy fetched (or freed while still an input) that goes when no
+    task needs it."""
 
     nbytes: int
     owned: bool
-    report: ReportDone | None = None
+    report: ReportDone | ReportReplicated | None = None
 
 
 @dataclass
@@ -61,3 +63,5 @@ class Fetch:
     untried: list[str] = field(default_factory=list)
     tried: list[str] = field(default_factory=list)
     nbytes: int = 0
+    replicate: bool = False                       # the scheduler asked to keep a copy
+    error: str = ""                               # why the last try failed

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sched_story import Story, addr, started, task
 
 from dsched.scheduler import (
-    CloseWorker, MissingData, ReportErred, ReportMoved, ReportWaiting, TaskFinished, TaskRejected,
+    CloseWorker, MissingData, ReportErred, ReportMoved, ReportWaiting, TaskFinished,
     WorkerHeartbeat,
 )
 
@@ -189,17 +189,6 @@ def test_results_from_a_removed_worker_are_ignored():
     s.worker("b")
     assert s(TaskFinished(key="t", worker=addr("a"), now=1)) == []
     assert s.state_of("t") == "processing" and s.where("t") == "b"
-
-
-def test_a_task_a_worker_gives_back_is_placed_again_without_counting_a_failure():
-    s = Story()
-    s.worker("a")
-    s.submit(task("t"))
-    s.worker("b")
-    actions = s(TaskRejected(key="t", worker=addr("a"), reason="closing", now=0))
-    assert started(actions) == [("t", "a")] or started(actions) == [("t", "b")]
-    t = s.state.tasks["t"]
-    assert (t.deaths, t.exceptions) == (0, 0)
 
 
 def test_missing_data_recomputes_the_input_and_retries_the_task():

@@ -1,6 +1,8 @@
-"""Property tests of SchedulerState: random joins, leaves, submits (with dependencies),
-completions, failures, cancels and releases keep every invariant after every step, and once
-all work drains every task has ended, reported exactly once."""
+"""Property tests of SchedulerState: random joins, leaves, drains, submits (with
+dependencies), completions, failures, refusals, missing inputs, cancels and releases keep every
+invariant after every step; no client is told twice how a task ended, nor told of a cancel it
+did not ask for; and once all work drains, every task still wanted has ended, reported exactly
+once to each client that wants it."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 from dsched.resources import Resources
 from dsched.scheduler import (
     CancelConfirmed, CancelRequested, CancelTask, ClientDisconnected, CloseWorker, Execute,
-    KeysReleased, ReportCancelled, ReportErred, ReportFinished, SchedulerState, TaskErred,
-    TaskFinished, TaskSpec, TasksSubmitted, Tick, WorkerHeartbeat, WorkerJoined, WorkerLeft,
+    KeysReleased, MissingData, Replicate, ReplicateFailed, ReportCancelled, ReportErred,
+    ReportFinished, ResultReplicated, RetireWorker, SchedulerState, TaskErred, TaskFinished,
+    TaskRejected, TaskSpec, TasksSubmitted, Tick, WorkerDraining, WorkerHeartbeat,
+    WorkerJoined, WorkerLeft,
 )
 
 DEMANDS = [None, None, "GPU=1", "GPU=0.5", "GPU=2", "MEMORY=4", "GPU=1 MEMORY=2", "ACCEL=1"]
@@ -32,7 +36,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.keys: list[str] = []
         self.running: dict[tuple[str, str], float] = {}
         self.stopping: set[tuple[str, str]] = set()
-        self.ends: dict[str, list[str]] = {}
+        self.replicating: set[tuple[str, str]] = set()
+        self.retired: set[str] = set()
+        self.cancellers: set[str] = set()
+        self.ends: dict[tuple[str, str], list[str]] = {}
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -48,8 +55,16 @@ class SchedulerMachine(RuleBasedStateMachine):
                 del self.running[(a.worker, a.key)]
                 self.stopping.add((a.worker, a.key))
             elif isinstance(a, (ReportFinished, ReportErred, ReportCancelled)):
-                self.ends.setdefault(a.key, []).append(type(a).__name__)
-                assert len(self.ends[a.key]) == 1, (a.key, self.ends[a.key])
+                for client in a.clients:
+                    ends = self.ends.setdefault((a.key, client), [])
+                    ends.append(type(a).__name__)
+                    assert len(ends) == 1, (a.key, client, ends)
+                    if isinstance(a, ReportCancelled):
+                        assert client in self.cancellers, (a, "a cancel nobody asked for")
+            elif isinstance(a, Replicate):
+                self.replicating.add((a.worker, a.key))
+            elif isinstance(a, RetireWorker):
+                self.retired.add(a.worker)
             elif isinstance(a, CloseWorker):
                 closed.append(a.worker)
         for address in closed:
@@ -61,6 +76,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         for k in [k for k in self.running if k[0] == address]:
             del self.running[k]
         self.stopping = {k for k in self.stopping if k[0] != address}
+        self.replicating = {k for k in self.replicating if k[0] != address}
+        self.retired.discard(address)
 
     # -- rules --------------------------------------------------------------------------------
 
@@ -131,10 +148,52 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.stopping.discard((worker, key))
         self.apply(CancelConfirmed(key=key, worker=worker, now=self.now))
 
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def refuse(self, data):
+        worker, key = data.draw(st.sampled_from(sorted(self.running)))
+        del self.running[(worker, key)]
+        self.apply(TaskRejected(key=key, worker=worker, reason="no", now=self.now))
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def missing_input(self, data):
+        worker, key = data.draw(st.sampled_from(sorted(self.running)))
+        deps = self.state.tasks[key].dependencies
+        if deps:
+            del self.running[(worker, key)]
+            dep = data.draw(st.sampled_from(deps))
+            holders = tuple(self.state.tasks[dep].who_has or ())
+            self.apply(MissingData(key=key, worker=worker, dependency=dep, tried=holders,
+                                   now=self.now))
+
+    @precondition(lambda self: self.workers)
+    @rule(data=st.data())
+    def drain(self, data):
+        self.apply(WorkerDraining(address=data.draw(st.sampled_from(self.workers)),
+                                  now=self.now))
+
+    @precondition(lambda self: self.replicating)
+    @rule(data=st.data(), ok=st.booleans())
+    def replicated(self, data, ok):
+        worker, key = data.draw(st.sampled_from(sorted(self.replicating)))
+        self.replicating.discard((worker, key))
+        event = (ResultReplicated(key=key, worker=worker, now=self.now) if ok
+                 else ReplicateFailed(key=key, worker=worker, now=self.now))
+        self.apply(event)
+
+    @precondition(lambda self: self.retired)
+    @rule(data=st.data())
+    def retired_leaves(self, data):
+        address = data.draw(st.sampled_from(sorted(self.retired)))
+        self.forget_worker(address)
+        self.apply(WorkerLeft(address=address, expected=True, now=self.now))
+
     @precondition(lambda self: self.keys)
     @rule(data=st.data(), client=st.sampled_from(CLIENTS))
     def cancel(self, data, client):
         key = data.draw(st.sampled_from(self.keys))
+        self.cancellers.add(client)
         self.apply(CancelRequested(client=client, keys=(key,), now=self.now))
 
     @precondition(lambda self: self.keys)
@@ -162,17 +221,8 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     def teardown(self):
         self.count += 1
-        self.apply(WorkerJoined(address="tcp://big", name="w1", nthreads=64,
-                                resources=Resources.parse("GPU=64 MEMORY=64"), now=self.now))
+        joined = False
         for _ in range(200):
-            if not self.running and not self.stopping:
-                active = [t for t in self.state.tasks.values()
-                          if t.state.value in ("waiting", "queued", "processing")]
-                if not active:
-                    break
-                self.now += 100
-                self.apply(Tick(now=self.now))
-                continue
             for worker, key in sorted(self.stopping):
                 self.stopping.discard((worker, key))
                 self.apply(CancelConfirmed(key=key, worker=worker, now=self.now))
@@ -181,9 +231,30 @@ class SchedulerMachine(RuleBasedStateMachine):
                     del self.running[(worker, key)]
                     self.apply(TaskFinished(key=key, worker=worker, start=0, stop=1,
                                             now=self.now))
+            for worker, key in sorted(self.replicating):
+                self.replicating.discard((worker, key))
+                self.apply(ResultReplicated(key=key, worker=worker, now=self.now))
+            for address in sorted(self.retired):
+                self.forget_worker(address)
+                self.apply(WorkerLeft(address=address, expected=True, now=self.now))
+            if self.running or self.stopping or self.replicating or self.retired:
+                continue
+            if not joined:  # once every draining worker is gone, so "w1" may join
+                joined = True
+                self.apply(WorkerJoined(address="tcp://big", name="w1", nthreads=64,
+                                        resources=Resources.parse("GPU=64 MEMORY=64"),
+                                        now=self.now))
+                continue
+            active = [t for t in self.state.tasks.values()
+                      if t.state.value in ("waiting", "queued", "processing")]
+            if not active:
+                break
+            self.now += 100
+            self.apply(Tick(now=self.now))
         assert not self.running and not self.stopping
-        for key in self.keys:
-            assert len(self.ends.get(key, ())) == 1, (key, self.ends.get(key))
+        for key, t in self.state.tasks.items():
+            for client in t.wanted_by:
+                assert len(self.ends.get((key, client), ())) == 1, (key, client, self.ends)
         for w in self.state.workers.values():
             assert w.assigned == 0 and w.free == w.resources, w
 

@@ -4,12 +4,13 @@ import pytest
 
 from dsched.resources import Resources
 from dsched.worker.actions import (
-    FetchDependency, ReleaseResult, ReportCancelled, ReportDone, ReportFailed, ReportMissingData,
-    ReportRejected, StartTask, StopTask,
+    FetchDependency, ReleaseResult, ReportCancelled, ReportDone, ReportDraining, ReportFailed,
+    ReportMissingData, ReportRejected, ReportReplicated, ReportReplicateFailed, StartTask,
+    StopTask,
 )
 from dsched.worker.events import (
     CancelRequested, DependencyFetched, DependencyFetchFailed, DrainRequested, ExecuteRequested,
-    FreeKeys, TaskCompleted, TaskFailed, TaskStopped,
+    FreeKeys, ReplicateRequested, TaskCompleted, TaskFailed, TaskStopped,
 )
 from dsched.worker.state import TaskState, WorkerState
 
@@ -209,8 +210,10 @@ def test_drain_hands_back_waiting_tasks_and_lets_running_ones_finish():
     state = WorkerState(nthreads=1)
     handle(state, execute("run"), execute("wait"), execute("fetch", who_has={"d": ("w",)}))
     actions = handle(state, DrainRequested())
-    assert actions == [ReportRejected("wait", "the worker is closing"),
+    assert actions == [ReportDraining(),  # first, so the scheduler stops sending work here
+                       ReportRejected("wait", "the worker is closing"),
                        ReportRejected("fetch", "the worker is closing")]
+    assert handle(state, DrainRequested()) == []
     assert handle(state, execute("new")) == [ReportRejected("new", "the worker is closing")]
     handle(state, done("run"))
     assert handle(state, DependencyFetched("d", 1)) == [ReleaseResult("d")]
@@ -233,3 +236,46 @@ def test_unknown_events_and_bad_construction_are_errors():
         WorkerState(1).handle(object())
     with pytest.raises(ValueError):
         WorkerState(0)
+
+
+def test_a_copy_asked_for_is_fetched_kept_and_reported_then_freed_like_a_result():
+    state = WorkerState(nthreads=1)
+    assert handle(state, ReplicateRequested("r", ("tcp://a", "tcp://b"), 5)) == [
+        FetchDependency("r", "tcp://a", 5)]
+    assert handle(state, DependencyFetchFailed("r", "tcp://a", "peer gone")) == [
+        FetchDependency("r", "tcp://b", 5)]  # another holder, though no task here needs it
+    assert handle(state, DependencyFetched("r", 5, "tcp://b")) == [ReportReplicated("r", 5)]
+    assert state.snapshot().results == {"r": 5}  # kept, and adopted again on a reconnect
+    # asked to run it (the scheduler did not know the copy was here): done, untimed
+    assert handle(state, execute("r")) == [ReportDone("r", 5, 0.0, 0.0, -1.0)]
+    assert handle(state, FreeKeys(("r",))) == [ReleaseResult("r")]
+    assert state.is_idle() and state.results == {}
+
+
+def test_a_copy_that_cannot_be_fetched_is_reported_with_the_reason():
+    state = WorkerState(nthreads=1)
+    handle(state, ReplicateRequested("r", ("tcp://a",)))
+    assert handle(state, DependencyFetchFailed("r", "tcp://a", "peer gone")) == [
+        ReportReplicateFailed("r", "peer gone")]
+    assert handle(state, ReplicateRequested("s", ())) == [
+        ReportReplicateFailed("s", "no other worker holds it")]
+    handle(state, DrainRequested())
+    assert handle(state, ReplicateRequested("t", ("tcp://a",))) == [
+        ReportReplicateFailed("t", "the worker is closing")]
+
+
+def test_an_input_being_fetched_for_a_task_is_also_kept_when_a_copy_is_asked_for():
+    state = WorkerState(nthreads=1)
+    handle(state, execute("t", who_has={"d": ("tcp://a",)}))
+    assert handle(state, ReplicateRequested("d", ("tcp://a",))) == []  # already on its way
+    actions = handle(state, DependencyFetched("d", 3, "tcp://a"))
+    assert actions[0] == ReportReplicated("d", 3) and started(actions) == {"t": ()}
+    handle(state, done("t"))
+    assert "d" in state.results  # the task is done, but the scheduler counts this copy
+
+
+def test_a_missing_input_is_reported_with_the_fetch_error():
+    state = WorkerState(nthreads=1)
+    handle(state, execute("t", who_has={"d": ("tcp://a",)}))
+    assert handle(state, DependencyFetchFailed("d", "tcp://a", "over comm.max_message_size")) == [
+        ReportMissingData("t", "d", ("tcp://a",), "over comm.max_message_size")]

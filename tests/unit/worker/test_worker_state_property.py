@@ -13,11 +13,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from dsched.resources import Resources
 from dsched.worker.actions import (
     FetchDependency, ReleaseResult, ReportCancelled, ReportDone, ReportFailed, ReportMissingData,
-    ReportRejected, StartTask,
+    ReportRejected, ReportReplicated, ReportReplicateFailed, StartTask,
 )
 from dsched.worker.events import (
     CancelRequested, DependencyFetched, DependencyFetchFailed, DrainRequested, ExecuteRequested,
-    FreeKeys, TaskCompleted, TaskFailed, TaskStopped,
+    FreeKeys, ReplicateRequested, TaskCompleted, TaskFailed, TaskStopped,
 )
 from dsched.worker.state import WorkerState
 
@@ -37,6 +37,7 @@ class WorkerMachine(RuleBasedStateMachine):
         self.running: set[str] = set()      # StartTask given, no outcome sent yet
         self.fetching: dict[str, str] = {}  # FetchDependency given, no answer sent yet
         self.stored: set[str] = set()       # what the shell's data store holds
+        self.copying: set[str] = set()      # copies the scheduler asked for, not yet answered
 
     def send(self, event):
         if isinstance(event, (TaskCompleted, DependencyFetched)):
@@ -58,6 +59,9 @@ class WorkerMachine(RuleBasedStateMachine):
             elif isinstance(action, ReleaseResult):
                 assert action.key in self.stored, action
                 self.stored.remove(action.key)
+            elif isinstance(action, (ReportReplicated, ReportReplicateFailed)):
+                assert action.key in self.copying, action
+                self.copying.remove(action.key)
         if isinstance(event, ExecuteRequested) and event.key in self.state.tasks:
             self.open.add(event.key)
         return actions
@@ -96,6 +100,12 @@ class WorkerMachine(RuleBasedStateMachine):
         self.send(DependencyFetched(key, 3, worker) if ok else
                   DependencyFetchFailed(key, worker, "peer gone"))
 
+    @rule(key=st.sampled_from(KEYS + ["x0", "x1"]),
+          holders=st.lists(st.sampled_from(PEERS), max_size=3).map(tuple))
+    def replicate(self, key, holders):
+        self.copying.add(key)
+        self.send(ReplicateRequested(key, holders, 3))
+
     @rule(key=st.sampled_from(KEYS))
     def cancel(self, key):
         self.send(CancelRequested(key))
@@ -122,7 +132,7 @@ class WorkerMachine(RuleBasedStateMachine):
                 del self.fetching[key]
                 self.send(DependencyFetched(key, 1, worker))
         self.send(FreeKeys(tuple(self.state.results)))
-        assert not self.open and not self.stored
+        assert not self.open and not self.stored and not self.copying
         assert self.state.is_idle() and not self.state.results, self.state.snapshot()
 
 

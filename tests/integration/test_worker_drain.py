@@ -1,0 +1,91 @@
+"""A worker that drains (SIGTERM) is sent no new work, and hands the results only it holds to
+other workers before it leaves, so finished work is not computed again."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import cloudpickle
+
+from deadline import wait_until
+from task_helpers import wait_for
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+FAST = {"SCHED_WORKER__HEARTBEAT_INTERVAL": "0.2"}
+
+
+def where(_=None) -> str:
+    import os
+
+    return os.environ["SCHED_WORKER_NAME"]
+
+
+def counted(path: str, value: int) -> int:
+    """Return ``value``, adding a line to ``path`` each time it runs."""
+    with open(path, "a") as f:
+        f.write("ran\n")
+    return value
+
+
+def runs(path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def start(daemons, *names):
+    daemons.scheduler()
+    workers = {name: daemons.worker("--name", name, "--nthreads", "1", env=FAST)
+               for name in names}
+    client = daemons.client()
+    daemons.wait_for_workers(client, len(names))
+    return workers, client
+
+
+def draining(client, name) -> bool:
+    return any(w["name"] == name and w["draining"]
+               for w in client.scheduler_info()["workers"].values())
+
+
+def test_a_draining_worker_is_sent_no_new_work(daemons, tmp_path):
+    workers, client = start(daemons, "a", "b")
+    gate = tmp_path / "gate"
+    long = client.submit(wait_for, str(gate), "long", workers=["a"])
+    wait_until(lambda: client.scheduler_info()["tasks"].get("processing"), what="it runs")
+    workers["a"].send_signal(signal.SIGTERM)
+    wait_until(lambda: draining(client, "a"), what="a draining")
+    assert set(client.gather(client.map(where, range(200)), timeout=60)) == {"b"}
+    assert client.scheduler_info()["counters"]["rejected"] == 0  # none bounced off a
+    gate.touch()
+    assert long.result(timeout=30) == "long"
+    assert workers["a"].wait(timeout=30) == 0
+
+
+def test_a_draining_worker_hands_its_results_to_another_before_it_leaves(daemons, tmp_path):
+    workers, client = start(daemons, "a", "b")
+    ledger = tmp_path / "ledger"
+    kept = client.submit(counted, str(ledger), 7, workers=["a"], pure=False)
+    assert kept.result(timeout=30) == 7
+    workers["a"].send_signal(signal.SIGTERM)
+    assert workers["a"].wait(timeout=30) == 0
+    wait_until(lambda: len(client.scheduler_info()["workers"]) == 1, what="a gone")
+    assert kept.result(timeout=30) == 7  # fetched from b now
+    assert client.submit(where, kept).result(timeout=30) == "b"
+    assert runs(ledger) == 1  # never computed again
+    assert client.scheduler_info()["counters"]["replicated"] == 1
+    log = daemons.scheduler_log()
+    assert "Worker a is draining: it takes no new tasks; copying 1 result(s)" in log
+
+
+def test_what_cannot_be_moved_is_computed_again_and_the_log_says_so(daemons, tmp_path):
+    workers, client = start(daemons, "a")
+    ledger = tmp_path / "ledger"
+    kept = client.submit(counted, str(ledger), 7, pure=False)
+    assert kept.result(timeout=30) == 7
+    workers["a"].send_signal(signal.SIGTERM)
+    assert workers["a"].wait(timeout=30) == 0
+    daemons.worker("--name", "b", "--nthreads", "1", env=FAST)
+    wait_until(lambda: runs(ledger) == 2, what="the result computed again on b")
+    log = daemons.scheduler_log()
+    assert "(1 cannot be moved: no other worker)" in log
+    assert "it alone held 1 result(s), 1 of them still needed and computed again" in log
