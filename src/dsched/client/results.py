@@ -17,7 +17,8 @@ from .future import PENDING, FutureState, FutureStatus
 FINISHED = FutureStatus.finished
 #: Seconds the client keeps trying to fetch a finished task's result from its workers.
 FETCH_PATIENCE = 10.0
-#: Results asked for in one request to a worker, in bytes (the frame limit is far above).
+#: Results asked for in one request to a worker, in bytes; a larger result gets a request of
+#: its own (it travels in as many frames as it needs).
 REQUEST_BYTES = 64 * 2**20
 #: Stands for the result of a future that failed, in ``gather(errors="skip")``.
 MISSING = object()
@@ -92,7 +93,8 @@ async def fetch_results(peers: PeerPool, states: list[FutureState], timeout: flo
 def _requests(wanted: dict[str, FutureState], attempt: int,
               budget: int) -> list[tuple[str, list[str], int]]:
     """(worker, keys, bytes) per request: keys grouped by the worker asked this attempt, at
-    most ``budget`` bytes of results in one request, so no reply outgrows a frame."""
+    most ``budget`` bytes of results in one request (a result over it alone in its own), so
+    that a reply holds few large results at once."""
     requests: list[tuple[str, list[str], int]] = []
     open_request: dict[str, int] = {}
     for key, state in wanted.items():
