@@ -68,7 +68,7 @@ def small_limits(tmp_path_factory):
     daemons.env.update(SMALL_LIMITS_ENV)
     try:
         daemons.scheduler()
-        daemons.worker("--name", "a", "--nthreads", "2")
+        daemons.worker("--name", "a", "--nthreads", "2", "--resources", "GPU=1")
         daemons.worker("--name", "b", "--nthreads", "2")
         yield daemons
     finally:
@@ -100,6 +100,13 @@ def test_arguments_larger_than_a_frame_reach_their_tasks(client):
     # before are still on their way: more than the outbox limit in flight, yet not piling up.
     digests = [client.submit(sha256, data, pure=False) for data in arguments]
     assert client.gather(digests, timeout=60) == [sha256(data) for data in arguments]
+
+
+def test_a_large_argument_reaches_a_task_in_a_gpu_process(client):
+    # GPU tasks run in a child process: the argument, received as a view of the message's
+    # buffer, is pickled on to it.
+    data = pattern(20 * MiB, 4)
+    assert client.submit(sha256, data, resources={"GPU": 1}).result(timeout=60) == sha256(data)
 
 
 def test_a_worker_slow_to_take_large_arguments_is_not_disconnected(daemons):

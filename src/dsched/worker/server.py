@@ -343,9 +343,8 @@ class Worker:
                 if start.dependencies:
                     arguments = serialize.substitute(serialize.loads(argument_bytes), self.data)
                     argument_bytes = serialize.dumps(arguments)
-                # bytes(): a large part arrives as a memoryview, which cannot be pickled.
-                outcome = await self.gpu_children.run(start.key, start.gpus,
-                                                      bytes(function_bytes), bytes(argument_bytes))
+                outcome = await self.gpu_children.run(start.key, start.gpus, function_bytes,
+                                                      argument_bytes)
         except TaskKilled as killed:
             self._handle(ev.TaskStopped(start.key, str(killed)))
             return
