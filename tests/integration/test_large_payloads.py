@@ -152,6 +152,18 @@ def test_a_result_over_the_message_limit_is_an_error_that_names_the_setting(clie
     assert client.submit(size_of, b"ok").result(timeout=30) == 2  # and the cluster goes on
 
 
+def test_a_client_with_a_lower_message_limit_says_so_when_it_cannot_take_a_result(client,
+                                                                                 small_limits):
+    big = client.submit(make, 20 * MiB)
+    big.result(timeout=60)  # this client, with the cluster's limits, can take it
+    with config.set({"comm.max_message_size": 16 * MiB}):
+        strict = Client(small_limits.address, token=small_limits.token)
+    with strict:
+        with pytest.raises(SchedError, match=r"could not fetch .*limit of 16777216 bytes "
+                                             r"\(comm.max_message_size\)"):
+            strict.gather([strict.submit(make, 20 * MiB)], timeout=60)
+
+
 def test_many_large_tasks_and_results_fit_through_a_small_frame_limit(daemons, monkeypatch):
     limits = {"SCHED_COMM__MAX_FRAME_SIZE": str(MiB), "SCHED_COMM__MAX_MESSAGE_SIZE": str(4 * MiB)}
     for name, value in limits.items():

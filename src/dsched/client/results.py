@@ -58,12 +58,13 @@ async def fetch_results(peers: PeerPool, states: list[FutureState], timeout: flo
                         request_bytes: int = REQUEST_BYTES) -> dict[str, Any]:
     """The results of finished ``states`` straight from the workers holding them: few requests
     per worker (each at most ``request_bytes`` of results), retrying other holders (and new ones
-    the scheduler reports) for a while."""
+    the scheduler reports) for a while; the error at the end says what went wrong last."""
     wanted = {state.key: state for state in states}
     values: dict[str, Any] = {}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + FETCH_PATIENCE
     attempt = 0
+    failure: BaseException | None = None
     while True:
         requests = _requests(wanted, attempt, request_bytes)
         replies = await asyncio.gather(
@@ -72,6 +73,7 @@ async def fetch_results(peers: PeerPool, states: list[FutureState], timeout: flo
             return_exceptions=True)
         for reply in replies:
             if isinstance(reply, BaseException):
+                failure = reply
                 continue
             for key, payload in reply.get("data", {}).items():
                 if key in wanted:
@@ -86,7 +88,8 @@ async def fetch_results(peers: PeerPool, states: list[FutureState], timeout: flo
         attempt += 1
         if loop.time() > deadline or not still_running():
             raise SchedError(f"could not fetch the results of {list(wanted)[:5]} from their "
-                             f"workers {list(by_worker)[:5]}")
+                             f"workers {list(by_worker)[:5]}"
+                             + (f": {failure or type(failure).__name__}" if failure else ""))
         await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
 
 
