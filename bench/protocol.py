@@ -2,7 +2,8 @@
 
 Measures encode+decode throughput of small ops (batched 100 to a frame, and one to a frame)
 and of ops carrying a 1 MB payload, then round trips per second and payload throughput over a
-loopback connection with the real handshake. Each measurement runs for about two seconds.
+loopback connection with the real handshake. Each measurement runs for about two seconds. Last,
+one 300 MB payload, larger than a frame, sent over loopback (in parts) and acknowledged.
 
     python bench/protocol.py
 """
@@ -23,6 +24,7 @@ TOKEN = "bench-token"
 SMALL_OP = {"op": "task-finished", "key": "inc-0123456789abcdef", "nbytes": 28,
             "duration": 0.0012, "worker": "tcp://10.0.0.7:40123", "status": "memory"}
 MEGABYTE = bytes(range(256)) * 4096
+LARGE = 300 * 10**6
 
 
 def codec_rate(ops: list[dict]) -> dict:
@@ -46,6 +48,28 @@ def codec_rate(ops: list[dict]) -> dict:
 async def echo(comm) -> None:
     async for op in comm:
         await comm.send(op)
+
+
+async def acknowledge(comm) -> None:
+    async for op in comm:
+        await comm.send({"op": "ack", "nbytes": len(op["data"])})
+
+
+async def large_payload() -> dict:
+    """Seconds and MB/s for one payload larger than the default frame limit, sent once."""
+    listener = await listen("127.0.0.1", 0, acknowledge, token=TOKEN)
+    comm = await connect(listener.address, role="client", name="bench", token=TOKEN)
+    try:
+        payload = Payload(bytes(LARGE))
+        start = time.perf_counter()
+        await comm.send({"op": "put", "data": payload})
+        reply = await comm.__anext__()
+        elapsed = time.perf_counter() - start
+        assert reply["nbytes"] == LARGE
+        return {"seconds": round(elapsed, 2), "MB_per_s": round(LARGE / elapsed / 1e6, 1)}
+    finally:
+        await comm.close("bench done")
+        await listener.close()
 
 
 async def loopback() -> dict:
@@ -88,6 +112,7 @@ def main() -> None:
         "small_ops_one_per_frame": codec_rate([SMALL_OP]),
         "payload_1MB_ops": codec_rate([{"op": "put", "data": Payload(MEGABYTE)}]),
         "loopback": asyncio.run(loopback()),
+        "payload_300MB_in_parts_loopback": asyncio.run(large_payload()),
     }
     print(json.dumps(result))
 

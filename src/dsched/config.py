@@ -87,6 +87,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "comm": {
         "max_frame_size": 256 * MiB,  # checked before any allocation
+        # One message (a result, a task's arguments), however many frames it takes: big enough
+        # for any result worth moving over the network, small enough that a bug asking to send
+        # more fails with this key's name rather than exhausting a peer's memory.
+        "max_message_size": 4 * 1024 * MiB,
         "outbox_limit": 512 * MiB,  # bytes queued for one peer before it is disconnected
         "connect_timeout": 10.0,
         "handshake_timeout": 10.0,
@@ -319,6 +323,10 @@ def _check_together(cfg: dict) -> None:
     if tls["require_client_cert"] and (tls["ca"] is None or tls["cert"] is None):
         raise ConfigError("scheduler.tls.require_client_cert needs scheduler.tls.cert, .key and "
                           ".ca (the CA that signed the client certificates)")
+    comm = cfg["comm"]
+    if comm["max_message_size"] < comm["max_frame_size"]:
+        raise ConfigError(f"comm.max_message_size ({comm['max_message_size']}) must be at least "
+                          f"comm.max_frame_size ({comm['max_frame_size']})")
     worker = cfg["worker"]
     if worker["reconnect_backoff_min"] > worker["reconnect_backoff_max"]:
         raise ConfigError("worker.reconnect_backoff_min must not exceed reconnect_backoff_max")

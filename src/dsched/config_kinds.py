@@ -128,7 +128,7 @@ KINDS: dict[str, dict[str, Any]] = {
         "token_file": _nullable(_path), "tls": dict(_TLS), "log_level": _log_level,
     },
     "comm": {
-        "max_frame_size": _bytes, "outbox_limit": _bytes,
+        "max_frame_size": _bytes, "max_message_size": _bytes, "outbox_limit": _bytes,
         "connect_timeout": _seconds, "handshake_timeout": _seconds,
     },
     "client": {

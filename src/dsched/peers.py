@@ -1,9 +1,11 @@
 """Request and reply over pooled connections: how workers and clients fetch data from workers.
 
 A :class:`PeerPool` keeps one authenticated connection per peer address and matches each reply
-to its request by the ``id`` field, so many fetches share one connection at once. A connection
-that breaks fails every request waiting on it with CommClosedError and is dropped from the
-pool; the next request opens a fresh one.
+to its request by the ``id`` field, so many fetches share one connection at once. A reply too
+large for one message comes as several ops with that ``id``, all but the last marked ``more``;
+their dict and list fields are put together into one reply. A connection that breaks fails
+every request waiting on it with CommClosedError and is dropped from the pool; the next request
+opens a fresh one.
 """
 
 from __future__ import annotations
@@ -24,13 +26,23 @@ class _Peer:
     def __init__(self, comm: Comm):
         self.comm = comm
         self.waiting: dict[int, asyncio.Future] = {}
+        self.parts: dict[int, dict] = {}  # the parts of a reply so far, by request id
         self.reader = asyncio.ensure_future(self._read())
 
     async def _read(self) -> None:
         try:
             async for op in self.comm:
-                waiter = self.waiting.pop(op.get("id"), None)
-                if waiter is not None and not waiter.done():
+                request_id = op.get("id")
+                if request_id not in self.waiting:
+                    continue  # the request has given up
+                if op.pop("more", False):
+                    _merge(self.parts.setdefault(request_id, {}), op)
+                    continue
+                waiter = self.waiting.pop(request_id)
+                reply = self.parts.pop(request_id, None)
+                if reply is not None:
+                    op = _merge(reply, op)
+                if not waiter.done():
                     waiter.set_result(op)
         except CommClosedError as error:
             self._fail(error)
@@ -93,6 +105,7 @@ class PeerPool:
             return await asyncio.wait_for(waiter, timeout)
         finally:
             peer.waiting.pop(request_id, None)
+            peer.parts.pop(request_id, None)
 
     async def close(self) -> None:
         self._closed = True
@@ -100,3 +113,16 @@ class PeerPool:
         for peer in peers:
             await peer.comm.close("done")
             peer.reader.cancel()
+
+
+def _merge(reply: dict, part: dict) -> dict:
+    """Add one part of a reply to the parts before it: dicts and lists add up."""
+    for field, value in part.items():
+        earlier = reply.get(field)
+        if isinstance(earlier, dict) and isinstance(value, dict):
+            earlier.update(value)
+        elif isinstance(earlier, list) and isinstance(value, list):
+            earlier.extend(value)
+        else:
+            reply[field] = value
+    return reply

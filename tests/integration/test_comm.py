@@ -184,6 +184,58 @@ async def test_a_peer_that_does_not_read_is_disconnected_at_the_outbox_limit():
         await listener.close()
 
 
+async def test_bulk_writes_to_a_slow_reader_are_queued_in_order_without_tripping_the_limit():
+    big = Payload(bytes(16 * 2**20))
+    queued = asyncio.Event()
+
+    async def bulk_sender(comm):
+        comm.write_nowait({"op": "small", "n": 0})  # the reader stops reading after this
+        comm.write_nowait({"op": "bulk", "n": 1, "data": big}, bulk=True)
+        await eventually(lambda: comm.writing_paused)
+        comm.write_nowait({"op": "bulk", "n": 2, "data": big}, bulk=True)  # behind the first
+        comm.write_nowait({"op": "small", "n": 3})  # its flush checks the limit, next tick
+        await asyncio.sleep(0)
+        queued.set()
+        await comm.recv()  # until the reader closes
+
+    listener = await listen("127.0.0.1", 0, bulk_sender, token=TOKEN, outbox_limit=2**20)
+    comm = await connect(listener.address, role="client", name="slow", token=TOKEN,
+                         inbox_limit=1024)
+    try:
+        await asyncio.wait_for(queued.wait(), DEADLINE)
+        received = [await asyncio.wait_for(comm.__anext__(), DEADLINE) for _ in range(4)]
+        assert [op["n"] for op in received] == [0, 1, 2, 3]
+        assert received[1]["data"] == big.data and received[2]["data"] == big.data
+    finally:
+        await comm.close("done")
+        await listener.close()
+
+
+async def test_a_large_message_reaches_the_transport_a_piece_at_a_time():
+    # What a transport cannot send at once it may copy (Python before 3.12 does), so a large
+    # message waiting for a slow reader must not be handed to it whole.
+    buffered = []
+
+    async def sender(comm):
+        comm.write_nowait({"op": "small"})  # the reader stops reading after this
+        sending = asyncio.ensure_future(comm.send({"op": "bulk", "data": Payload(bytes(2**26))}))
+        await eventually(lambda: comm.writing_paused)
+        buffered.append(comm._connection._transport.get_write_buffer_size())
+        await sending
+        await comm.recv()
+
+    listener = await listen("127.0.0.1", 0, sender, token=TOKEN)
+    comm = await connect(listener.address, role="client", name="slow", token=TOKEN,
+                         inbox_limit=1024)
+    try:
+        await eventually(lambda: buffered)
+        assert buffered[0] < 2**26 // 4  # not the message, nor most of it
+        assert [(await comm.__anext__())["op"] for _ in range(2)] == ["small", "bulk"]
+    finally:
+        await comm.close("done")
+        await listener.close()
+
+
 async def test_fire_and_forget_writes_to_a_reading_peer_all_arrive_in_order():
     async def stream_events(comm):
         for tick in range(50):

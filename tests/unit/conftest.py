@@ -17,9 +17,12 @@ class FakeComm:
 
     def __init__(self):
         self.ops = []
+        self.bulk = []  # the ops sent as bulk data
 
-    def write_nowait(self, op):
+    def write_nowait(self, op, bulk=False):
         self.ops.append(op)
+        if bulk:
+            self.bulk.append(op)
 
 
 @pytest.fixture

@@ -6,7 +6,15 @@ import cloudpickle
 import pytest
 
 from dsched import annotate
-from dsched.client.submission import KeyMaker, TaskBuilder, map_keys, task_options
+from dsched.client.submission import (
+    OP_ROOM,
+    KeyMaker,
+    TaskBuilder,
+    is_bulk,
+    map_keys,
+    task_options,
+    task_size,
+)
 from dsched.errors import ResourceSpecError
 from dsched.resources import Resources
 from dsched.serialize import TaskRef
@@ -26,7 +34,7 @@ def builder(fn=max, options=None, **kwargs):
 
 
 def arguments(task):
-    return cloudpickle.loads(task["spec"][1])
+    return cloudpickle.loads(task["spec"][1].data)
 
 
 # -- options ---------------------------------------------------------------------------------
@@ -121,7 +129,7 @@ def test_futures_anywhere_in_the_arguments_become_refs_and_dependencies():
 
 def test_plain_arguments_take_the_standard_pickler_and_others_cloudpickle():
     plain = builder().build((1, "a", [2.5, None], {"k": b"v"}), {"n": 3})
-    assert pickle.loads(plain["spec"][1]) == ((1, "a", [2.5, None], {"k": b"v"}), {"n": 3})
+    assert pickle.loads(plain["spec"][1].data) == ((1, "a", [2.5, None], {"k": b"v"}), {"n": 3})
     square = builder().build((lambda v: v * v,), {})  # needs cloudpickle: a lambda by value
     (fn,), _ = arguments(square)
     assert fn(3) == 9
@@ -135,7 +143,25 @@ def test_the_function_is_pickled_once_per_builder():
     b = builder(lambda v: v + 1)
     tasks = [b.build((i,), {}) for i in range(3)]
     assert all(task["spec"][0] is tasks[0]["spec"][0] for task in tasks)
-    assert cloudpickle.loads(tasks[0]["spec"][0])(1) == 2
+    assert cloudpickle.loads(tasks[0]["spec"][0].data)(1) == 2
+
+
+# -- size ------------------------------------------------------------------------------------
+
+def test_a_task_is_limited_by_the_message_limit_named_in_the_error():
+    task = builder().build((bytes(100_000),), {})
+    size = task_size(task, max_message_size=100_000 + OP_ROOM + 1000)
+    assert size > 100_000
+    with pytest.raises(ValueError, match=r"message limit of 150000 bytes \(comm.max_message_size\)"):
+        task_size(task, max_message_size=150_000)
+
+
+def test_a_submit_with_a_large_payload_is_bulk_data_and_small_ones_are_not():
+    small = builder().build((1,), {})
+    large = builder().build((bytes(2**20),), {})
+    assert not is_bulk({"op": "submit", "tasks": [small] * 3})
+    assert is_bulk({"op": "submit", "tasks": [small, large]})
+    assert not is_bulk({"op": "release", "keys": ["x"]})
 
 
 def test_not_callable():

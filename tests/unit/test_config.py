@@ -46,6 +46,7 @@ def test_defaults_without_file_or_environment(home):
     assert cfg["worker"]["nworkers"] == 1
     assert cfg["worker"]["gpus"] == "auto"
     assert cfg["comm"]["max_frame_size"] == 256 * MiB
+    assert cfg["comm"]["max_message_size"] == 4096 * MiB
     state_dir = str(home / ".local" / "state" / "sched")
     assert cfg["scheduler"]["state_dir"] == state_dir
     token = os.path.join(state_dir, "token")
@@ -364,6 +365,7 @@ def test_get_is_case_insensitive_copies_and_has_defaults():
     ("worker.gpus", ["GPU-1a2b", 3], ["GPU-1a2b", 3]),
     ("worker.gpus", "None", "none"),
     ("comm.max_frame_size", "1 MiB", MiB),
+    ("comm.max_message_size", "8GiB", 8 * 2**30),
     ("scheduler.log_level", "DEBUG", "debug"),
     ("scheduler.no_worker_timeout", 30, 30.0),
 ])
@@ -396,6 +398,12 @@ def test_settings_that_go_together(tmp_path):
         config.load(overrides={"scheduler.tls.cert": str(tmp_path / "c.pem")})
     with pytest.raises(ConfigError, match="reconnect_backoff_min must not exceed"):
         config.load(overrides={"worker.reconnect_backoff_min": 60})
+
+
+def test_a_message_limit_below_the_frame_limit_is_refused(home):
+    with pytest.raises(ConfigError, match=r"comm.max_message_size \(1048576\) must be at least "
+                                          r"comm.max_frame_size \(2097152\)"):
+        config.load(overrides={"comm.max_message_size": "1MiB", "comm.max_frame_size": "2MiB"})
 
 
 def test_set_accepts_dasks_distributed_prefix_so_seed_code_runs_unchanged():

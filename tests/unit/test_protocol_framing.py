@@ -1,5 +1,7 @@
 """Framing: length-prefixed frames survive any split of the stream; bad headers are refused
-before anything is allocated; arbitrary bytes only ever raise RemoteProtocolError."""
+before anything is allocated; a buffer sent in parts is assembled in one buffer allocated once,
+and parts that are too large, out of order or cut short are refused; arbitrary bytes only ever
+raise RemoteProtocolError."""
 
 from __future__ import annotations
 
@@ -11,12 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsched.errors import LocalProtocolError, RemoteProtocolError
-from dsched.protocol import HEADER, KIND_BUFFER, KIND_OPS, FrameDecoder
-from dsched.protocol.framing import SCRATCH_SIZE, encode_header
+from dsched.protocol import HEADER, KIND_BUFFER, KIND_OPS, KIND_PART, FrameDecoder
+from dsched.protocol.framing import PART, SCRATCH_SIZE, encode_header
 
 
 def frame(body: bytes, kind: int = KIND_OPS) -> bytes:
     return encode_header(kind, len(body)) + body
+
+
+def part(total: int, offset: int, data: bytes) -> bytes:
+    return encode_header(KIND_PART, PART.size + len(data)) + PART.pack(total, offset) + data
 
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -127,3 +133,100 @@ def test_arbitrary_bytes_raise_only_remote_protocol_errors(data, cuts):
         decoder.eof()
     except RemoteProtocolError:
         pass
+
+
+# -- buffers in parts -------------------------------------------------------------------------
+
+PAYLOAD = bytes(range(256)) * 1000
+
+
+def parts_of(data: bytes, step: int) -> bytes:
+    return b"".join(part(len(data), i, data[i : i + step]) for i in range(0, len(data), step))
+
+
+def test_parts_are_received_in_place_into_one_buffer_allocated_once():
+    decoder = FrameDecoder(max_frame_size=PART.size + 100_000)
+    data = parts_of(PAYLOAD, 100_000) + frame(b"ops")  # parts longer than the scratch buffer
+    frames, position, targets = [], 0, []
+    while position < len(data):  # what a BufferedProtocol transport does
+        target = decoder.get_buffer(-1)
+        targets.append(target)
+        n = min(len(target), len(data) - position)
+        target[:n] = data[position : position + n]
+        position += n
+        frames += decoder.buffer_updated(n)
+    assert [f.kind for f in frames] == [KIND_BUFFER, KIND_OPS]
+    assert bytes(frames[0].body) == PAYLOAD
+    # Every write that did not go to the scratch buffer went straight into the one buffer
+    # that came out: no buffer per part.
+    scratch, assembled = targets[0].obj, frames[0].body.obj
+    direct = [t for t in targets if t.obj is not scratch]
+    assert len(direct) >= 2 and all(t.obj is assembled for t in direct)
+
+
+def test_a_part_announcing_more_than_the_message_limit_is_refused_without_allocating_it():
+    decoder = FrameDecoder(max_frame_size=2**20, max_message_size=2**30)
+    tracemalloc.start()
+    try:
+        with pytest.raises(RemoteProtocolError, match=r"limit of 1073741824 bytes "
+                                                      r"\(comm.max_message_size\)"):
+            decoder.feed(part(4 * 2**30, 0, b"first bytes"))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
+
+
+def test_buffers_of_one_message_together_over_the_limit_are_refused():
+    decoder = FrameDecoder(max_message_size=1000)
+    decoder.feed(frame(b"x" * 600, KIND_BUFFER) + frame(b"ops"))  # a message ends the count
+    decoder.feed(frame(b"x" * 600, KIND_BUFFER))
+    with pytest.raises(RemoteProtocolError, match="comm.max_message_size"):
+        decoder.feed(part(600, 0, b"y" * 10))
+
+
+@pytest.mark.parametrize("data, message", [
+    (part(100, 10, b"x" * 10), "first part is at offset 10"),
+    (part(100, 0, b"x" * 10) + part(100, 20, b"x" * 10), "offset 20 of 100 bytes where offset 10"),
+    (part(100, 0, b"x" * 10) + part(100, 0, b"x" * 10), "offset 0 of 100 bytes where offset 10"),
+    (part(100, 0, b"x" * 10) + part(200, 10, b"x" * 10), "offset 10 of 200 bytes where offset 10"),
+    (part(100, 0, b"x" * 10) + frame(b"ops"), "frame of kind 0 after 10 of the 100 bytes"),
+    (part(100, 0, b"x" * 10) + frame(b"b", KIND_BUFFER), "frame of kind 1 after 10 of the 100"),
+    (part(100, 0, b"x" * 90) + part(100, 90, b"x" * 20), "past the end of its 100-byte buffer"),
+    (encode_header(KIND_PART, PART.size) + PART.pack(100, 0), "too short to carry any"),
+])
+def test_parts_out_of_order_are_the_peers_fault(data, message):
+    decoder = FrameDecoder()
+    with pytest.raises(RemoteProtocolError, match=message):
+        decoder.feed(data)
+    with pytest.raises(RemoteProtocolError):  # and the decoder stays failed
+        decoder.feed(frame(b"ok"))
+
+
+def test_eof_between_parts_is_the_peers_fault():
+    decoder = FrameDecoder()
+    assert decoder.feed(part(100, 0, b"x" * 60)) == []
+    assert decoder.in_frame
+    with pytest.raises(RemoteProtocolError, match="after 60 of the 100 bytes"):
+        decoder.eof()
+
+
+def test_eof_inside_a_part_is_the_peers_fault():
+    decoder = FrameDecoder()
+    decoder.feed(part(100, 0, b"x" * 60)[:-5])
+    with pytest.raises(RemoteProtocolError, match="of a buffer sent in parts"):
+        decoder.eof()
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=300), step=st.integers(1, 64),
+       cuts=st.lists(st.integers(min_value=0), max_size=10))
+def test_parts_survive_any_split_of_the_stream(data, step, cuts):
+    decoder = FrameDecoder(max_frame_size=PART.size + step, scratch_size=64)
+    stream = (parts_of(data, step) if data else b"") + frame(b"end")
+    frames = []
+    for piece in split(stream, cuts):
+        frames += decoder.feed(piece)
+    assert [(f.kind, bytes(f.body)) for f in frames] == \
+        ([(KIND_BUFFER, data)] if data else []) + [(KIND_OPS, b"end")]
+    decoder.eof()

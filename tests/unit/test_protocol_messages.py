@@ -1,5 +1,6 @@
 """Messages: batches of ops round-trip through encode and decode, payloads travel out of band
-without copies, our mistakes raise LocalProtocolError and the peer's RemoteProtocolError."""
+without copies (in parts when larger than a frame), our mistakes raise LocalProtocolError naming
+the limit's setting, and the peer's RemoteProtocolError."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from hypothesis import strategies as st
 
 from dsched.errors import LocalProtocolError, RemoteProtocolError
 from dsched.protocol import (
+    HEADER,
     KIND_BUFFER,
     KIND_OPS,
+    KIND_PART,
     OOB_THRESHOLD,
     MessageDecoder,
     Payload,
@@ -21,7 +24,7 @@ from dsched.protocol import (
     decode_ops,
     encode_ops,
 )
-from dsched.protocol.framing import encode_header
+from dsched.protocol.framing import PART, encode_header
 
 BIG = bytes(range(256)) * (OOB_THRESHOLD // 256 + 1)
 
@@ -109,9 +112,44 @@ def test_sending_what_the_peer_could_not_accept_is_our_bug(ops, message):
         encode_ops(ops)
 
 
-def test_a_message_over_the_limit_is_our_bug():
-    with pytest.raises(LocalProtocolError, match="exceeds the limit"):
-        encode_ops([{"op": "put", "data": Payload(BIG)}], max_frame_size=1000)
+def test_a_message_over_the_message_limit_is_our_bug_and_names_the_setting():
+    with pytest.raises(LocalProtocolError, match=r"message limit of 70000 bytes "
+                                                  r"\(comm.max_message_size\)"):
+        encode_ops([{"op": "put", "data": Payload(BIG), "more": Payload(BIG)}],
+                   max_frame_size=1000, max_message_size=70_000)
+
+
+def test_ops_over_the_frame_limit_are_our_bug_and_name_the_setting():
+    with pytest.raises(LocalProtocolError, match=r"frame limit of 1000 bytes "
+                                                  r"\(comm.max_frame_size\)"):
+        encode_ops([{"op": "put", "inline": b"x" * 2000}], max_frame_size=1000)
+
+
+def test_a_payload_larger_than_a_frame_goes_in_parts_sliced_from_the_callers_memory():
+    source = bytearray(BIG)
+    chunks = encode_ops([{"op": "put", "data": Payload(source)}], max_frame_size=10_000)
+    headers, pieces = chunks[:-1:2], chunks[1:-1:2]
+    assert len(pieces) == -(-len(BIG) // (10_000 - PART.size))
+    assert all(isinstance(p, memoryview) and p.obj is source for p in pieces)  # no copies
+    for header in headers:
+        length, kind = HEADER.unpack_from(header)
+        assert kind == KIND_PART and length <= 10_000
+    (batch,) = MessageDecoder(max_frame_size=10_000).feed(b"".join(bytes(c) for c in chunks))
+    assert isinstance(batch[0]["data"], memoryview) and batch[0]["data"] == BIG
+
+
+def test_one_payload_in_many_ops_of_a_message_is_sent_once():
+    shared = Payload(BIG)
+    chunks = encode_ops([{"op": "submit", "fn": shared, "n": i} for i in range(5)])
+    assert len(chunks) == 3  # one buffer header, one buffer, the ops frame
+    (batch,) = MessageDecoder().feed(b"".join(bytes(c) for c in chunks))
+    assert all(op["fn"] is batch[0]["fn"] for op in batch) and batch[0]["fn"] == BIG
+
+
+def test_a_message_over_the_peers_message_limit_is_the_peers_fault():
+    data = wire([{"op": "put", "data": Payload(BIG)}], max_frame_size=1000)
+    with pytest.raises(RemoteProtocolError, match="comm.max_message_size"):
+        MessageDecoder(max_frame_size=1000, max_message_size=len(BIG) - 1).feed(data)
 
 
 def test_payload_needs_contiguous_bytes():
@@ -195,6 +233,25 @@ def test_any_batches_round_trip_through_any_split(batches, cuts):
     assert plain(received) == plain(batches)
 
 
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=4),
+       max_frame_size=st.integers(200, 700),  # room for the ops; payloads go in parts
+       cuts=st.lists(st.integers(min_value=0), max_size=12))
+def test_payloads_of_many_frames_round_trip_byte_exact_through_any_split(sizes, max_frame_size,
+                                                                         cuts):
+    payloads = [bytes((i * 7 + n) % 256 for i in range(n)) for n in sizes]
+    ops = [{"op": "put", "n": n, "data": Payload(p)} for n, p in enumerate(payloads)]
+    chunks = encode_ops(ops, max_frame_size=max_frame_size, oob_threshold=16)
+    data = b"".join(bytes(c) for c in chunks)
+    decoder = MessageDecoder(max_frame_size=max_frame_size, max_message_size=len(data))
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    received = []
+    for a, b in zip(points, points[1:]):
+        received += decoder.feed(data[a:b])
+    assert plain(received) == [plain(ops)]
+    decoder.eof()
+
+
 @settings(max_examples=500, deadline=None)
 @given(data=st.binary(max_size=3000))
 def test_arbitrary_bytes_raise_only_remote_protocol_errors(data):
@@ -208,7 +265,8 @@ def test_arbitrary_bytes_raise_only_remote_protocol_errors(data):
 @given(bodies=st.lists(st.binary(max_size=300) | values.map(msgpack.packb)
                       | st.lists(values | st.dictionaries(st.sampled_from(["op", "x"]), values),
                                  max_size=3).map(msgpack.packb), min_size=1, max_size=4),
-       kinds=st.lists(st.sampled_from([KIND_OPS, KIND_BUFFER]), min_size=4, max_size=4))
+       kinds=st.lists(st.sampled_from([KIND_OPS, KIND_BUFFER, KIND_PART]), min_size=4,
+                      max_size=4))
 def test_well_framed_garbage_raises_only_remote_protocol_errors(bodies, kinds):
     data = b"".join(encode_header(kind, len(body)) + body for body, kind in zip(bodies, kinds))
     try:

@@ -27,7 +27,7 @@ from .future import PENDING, Future, FutureState, FutureStatus
 from .reports import TASK_REPORTS, apply_task_report
 from .results import MISSING, fetch_results, substitute_present, wait_all
 from .settings import comm_limits, resolve_token
-from .submission import KeyMaker, TaskBuilder, map_keys, task_options, task_size
+from .submission import KeyMaker, TaskBuilder, is_bulk, map_keys, task_options, task_size
 
 logger = logging.getLogger("dsched.client")
 
@@ -243,7 +243,9 @@ class AsyncClient:
 
     def _send(self, op: dict) -> None:
         if self.comm is not None and not self.comm.closed:
-            self.comm.write_nowait(op)
+            # A submit with a large function or arguments is bulk: the user's own data, not
+            # counted toward the outbox limit, which is there to catch a stuck scheduler.
+            self.comm.write_nowait(op, bulk=is_bulk(op))
 
     # -- submitting -------------------------------------------------------------------------
 
@@ -262,7 +264,7 @@ class AsyncClient:
         builder = TaskBuilder(fn, task_options(resources, priority, retries, workers),
                               _is_future, self._keys)
         task = builder.build(args, kwargs, key, pure)
-        task_size(task, self._limits["max_frame_size"])
+        task_size(task, self._limits["max_message_size"])
         future, submit = self._future(task["key"])
         if submit:
             self._enqueue({"op": "submit", "tasks": [task]})
@@ -287,7 +289,7 @@ class AsyncClient:
         budget = self._limits["max_frame_size"] // 4
         for index, args in enumerate(calls):
             task = builder.build(args, kwargs, explicit[index] if explicit else None, pure)
-            nbytes = task_size(task, self._limits["max_frame_size"])
+            nbytes = task_size(task, self._limits["max_message_size"])
             future, submit = self._future(task["key"])
             futures.append(future)
             if submit:

@@ -17,7 +17,8 @@ from .future import PENDING, FutureState, FutureStatus
 FINISHED = FutureStatus.finished
 #: Seconds the client keeps trying to fetch a finished task's result from its workers.
 FETCH_PATIENCE = 10.0
-#: Results asked for in one request to a worker, in bytes (the frame limit is far above).
+#: Results asked for in one request to a worker, in bytes; a larger result gets a request of
+#: its own (it travels in as many frames as it needs).
 REQUEST_BYTES = 64 * 2**20
 #: Stands for the result of a future that failed, in ``gather(errors="skip")``.
 MISSING = object()
@@ -57,12 +58,13 @@ async def fetch_results(peers: PeerPool, states: list[FutureState], timeout: flo
                         request_bytes: int = REQUEST_BYTES) -> dict[str, Any]:
     """The results of finished ``states`` straight from the workers holding them: few requests
     per worker (each at most ``request_bytes`` of results), retrying other holders (and new ones
-    the scheduler reports) for a while."""
+    the scheduler reports) for a while; the error at the end says what went wrong last."""
     wanted = {state.key: state for state in states}
     values: dict[str, Any] = {}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + FETCH_PATIENCE
     attempt = 0
+    failure: BaseException | None = None
     while True:
         requests = _requests(wanted, attempt, request_bytes)
         replies = await asyncio.gather(
@@ -71,6 +73,7 @@ async def fetch_results(peers: PeerPool, states: list[FutureState], timeout: flo
             return_exceptions=True)
         for reply in replies:
             if isinstance(reply, BaseException):
+                failure = reply
                 continue
             for key, payload in reply.get("data", {}).items():
                 if key in wanted:
@@ -85,14 +88,16 @@ async def fetch_results(peers: PeerPool, states: list[FutureState], timeout: flo
         attempt += 1
         if loop.time() > deadline or not still_running():
             raise SchedError(f"could not fetch the results of {list(wanted)[:5]} from their "
-                             f"workers {list(by_worker)[:5]}")
+                             f"workers {list(by_worker)[:5]}"
+                             + (f": {failure or type(failure).__name__}" if failure else ""))
         await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
 
 
 def _requests(wanted: dict[str, FutureState], attempt: int,
               budget: int) -> list[tuple[str, list[str], int]]:
     """(worker, keys, bytes) per request: keys grouped by the worker asked this attempt, at
-    most ``budget`` bytes of results in one request, so no reply outgrows a frame."""
+    most ``budget`` bytes of results in one request (a result over it alone in its own), so
+    that a reply holds few large results at once."""
     requests: list[tuple[str, list[str], int]] = []
     open_request: dict[str, int] = {}
     for key, state in wanted.items():

@@ -16,6 +16,7 @@ def resolve_token(token: str | None, token_file: str | None) -> str:
 
 
 def comm_limits() -> dict[str, int]:
-    """The frame and outbox limits from the config, for this process's connections."""
+    """The frame, message and outbox limits from the config, for this process's connections."""
     return {"max_frame_size": config.get("comm.max_frame_size"),
+            "max_message_size": config.get("comm.max_message_size"),
             "outbox_limit": config.get("comm.outbox_limit")}

@@ -5,7 +5,8 @@ raise here, in the caller's thread, before anything is sent. Futures in the argu
 inside lists, tuples, sets and dicts) become :class:`~dsched.serialize.TaskRef` placeholders
 and dependencies. Arguments made only of plain values (numbers, strings, bytes, None and
 containers of them) are pickled with the standard pickler, several times faster than
-cloudpickle for the small arguments of a big ``map``; anything else goes through cloudpickle.
+cloudpickle for the small arguments of a big ``map``; anything else goes through cloudpickle. The pickled function and arguments are :class:`~dsched.protocol.Payload` values,
+so large ones travel out of band, in as many frames as they need.
 
 Pure: no I/O.
 """
@@ -19,11 +20,15 @@ import uuid
 from typing import Any, Callable, Iterable
 
 from .. import serialize
+from ..protocol import Payload
+from ..protocol.messages import any_out_of_band
 from ..resources import Resources, check_demand
 from ..serialize import TaskRef
 from .annotate import current as current_annotations
 
 _SCALARS = frozenset({int, float, str, bytes, bool, type(None), complex, TaskRef})
+#: Room a submit op needs around a task's function and arguments, within the message limit.
+OP_ROOM = 64 * 2**10
 _CONTAINERS = frozenset({list, tuple, set, frozenset})
 
 
@@ -79,6 +84,8 @@ class TaskBuilder:
         self.options = options
         self.prefix = prefix or task_prefix(fn)
         self.function = serialize.dumps(fn)
+        # One Payload for every task of a map: a message carrying many of them sends it once.
+        self._function_payload = Payload(self.function)
         self._is_future = is_future
         self._keys = keys
         self._digest: Any = None
@@ -98,7 +105,8 @@ class TaskBuilder:
             key = self._pure_key(arguments) if pure else self._keys.unique(self.prefix)
         elif not isinstance(key, str):
             raise TypeError(f"key must be a str, not {key!r}")
-        task = {"key": key, "spec": [self.function, arguments], "prefix": self.prefix,
+        task = {"key": key, "spec": [self._function_payload, Payload(arguments)],
+                "prefix": self.prefix,
                 **self.options}
         if dependencies:
             task["dependencies"] = list(dependencies)
@@ -161,13 +169,20 @@ def map_keys(key: str | Iterable[str] | None, n: int | None) -> list[str | None]
     return keys
 
 
-def task_size(task: dict[str, Any], max_frame_size: int) -> int:
-    """The bytes a task's function and arguments take; over half a frame is an error here, in
-    the caller's thread, before anything is sent."""
+def task_size(task: dict[str, Any], max_message_size: int) -> int:
+    """The bytes a task's function and arguments take; more than fits in one message is an
+    error here, in the caller's thread, before anything is sent."""
     size = sum(len(part) for part in task["spec"])
-    if size > max_frame_size // 2:
+    if size > max_message_size - OP_ROOM:
         raise ValueError(
-            f"task {task['key']}: its function and arguments take {size} bytes, over half "
-            f"the frame limit of {max_frame_size} (comm.max_frame_size); load large data "
-            "inside a task instead, or raise the limit")
+            f"task {task['key']}: its function and arguments take {size} bytes, more than fits "
+            f"in the message limit of {max_message_size} bytes (comm.max_message_size); load "
+            "large data inside a task instead, or raise the limit")
     return size
+
+
+def is_bulk(op: dict[str, Any]) -> bool:
+    """Whether ``op`` submits a function or arguments large enough to travel out of band: it
+    goes as bulk data (a message of its own, not held to the outbox limit)."""
+    return op["op"] == "submit" and any_out_of_band(
+        part for task in op["tasks"] for part in task["spec"])

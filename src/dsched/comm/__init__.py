@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import ssl as ssl_module
 
-from ..protocol import INITIATOR, MAX_FRAME_SIZE, Handshake, PeerInfo
+from ..protocol import INITIATOR, MAX_FRAME_SIZE, MAX_MESSAGE_SIZE, Handshake, PeerInfo
 from .addresses import format_address, parse_address
 from .connection import CLOSE_TIMEOUT, HANDSHAKE_TIMEOUT, INBOX_LIMIT, OUTBOX_LIMIT, Comm
 from .listener import Handler, Listener, listen
@@ -25,6 +25,7 @@ __all__ = [
     "INBOX_LIMIT",
     "Listener",
     "MAX_FRAME_SIZE",
+    "MAX_MESSAGE_SIZE",
     "OUTBOX_LIMIT",
     "PeerInfo",
     "connect",
@@ -44,6 +45,7 @@ async def connect(
     server_hostname: str | None = None,
     timeout: float = HANDSHAKE_TIMEOUT,
     max_frame_size: int = MAX_FRAME_SIZE,
+    max_message_size: int = MAX_MESSAGE_SIZE,
     outbox_limit: int = OUTBOX_LIMIT,
     inbox_limit: int = INBOX_LIMIT,
 ) -> Comm:
@@ -58,7 +60,8 @@ async def connect(
     deadline = loop.time() + timeout
 
     def factory() -> FrameStream:
-        return FrameStream(handshake, max_frame_size=max_frame_size, outbox_limit=outbox_limit,
+        return FrameStream(handshake, max_frame_size=max_frame_size,
+                           max_message_size=max_message_size, outbox_limit=outbox_limit,
                            inbox_limit=inbox_limit,
                            handshake_timeout=max(deadline - loop.time(), 0.001))
 

@@ -2,7 +2,9 @@
 
 Flow control lives here: received batches pause reading past ``INBOX_LIMIT``, ``send`` waits
 for the peer to drain, and fire-and-forget writes wait in an outbox whose overflow disconnects
-the peer. What ops mean is for the daemons; a Comm never looks inside one but for ``close``.
+the peer. Everything not yet taken by the transport waits in that one ordered outbox and goes
+to the transport a piece at a time, so a large message is never copied into the transport's
+buffer whole. What ops mean is for the daemons; a Comm never looks inside one but for ``close``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ INBOX_LIMIT = 64 * 2**20
 INBOX_MAX_BATCHES = 1024
 #: Seconds close() waits for the peer to take our last bytes before it aborts.
 CLOSE_TIMEOUT = 5.0
+#: Bytes handed to the transport at a time: what it cannot send at once it may copy.
+WRITE_PIECE = 2**20
 
 
 class Comm:
@@ -38,10 +42,11 @@ class Comm:
     reason; once closed, by either side, receiving raises CommClosedError(reason)."""
 
     def __init__(self, connection: FrameStream, peer: PeerInfo, *, max_frame_size: int,
-                 outbox_limit: int, inbox_limit: int):
+                 max_message_size: int, outbox_limit: int, inbox_limit: int):
         self.peer = peer
         self.peer_address = connection.peer_address
         self.max_frame_size = max_frame_size
+        self.max_message_size = max_message_size
         self.outbox_limit = outbox_limit
         self.inbox_limit = inbox_limit
         self._connection = connection
@@ -53,7 +58,8 @@ class Comm:
         self._close_reason: str | None = None
         self._pending: list[dict] = []
         self._flush_scheduled = False
-        self._outbox: collections.deque[Chunk] = collections.deque()
+        # (chunk, counted): counted chunks are what the outbox limit holds a slow peer to.
+        self._outbox: collections.deque[tuple[Chunk, bool]] = collections.deque()
         self._outbox_bytes = 0
 
     def __repr__(self) -> str:
@@ -75,7 +81,8 @@ class Comm:
 
     @property
     def outbox_bytes(self) -> int:
-        """Bytes written but held back because the peer is slow (not yet in the transport)."""
+        """Bytes of fire-and-forget writes that piled up behind earlier ones because the peer
+        is slow: what ``outbox_limit`` bounds."""
         return self._outbox_bytes
 
     # -- sending ---------------------------------------------------------------------------
@@ -88,22 +95,36 @@ class Comm:
 
         A frame is written whole or not at all, so cancelling a send leaves the stream intact.
         """
-        chunks = encode_ops(ops, max_frame_size=self.max_frame_size)
+        chunks = self._encode(ops)
         await self._connection.wait_writable()
         self._check_open()
         self._flush_pending()
-        self._write(chunks)
+        # Not counted toward the outbox limit: this sender waits for the peer to take it.
+        self._write(chunks, counted=False)
         await self._connection.wait_writable()
 
-    def write_nowait(self, op: dict) -> None:
+    def write_nowait(self, op: dict, *, bulk: bool = False) -> None:
         """Queue ``op`` without waiting; the ops queued in one event-loop tick go as one frame.
 
-        For small messages (events, acknowledgements), not bulk data: a peer that lets more
-        than ``outbox_limit`` bytes pile up is disconnected. Bulk data goes by :meth:`send`.
+        For small messages (events, acknowledgements): a peer that lets more than
+        ``outbox_limit`` bytes of them pile up is disconnected. Bulk data goes by :meth:`send`,
+        or, where the caller cannot wait, with ``bulk=True``: then ``op`` (a task's function
+        and arguments) is written at once, in order, as a message of its own, and does not
+        count toward the outbox limit, because the caller bounds its bulk data itself (the
+        scheduler sends a worker only the tasks it can start now).
         """
         self._check_open()
         if not isinstance(op, dict) or not isinstance(op.get("op"), str):
             raise LocalProtocolError(f"an op must be a dict with a str 'op' key, not {op!r:.80}")
+        if bulk:
+            self._flush_pending()
+            try:
+                chunks = self._encode([op])
+            except LocalProtocolError as error:
+                self._sender_error(error)
+                return
+            self._write(chunks, counted=False)
+            return
         self._pending.append(op)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -117,21 +138,28 @@ class Comm:
         try:
             chunks = self._encode_within_limit(ops)
         except LocalProtocolError as error:
-            logger.error("Closing %r: cannot send queued ops: %s", self, error)
-            self._start_close(f"sender error: {error}")
+            self._sender_error(error)
             return
-        self._write(chunks)
+        self._write(chunks, counted=True)
         if self._outbox_bytes > self.outbox_limit:
             self.abort(
                 f"peer is not reading: {self._outbox_bytes} bytes waiting for it, over the "
                 f"outbox limit of {self.outbox_limit}"
             )
 
+    def _sender_error(self, error: LocalProtocolError) -> None:
+        logger.error("Closing %r: cannot send queued ops: %s", self, error)
+        self._start_close(f"sender error: {error}")
+
+    def _encode(self, ops: Sequence[dict]) -> list[Chunk]:
+        return encode_ops(ops, max_frame_size=self.max_frame_size,
+                          max_message_size=self.max_message_size)
+
     def _encode_within_limit(self, ops: list[dict]) -> list[Chunk]:
-        """One message for ``ops``, or several when together they pass ``max_frame_size``
-        (many large ops queued in one tick); only a single op over the limit is an error."""
+        """One message for ``ops``, or several when together they pass the frame or message
+        limit (many large ops queued in one tick); only a single op over a limit is an error."""
         try:
-            return encode_ops(ops, max_frame_size=self.max_frame_size)
+            return self._encode(ops)
         except LocalProtocolError:
             if len(ops) == 1:
                 raise
@@ -139,20 +167,32 @@ class Comm:
             return (self._encode_within_limit(ops[:middle])
                     + self._encode_within_limit(ops[middle:]))
 
-    def _write(self, chunks: Iterable[Chunk]) -> None:
-        if self._connection.writing_paused or self._outbox:
-            for chunk in chunks:
-                self._outbox.append(chunk)
+    def _write(self, chunks: Iterable[Chunk], counted: bool) -> None:
+        outbox = self._outbox
+        if not outbox and not self._connection.writing_paused:
+            # The peer has taken all we wrote before: what waits now is one message (or one
+            # tick's batch) on its way, not writes piling up behind a peer that stopped reading.
+            counted = False
+        for chunk in chunks:
+            outbox.append((chunk, counted))
+            if counted:
                 self._outbox_bytes += len(chunk)
-        else:
-            self._connection.write(chunks)
+        self._on_writable()
 
     def _on_writable(self) -> None:
-        """The transport drained: move held-back chunks into it until it is full again."""
-        while self._outbox and not self._connection.writing_paused:
-            chunk = self._outbox.popleft()
-            self._outbox_bytes -= len(chunk)
-            self._connection.write((chunk,))
+        """Move waiting chunks into the transport, a piece at a time, until it is full."""
+        outbox, connection = self._outbox, self._connection
+        while outbox and not connection.writing_paused:
+            chunk, counted = outbox[0]
+            if len(chunk) > WRITE_PIECE:
+                view = memoryview(chunk)
+                outbox[0] = (view[WRITE_PIECE:], counted)
+                chunk = view[:WRITE_PIECE]
+            else:
+                outbox.popleft()
+            if counted:
+                self._outbox_bytes -= len(chunk)
+            connection.write((chunk,))
 
     def _check_open(self) -> None:
         if self._close_reason is not None:
@@ -223,7 +263,7 @@ class Comm:
         await self._connection.wait_lost()
 
     def _start_close(self, reason: str) -> None:
-        chunks = list(self._outbox)
+        chunks = [chunk for chunk, _ in self._outbox]
         self._outbox.clear()
         self._outbox_bytes = 0
         self._mark_closed(reason)

@@ -10,7 +10,7 @@ import ssl as ssl_module
 from typing import Awaitable, Callable, Collection
 
 from ..errors import CommClosedError
-from ..protocol import ACCEPTOR, MAX_FRAME_SIZE, Handshake
+from ..protocol import ACCEPTOR, MAX_FRAME_SIZE, MAX_MESSAGE_SIZE, Handshake
 from .addresses import format_address
 from .connection import CLOSE_TIMEOUT, HANDSHAKE_TIMEOUT, INBOX_LIMIT, OUTBOX_LIMIT, Comm
 from .stream import FrameStream
@@ -124,6 +124,7 @@ async def listen(
     name: str = "scheduler",
     accept_roles: Collection[str] | None = None,
     max_frame_size: int = MAX_FRAME_SIZE,
+    max_message_size: int = MAX_MESSAGE_SIZE,
     outbox_limit: int = OUTBOX_LIMIT,
     inbox_limit: int = INBOX_LIMIT,
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
@@ -137,6 +138,7 @@ async def listen(
         handshake = Handshake(ACCEPTOR, role=role, name=name, token=token,
                               accept_roles=accept_roles)
         connection = FrameStream(handshake, max_frame_size=max_frame_size,
+                                 max_message_size=max_message_size,
                                  outbox_limit=outbox_limit, inbox_limit=inbox_limit,
                                  handshake_timeout=handshake_timeout)
         listener._accepted(connection)

@@ -16,8 +16,8 @@ from .connection import CLOSE_TIMEOUT, Comm
 class FrameStream(asyncio.BufferedProtocol):
     """The asyncio protocol under a Comm: runs the handshake, then turns bytes into batches."""
 
-    def __init__(self, handshake: Handshake, *, max_frame_size: int, outbox_limit: int,
-                 inbox_limit: int, handshake_timeout: float):
+    def __init__(self, handshake: Handshake, *, max_frame_size: int, max_message_size: int,
+                 outbox_limit: int, inbox_limit: int, handshake_timeout: float):
         self.loop = asyncio.get_running_loop()
         self.handshake = handshake
         self.ready: asyncio.Future[Comm] = self.loop.create_future()
@@ -25,11 +25,12 @@ class FrameStream(asyncio.BufferedProtocol):
         self.peer_address = "?"
         self.writing_paused = False
         self._max_frame_size = max_frame_size
+        self._max_message_size = max_message_size
         self._outbox_limit = outbox_limit
         self._inbox_limit = inbox_limit
         self._handshake_timeout = handshake_timeout
         self._handshake_buffer = bytearray(4096)
-        self._decoder = MessageDecoder(max_frame_size)
+        self._decoder = MessageDecoder(max_frame_size, max_message_size=max_message_size)
         self._transport: asyncio.Transport | None = None
         self._lost = self.loop.create_future()
         self._writers: list[asyncio.Future] = []
@@ -119,6 +120,7 @@ class FrameStream(asyncio.BufferedProtocol):
             if self._handshake_timer is not None:
                 self._handshake_timer.cancel()
             self.comm = Comm(self, self.handshake.peer, max_frame_size=self._max_frame_size,
+                             max_message_size=self._max_message_size,
                              outbox_limit=self._outbox_limit, inbox_limit=self._inbox_limit)
             self.ready.set_result(self.comm)
             try:

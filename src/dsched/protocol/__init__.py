@@ -1,12 +1,22 @@
 """The dsched wire protocol, sans-IO: bytes in, frames, batches of ops and handshakes out.
 
-``framing`` cuts the byte stream into length-prefixed frames, ``messages`` packs batches of op
-dicts (with large payloads out of band) and ``handshake`` opens each connection with magic,
-version and mutual token authentication. Nothing here touches a socket, asyncio or a clock,
-and nothing here unpickles: payloads are opaque bytes. ``dsched.comm`` carries it over TCP.
+``framing`` cuts the byte stream into length-prefixed frames (a buffer too large for one frame
+goes as several parts), ``messages`` packs batches of op dicts (with large payloads out of
+band) and ``handshake`` opens each connection with magic, version and mutual token
+authentication. Nothing here touches a socket, asyncio or a clock, and nothing here unpickles:
+payloads are opaque bytes. ``dsched.comm`` carries it over TCP.
 """
 
-from .framing import HEADER, KIND_BUFFER, KIND_OPS, MAX_FRAME_SIZE, Frame, FrameDecoder
+from .framing import (
+    HEADER,
+    KIND_BUFFER,
+    KIND_OPS,
+    KIND_PART,
+    MAX_FRAME_SIZE,
+    MAX_MESSAGE_SIZE,
+    Frame,
+    FrameDecoder,
+)
 from .handshake import (
     ACCEPTOR,
     HANDSHAKE_MAX_FRAME,
@@ -38,8 +48,10 @@ __all__ = [
     "INITIATOR",
     "KIND_BUFFER",
     "KIND_OPS",
+    "KIND_PART",
     "MAGIC",
     "MAX_FRAME_SIZE",
+    "MAX_MESSAGE_SIZE",
     "MessageDecoder",
     "OOB_THRESHOLD",
     "PROTOCOL_VERSION",

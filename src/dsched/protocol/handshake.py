@@ -32,7 +32,8 @@ from ..errors import (
 from .framing import HEADER, KIND_OPS, check_header
 from .messages import close_op, decode_ops, encode_ops
 
-PROTOCOL_VERSION = 1
+#: 2: buffers larger than a frame travel as parts (frame kind 2), which version 1 refuses.
+PROTOCOL_VERSION = 2
 #: A non-text first byte, so that text protocols fail on the first byte they send.
 MAGIC = b"\x89dsched"
 PREAMBLE_SIZE = len(MAGIC) + 2

@@ -1,11 +1,12 @@
 """Messages: batches of operations, packed as msgpack, with large payloads sent out of band.
 
 A message is one ops frame whose body is a msgpack list of op dicts (``{"op": "submit", ...}``),
-preceded by one buffer frame for each :class:`Payload` at or above the out-of-band threshold.
-The ops frame refers to those buffers by index (msgpack ext type ``EXT_BUFFER``), so a pickled
-function or result is written from the caller's memory and received into a buffer of its own,
-never copied by us on either side. Payloads are opaque bytes here: nothing is ever unpickled.
-Sans-IO: no sockets, no asyncio.
+preceded by the buffers of its :class:`Payload` values at or above the out-of-band threshold:
+each as one buffer frame, or as parts (see ``framing``) when it is larger than a frame. The ops
+frame refers to those buffers by index (msgpack ext type ``EXT_BUFFER``), so a pickled function
+or result is written from the caller's memory and received into a buffer of its own, never
+copied by us on either side; a result is limited by the message limit, not the frame limit.
+Payloads are opaque bytes here: nothing is ever unpickled. Sans-IO: no sockets, no asyncio.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from .framing import (
     HEADER,
     KIND_BUFFER,
     KIND_OPS,
+    KIND_PART,
     MAX_FRAME_SIZE,
+    MAX_MESSAGE_SIZE,
+    PART,
     Frame,
     FrameDecoder,
-    encode_header,
 )
 
 #: Payloads at least this long travel as their own frame instead of inside the msgpack body.
@@ -53,8 +56,9 @@ class Payload:
 
     Wrap bytes in ``Payload`` to let the protocol send them out of band when they are large.
     A large payload is written from the caller's memory, so do not change a mutable buffer
-    while it may still be queued. The receiver gets a bytes-like object: ``bytes`` when small,
-    a read-only ``memoryview`` of the buffer it was received into when large.
+    while it may still be queued; one Payload object put in several ops of a message is sent
+    once. The receiver gets a bytes-like object: ``bytes`` when small, a read-only
+    ``memoryview`` of the buffer it was received into when large.
     """
 
     __slots__ = ("data",)
@@ -75,6 +79,11 @@ class Payload:
         return f"Payload({len(self)} bytes)"
 
 
+def any_out_of_band(payloads: Iterable[Payload | bytes]) -> bool:
+    """Whether any of ``payloads`` is large enough to travel out of band (as bulk data)."""
+    return any(len(payload) >= OOB_THRESHOLD for payload in payloads)
+
+
 def close_op(reason: str, error: str | None = None) -> dict:
     """The op that ends a connection; ``error`` names the kind of failure (``"authentication"``)."""
     op = {"op": "close", "reason": str(reason)}
@@ -87,13 +96,15 @@ def encode_ops(
     ops: Sequence[dict],
     *,
     max_frame_size: int = MAX_FRAME_SIZE,
+    max_message_size: int = MAX_MESSAGE_SIZE,
     oob_threshold: int = OOB_THRESHOLD,
 ) -> list[Chunk]:
     """The chunks (headers, bodies, payload buffers) to write, in order, for one message.
 
-    Raises LocalProtocolError for anything the peer could not accept: an empty batch, an op
-    that is not a dict with a str ``"op"``, a value msgpack cannot encode, or a message over
-    ``max_frame_size``.
+    A payload larger than ``max_frame_size`` goes as parts, each a slice of the caller's
+    memory. Raises LocalProtocolError for anything the peer could not accept: an empty batch,
+    an op that is not a dict with a str ``"op"``, a value msgpack cannot encode, ops whose
+    msgpack body is over ``max_frame_size``, or a message over ``max_message_size``.
     """
     if not ops:
         raise LocalProtocolError("cannot send an empty batch of ops")
@@ -101,30 +112,55 @@ def encode_ops(
         if not isinstance(op, dict) or not isinstance(op.get("op"), str):
             raise LocalProtocolError(f"an op must be a dict with a str 'op' key, not {op!r:.80}")
     buffers: list[memoryview] = []
+    indices: dict[int, int] = {}  # id of a Payload -> its buffer's index
 
     def default(obj: Any) -> Any:
         if isinstance(obj, Payload):
-            if len(obj) < oob_threshold:
+            if obj.data.nbytes < oob_threshold:
                 return obj.data
-            buffers.append(obj.data)
-            return msgpack.ExtType(EXT_BUFFER, _INDEX.pack(len(buffers) - 1))
+            index = indices.get(id(obj))
+            if index is None:
+                index = indices[id(obj)] = len(buffers)
+                buffers.append(obj.data)
+            return msgpack.ExtType(EXT_BUFFER, _INDEX.pack(index))
         raise TypeError(f"cannot send a {type(obj).__name__} over the wire")
 
     try:
         body = msgpack.packb(ops, default=default, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as error:
         raise LocalProtocolError(f"cannot encode ops: {error}") from error
-    total = len(body) + sum(buffer.nbytes for buffer in buffers)
-    if total > max_frame_size:
+    if len(body) > max_frame_size:
         raise LocalProtocolError(
-            f"message of {total} bytes exceeds the limit of {max_frame_size} bytes"
+            f"ops of {len(body)} bytes (without their out-of-band payloads) exceed the frame "
+            f"limit of {max_frame_size} bytes (comm.max_frame_size)"
+        )
+    total = len(body) + sum(buffer.nbytes for buffer in buffers) if buffers else len(body)
+    if total > max_message_size:
+        raise LocalProtocolError(
+            f"message of {total} bytes exceeds the message limit of {max_message_size} bytes "
+            "(comm.max_message_size)"
         )
     chunks: list[Chunk] = []
     for buffer in buffers:
-        chunks.append(encode_header(KIND_BUFFER, buffer.nbytes, max_frame_size))
-        chunks.append(buffer)
-    chunks.append(encode_header(KIND_OPS, len(body), max_frame_size) + body)
+        _add_buffer(chunks, buffer, max_frame_size)
+    chunks.append(HEADER.pack(len(body), KIND_OPS) + body)
     return chunks
+
+
+def _add_buffer(chunks: list[Chunk], buffer: memoryview, max_frame_size: int) -> None:
+    size = buffer.nbytes
+    if size <= max_frame_size:
+        chunks.append(HEADER.pack(size, KIND_BUFFER))
+        chunks.append(buffer)
+        return
+    step = max_frame_size - PART.size
+    if step < 1:
+        raise LocalProtocolError(f"a frame limit of {max_frame_size} bytes leaves no room for "
+                                 "the parts of a large payload")
+    for offset in range(0, size, step):
+        piece = buffer[offset : offset + step]
+        chunks.append(HEADER.pack(PART.size + piece.nbytes, KIND_PART) + PART.pack(size, offset))
+        chunks.append(piece)
 
 
 def decode_ops(body: bytes | memoryview, buffers: Sequence[memoryview] = ()) -> list[dict]:
@@ -159,10 +195,12 @@ class MessageDecoder:
     :meth:`buffer_updated`. Returns a list of batches; each batch is a list of op dicts.
     """
 
-    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE, *, max_buffers: int = MAX_BUFFERS):
+    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE, *,
+                 max_message_size: int = MAX_MESSAGE_SIZE, max_buffers: int = MAX_BUFFERS):
         self.max_frame_size = max_frame_size
+        self.max_message_size = max_message_size
         self.max_buffers = max_buffers
-        self._frames = FrameDecoder(max_frame_size)
+        self._frames = FrameDecoder(max_frame_size, max_message_size=max_message_size)
         self._buffers: list[memoryview] = []
         self._buffered = 0
         self._error: RemoteProtocolError | None = None
@@ -205,13 +243,13 @@ class MessageDecoder:
         batches: list[Batch] = []
         for kind, body in frames:
             if kind == KIND_BUFFER:
+                # The frame decoder has already held the bytes to the message limit.
                 self._buffers.append(memoryview(body).toreadonly())
                 self._buffered += len(body)
-                if len(self._buffers) > self.max_buffers or self._buffered > self.max_frame_size:
+                if len(self._buffers) > self.max_buffers:
                     raise RemoteProtocolError(
-                        f"peer sent {len(self._buffers)} buffers ({self._buffered} bytes) for "
-                        f"one message, over the limit of {self.max_buffers} buffers or "
-                        f"{self.max_frame_size} bytes"
+                        f"peer sent {len(self._buffers)} buffers for one message, over the "
+                        f"limit of {self.max_buffers}"
                     )
                 continue
             nbytes = self._buffered + len(body) + HEADER.size * (len(self._buffers) + 1)

@@ -26,6 +26,8 @@ from typing import Any
 from ..comm import Comm, Listener, listen
 from ..comm.addresses import reachable_host
 from ..errors import CommClosedError, ConfigError, ResourceSpecError
+from ..protocol import Payload
+from ..protocol.messages import any_out_of_band
 from ..resources import Resources
 from . import actions as act
 from . import events as ev
@@ -42,12 +44,14 @@ class Scheduler:
                  ssl: Any = None, allowed_failures: int = 3,
                  no_worker_timeout: float | None = None, heartbeat_timeout: float = 60.0,
                  prefetch: int = 2, max_frame_size: int | None = None,
-                 outbox_limit: int | None = None, handshake_timeout: float | None = None):
+                 max_message_size: int | None = None, outbox_limit: int | None = None,
+                 handshake_timeout: float | None = None):
         self.host, self.requested_port, self.token, self.ssl = host, port, token, ssl
         self.state = SchedulerState(allowed_failures=allowed_failures,
                                     no_worker_timeout=no_worker_timeout,
                                     heartbeat_timeout=heartbeat_timeout, prefetch=prefetch)
         self.limits = {k: v for k, v in (("max_frame_size", max_frame_size),
+                                         ("max_message_size", max_message_size),
                                          ("outbox_limit", outbox_limit),
                                          ("handshake_timeout", handshake_timeout)) if v}
         self.workers: dict[str, Comm] = {}
@@ -256,11 +260,13 @@ class Scheduler:
     def _carry_out(self, action: Any) -> None:
         kind = type(action)
         if kind is act.Execute:
+            # Large specs are bulk: held here until the task ends anyway, and at most as many
+            # as the worker can start, so not held to the outbox limit.
             self._to_worker(action.worker, {
                 "op": "execute", "key": action.key, "spec": action.spec,
                 "resources": action.resources.to_wire(), "priority": action.priority,
                 "who_has": {k: list(v) for k, v in action.who_has.items()},
-                "nbytes": dict(action.nbytes)})
+                "nbytes": dict(action.nbytes)}, bulk=any_out_of_band(action.spec))
         elif kind is act.ReportFinished:
             self._to_clients(action.clients, {"op": "task-finished", "key": action.key,
                                               "nbytes": action.nbytes,
@@ -296,11 +302,11 @@ class Scheduler:
         else:
             raise TypeError(f"unknown scheduler action {action!r}")
 
-    def _to_worker(self, address: str, op: dict) -> None:
+    def _to_worker(self, address: str, op: dict, bulk: bool = False) -> None:
         comm = self.workers.get(address)
         if comm is None or comm.closed:
             return  # its WorkerLeft is on the way and will reschedule the work
-        comm.write_nowait(op)
+        comm.write_nowait(op, bulk=bulk)
 
     def _to_clients(self, clients: tuple[str, ...], op: dict) -> None:
         for client in clients:
@@ -320,13 +326,20 @@ class Scheduler:
 def _task_spec(task: dict) -> ev.TaskSpec:
     workers = task.get("workers")
     return ev.TaskSpec(
-        key=str(task["key"]), spec=task["spec"],
+        key=str(task["key"]), spec=_payloads(task["spec"]),
         dependencies=tuple(task.get("dependencies") or ()),
         resources=Resources.from_wire(task.get("resources") or {}),
         priority=int(task.get("priority") or 0), retries=int(task.get("retries") or 0),
         workers=tuple(workers) if workers else None, prefix=str(task.get("prefix") or ""),
         wanted=bool(task.get("wanted", True)),
     )
+
+
+def _payloads(spec: Any) -> tuple[Payload, ...]:
+    """A task's function and arguments, as payloads: forwarded out of band when large."""
+    if not isinstance(spec, list) or not all(isinstance(p, (bytes, memoryview)) for p in spec):
+        raise TypeError(f"a task's spec must be a list of bytes, not {spec!r:.60}")
+    return tuple(Payload(part) for part in spec)
 
 
 def notify_systemd(message: bytes = b"READY=1") -> bool:
@@ -376,7 +389,8 @@ def run_scheduler(cfg: dict) -> int:
             host=s["host"], port=s["port"], token=token, ssl=ssl,
             allowed_failures=s["allowed_failures"], no_worker_timeout=s["no_worker_timeout"],
             heartbeat_timeout=s["heartbeat_timeout"], prefetch=s["prefetch"],
-            max_frame_size=c["max_frame_size"], outbox_limit=c["outbox_limit"],
+            max_frame_size=c["max_frame_size"], max_message_size=c["max_message_size"],
+            outbox_limit=c["outbox_limit"],
             handshake_timeout=c["handshake_timeout"],
         )
         try:

@@ -88,7 +88,8 @@ def _run_one(cfg: dict, devices) -> int:
         reconnect_min=w["reconnect_backoff_min"], reconnect_max=w["reconnect_backoff_max"],
         drain_timeout=w["drain_timeout"], death_timeout=w["death_timeout"],
         connect_timeout=c["connect_timeout"],
-        comm_limits={"max_frame_size": c["max_frame_size"], "outbox_limit": c["outbox_limit"]},
+        comm_limits={"max_frame_size": c["max_frame_size"],
+                     "max_message_size": c["max_message_size"], "outbox_limit": c["outbox_limit"]},
         ssl_client=ssl_contexts(w["tls"], server=False),
         ssl_server=ssl_contexts({**w["tls"], "require_client_cert": False}, server=True),
     )

@@ -26,7 +26,7 @@ import psutil
 
 from .. import serialize
 from ..comm import Comm, connect, listen
-from ..errors import CommClosedError, SchedError
+from ..errors import CommClosedError, LocalProtocolError, SchedError
 from ..gpu_ids import TASK_GPUS_ENV
 from ..peers import PeerPool
 from ..protocol.messages import Payload
@@ -66,7 +66,7 @@ class WorkerSettings:
     drain_timeout: float = 60.0
     death_timeout: float | None = None
     connect_timeout: float = 10.0
-    comm_limits: dict = field(default_factory=dict)  # max_frame_size, outbox_limit
+    comm_limits: dict = field(default_factory=dict)  # max_frame/message_size, outbox_limit
     ssl_client: Any = None
     ssl_server: Any = None
     extra: dict = field(default_factory=dict)
@@ -416,8 +416,32 @@ class Worker:
                     data[key] = Payload(serialize.dumps(self.data[key]))
                 except Exception as error:  # a result that cannot be pickled: say so
                     errors[key] = f"cannot send the result of {key}: {type(error).__name__}: {error}"
-            comm.write_nowait({"op": "data", "id": op.get("id"), "data": data,
-                               "missing": missing, "errors": errors})
+            # Awaited, not queued: the next request is served once the peer has taken this
+            # reply, so large replies never pile up in the outbox.
+            await self._send_data(comm, op.get("id"), data, missing, errors)
+
+    async def _send_data(self, comm: Comm, request_id: Any, data: dict, missing: list,
+                         errors: dict, more: bool = False) -> None:
+        """One get-data reply; results that together outgrow one message go in several (all
+        but the last marked ``more``), and one that alone does gets an error naming the limit."""
+        reply = {"op": "data", "id": request_id, "data": data, "missing": missing,
+                 "errors": errors}
+        if more:
+            reply["more"] = True
+        try:
+            await comm.send(reply)  # encodes first: nothing is written when it raises
+            return
+        except LocalProtocolError as error:
+            if len(data) <= 1:
+                errors.update({key: f"cannot send the result of {key}: {error}" for key in data})
+                await comm.send({**reply, "data": {}, "errors": errors})
+                return
+        keys = list(data)
+        half = len(keys) // 2
+        await self._send_data(comm, request_id, {key: data[key] for key in keys[:half]}, [], {},
+                              more=True)
+        await self._send_data(comm, request_id, {key: data[key] for key in keys[half:]}, missing,
+                              errors, more)
 
 
 def transfer_timeout(nbytes: int) -> float:
