@@ -123,8 +123,10 @@ def test_a_result_that_cannot_be_pickled_is_a_clear_error_at_once(client):
 def test_a_dependency_no_worker_can_send_fails_its_dependent_instead_of_looping(client):
     lock = client.submit(make_lock, workers=["a"], pure=False)
     user = client.submit(repr, lock, workers=["b"])  # must fetch the lock from worker a
-    with pytest.raises(TaskFailedError, match="no worker could send the result"):
+    with pytest.raises(TaskFailedError, match="cannot be sent.*cannot pickle") as failed:
         user.result(timeout=60)
+    assert failed.value.error == "unfetchable"
+    assert client.scheduler_info()["counters"]["recomputed"] == 0  # not computed again
 
 
 def exit_with(code):

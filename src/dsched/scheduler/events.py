@@ -149,13 +149,15 @@ class TaskRejected:
 @_frozen
 class MissingData:
     """``worker`` could not start ``key``: input ``dependency`` was on none of ``tried``
-    (``reason``: the last fetch error, when there was one)."""
+    (``reason``: the last fetch error, when there was one). ``permanent``: the result cannot
+    travel at all (it cannot be pickled or sent, or unpickled there)."""
 
     key: str
     worker: str
     dependency: str
     tried: tuple[str, ...] = ()
     reason: str = ""
+    permanent: bool = False
     now: float
 
 

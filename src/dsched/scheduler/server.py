@@ -188,7 +188,8 @@ class Scheduler:
             elif kind == "missing-data":
                 event = ev.MissingData(key=op["key"], worker=address, dependency=op["dependency"],
                                        tried=tuple(op.get("tried", ())),
-                                       reason=str(op.get("reason") or ""), now=now)
+                                       reason=str(op.get("reason") or ""),
+                                       permanent=bool(op.get("permanent")), now=now)
             elif kind == "draining":
                 event = ev.WorkerDraining(address=address, now=now)
             elif kind == "replicated":

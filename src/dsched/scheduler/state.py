@@ -209,6 +209,12 @@ class SchedulerState(Membership, Lifecycle, Placement):
         self.retrying[t] = None
 
     def _on_missing_data(self, e: ev.MissingData) -> None:
+        if e.permanent:  # the input exists but cannot travel: computing it again won't help
+            ended = self._ended_on(e.worker, e.key, holds_result=False)
+            if ended is not None:
+                self._fail(ended[1], "unfetchable", f"its input {e.dependency} cannot be sent "
+                           f"to the worker that would run it: {e.reason}")
+            return
         d = self.tasks.get(e.dependency)
         if d is not None and d.who_has:
             for address in e.tried:

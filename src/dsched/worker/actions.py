@@ -111,6 +111,7 @@ class ReportMissingData:
     dependency: str
     tried: tuple[str, ...] = ()
     reason: str = ""
+    permanent: bool = False  # the result cannot travel at all: computing it again won't help
 
 
 @dataclass(frozen=True)

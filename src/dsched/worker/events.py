@@ -43,11 +43,14 @@ class DependencyFetched:
 
 @dataclass(frozen=True)
 class DependencyFetchFailed:
-    """Fetching the input ``key`` from ``worker`` failed (peer gone, or it no longer has it)."""
+    """Fetching the input ``key`` from ``worker`` failed (peer gone, or it no longer has it).
+    ``permanent``: the result itself cannot travel (the holder cannot pickle or send it, or it
+    cannot be unpickled here), so asking again, or another holder, would fail the same way."""
 
     key: str
     worker: str
     reason: str = ""
+    permanent: bool = False
 
 
 @dataclass(frozen=True)

@@ -344,7 +344,7 @@ class Worker:
         elif kind is act.ReportMissingData:
             self._to_scheduler({"op": "missing-data", "key": action.key,
                                 "dependency": action.dependency, "tried": list(action.tried),
-                                "reason": action.reason})
+                                "reason": action.reason, "permanent": action.permanent})
         elif kind is act.ReportDraining:
             self._to_scheduler({"op": "draining"})
         elif kind is act.ReportReplicated:
@@ -389,13 +389,21 @@ class Worker:
         try:
             reply = await self.peers.request(fetch.worker, {"op": "get-data", "keys": [fetch.key]},
                                              timeout=transfer_timeout(fetch.nbytes))
-            payload = reply.get("data", {}).get(fetch.key)
-            if payload is None:
-                raise KeyError(reply.get("errors", {}).get(fetch.key)
-                               or f"{fetch.worker} does not hold {fetch.key}")
-            value = serialize.loads(payload)
-        except Exception as error:  # any failure means: try another holder
+        except Exception as error:  # the peer is gone or slow: try another holder
             self._handle(ev.DependencyFetchFailed(fetch.key, fetch.worker, str(error)))
+            return
+        payload = reply.get("data", {}).get(fetch.key)
+        cannot_send = reply.get("errors", {}).get(fetch.key)
+        if payload is None:
+            self._handle(ev.DependencyFetchFailed(
+                fetch.key, fetch.worker, cannot_send or f"{fetch.worker} does not hold it",
+                permanent=bool(cannot_send)))
+            return
+        try:
+            value = serialize.loads(payload)
+        except Exception as error:  # it will not unpickle here, whoever sends it
+            self._handle(ev.DependencyFetchFailed(
+                fetch.key, fetch.worker, f"cannot unpickle it here: {error!r}", permanent=True))
             return
         self.data[fetch.key] = value
         self._handle(ev.DependencyFetched(fetch.key, serialize.sizeof(value), fetch.worker))

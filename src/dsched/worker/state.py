@@ -189,14 +189,16 @@ class WorkerState:
         if fetch is None or fetch.worker != event.worker:
             return []  # a late answer to a fetch already settled
         fetch.tried.append(event.worker)
-        if (fetch.replicate or self.needed_by.get(event.key)) and fetch.untried:
+        if (fetch.replicate or self.needed_by.get(event.key)) and fetch.untried \
+                and not event.permanent:
             fetch.worker = fetch.untried.pop(0)
             return [FetchDependency(event.key, fetch.worker, fetch.nbytes)]
         del self.fetches[event.key]
         actions: list[Action] = []
         if fetch.replicate:
             actions.append(ReportReplicateFailed(event.key, event.reason or "fetch failed"))
-        return actions + self._lose_input(event.key, tuple(fetch.tried), event.reason)
+        return actions + self._lose_input(event.key, tuple(fetch.tried), event.reason,
+                                          event.permanent)
 
     def _completed(self, event: ev.TaskCompleted) -> list[Action]:
         task = self.tasks.get(event.key)
@@ -366,14 +368,15 @@ class WorkerState:
     def _end_without_result(self, task: WorkerTask) -> list[Action]:
         return self._forget(task) + self._lose_input(task.key, ())
 
-    def _lose_input(self, dep: str, tried: tuple[str, ...], reason: str = "") -> list[Action]:
+    def _lose_input(self, dep: str, tried: tuple[str, ...], reason: str = "",
+                    permanent: bool = False) -> list[Action]:
         """``dep`` will not arrive: the tasks here waiting for it are handed back."""
         actions: list[Action] = []
         for key in sorted(self.needed_by.get(dep, ()), key=lambda k: self.tasks[k].seq):
             task = self.tasks.get(key)
             if task is None:
                 continue  # handed back already, as a dependent of an earlier one
-            actions.append(ReportMissingData(key, dep, tried, reason))
+            actions.append(ReportMissingData(key, dep, tried, reason, permanent))
             actions += self._end_without_result(task)
         return actions
 

@@ -223,3 +223,18 @@ def test_a_result_no_worker_can_ever_send_fails_instead_of_looping():
     assert "no worker could send the result of x" in error.text
     assert s.state_of("x") == "erred" and s.state.tasks["x"].error == "unfetchable"
     assert s.state_of("y") == "erred" and started(actions) == []
+
+
+def test_an_input_that_cannot_travel_at_all_fails_its_dependent_at_once():
+    s = Story()
+    s.worker("a")
+    s.worker("b")
+    s.submit(task("x", workers=("a",)), task("y", dependencies=("x",), workers=("b",)))
+    s.finish("x", nbytes=10)
+    actions = s(MissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
+                            reason="cannot send the result of x: TypeError: cannot pickle",
+                            permanent=True, now=0))
+    (error,) = [a for a in actions if isinstance(a, ReportErred)]
+    assert error.key == "y" and error.error == "unfetchable"
+    assert "its input x cannot be sent" in error.text and "cannot pickle" in error.text
+    assert started(actions) == [] and s.state_of("x") == "memory"  # not computed again

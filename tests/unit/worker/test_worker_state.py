@@ -279,3 +279,10 @@ def test_a_missing_input_is_reported_with_the_fetch_error():
     handle(state, execute("t", who_has={"d": ("tcp://a",)}))
     assert handle(state, DependencyFetchFailed("d", "tcp://a", "over comm.max_message_size")) == [
         ReportMissingData("t", "d", ("tcp://a",), "over comm.max_message_size")]
+
+
+def test_an_input_that_cannot_travel_is_not_asked_of_other_holders():
+    state = WorkerState(nthreads=1)
+    handle(state, execute("t", who_has={"d": ("tcp://a", "tcp://b")}))
+    assert handle(state, DependencyFetchFailed("d", "tcp://a", "cannot pickle", True)) == [
+        ReportMissingData("t", "d", ("tcp://a",), "cannot pickle", True)]
