@@ -53,6 +53,7 @@ def test_tasks_and_peer_transfers_run_over_tls(daemons, tmp_path):
         assert both.result(timeout=30) == expected
         assert len(left.result(timeout=30)) == 256_000  # fetched from w1 by the client
 
-    # A client without TLS gets no further than the handshake.
-    with pytest.raises(RemoteProtocolError, match="handshake"):
+    # A client without TLS gets no further than the handshake, and is told TLS is the likely
+    # cause.
+    with pytest.raises(RemoteProtocolError, match="handshake.*uses TLS, this side needs TLS"):
         Client(address, token=daemons.token, timeout=10)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import ssl as ssl_module
 
+from ..errors import RemoteProtocolError
 from ..protocol import INITIATOR, MAX_FRAME_SIZE, MAX_MESSAGE_SIZE, Handshake, PeerInfo
 from .addresses import format_address, parse_address
 from .connection import CLOSE_TIMEOUT, HANDSHAKE_TIMEOUT, INBOX_LIMIT, OUTBOX_LIMIT, Comm
@@ -79,4 +80,11 @@ async def connect(
         return await connection.ready
     except asyncio.CancelledError:
         connection.abort()
+        raise
+    except RemoteProtocolError as error:
+        if ssl is None and type(error) is RemoteProtocolError:
+            # A TLS server drops a peer that opens in plain text without a word.
+            raise RemoteProtocolError(
+                f"{error}; if the server at {host}:{port} uses TLS, this side needs TLS too "
+                "(a CA file: --tls-ca, the tls.ca setting, or ssl= for a Client)") from None
         raise
