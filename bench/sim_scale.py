@@ -60,13 +60,13 @@ def make_tasks(n: int, seed: int) -> list[SimTask]:
 
 def throughput(n_workers: int, n_tasks: int, seed: int) -> dict:
     """Run the workload; time every ``handle`` call, and apart from that the placement pass
-    inside it (where the decisions are made), by wrapping the state's ``_schedule``."""
+    inside it (where the decisions are made), by wrapping the placer's ``schedule``."""
     state = SchedulerState()
     clock = time.perf_counter
     in_handle = [0.0]
     in_placement = [0.0]
     handle = state.handle
-    schedule = state._schedule
+    schedule = state.placer.schedule
 
     def timed_handle(event):
         t0 = clock()
@@ -79,7 +79,7 @@ def throughput(n_workers: int, n_tasks: int, seed: int) -> dict:
         schedule()
         in_placement[0] += clock() - t0
 
-    state._schedule = timed_schedule  # type: ignore[method-assign]
+    state.placer.schedule = timed_schedule  # type: ignore[method-assign]
     sim = Simulation(make_workers(n_workers), make_tasks(n_tasks, seed), state=state,
                      handle=timed_handle)
     t0 = clock()

@@ -48,7 +48,7 @@ def _check_workers(s: SchedulerState) -> None:
         for key in w.has_what:
             t = s.tasks[key]
             assert t.state is MEMORY and address in (t.who_has or ()), (w, t)
-        assert (address in s._draining) == w.draining, w
+        assert (address in s.membership.draining) == w.draining, w
         assert not w.evacuating or w.draining, w
         for key, target in w.evacuating.items():
             assert target in s.workers and not s.workers[target].draining, (w, key, target)
@@ -70,7 +70,7 @@ def _check_tasks(s: SchedulerState) -> None:
         assert (state is QUEUED) == (t.queue is not None), t
         assert (state is PROCESSING) == (t.processing_on is not None), t
         assert (state is MEMORY) == bool(t.who_has), t
-        assert (t.retry_at is not None) == (t in s.retrying), t
+        assert (t.retry_at is not None) == (t in s.graph.retrying), t
         assert t.retry_at is None or (state is WAITING and not t.waiting_on), t
         assert (state is WAITING) == bool(t.waiting_on or t.retry_at is not None), t
         if t.retry_at is not None:
@@ -115,14 +115,14 @@ def _check_queue(s: SchedulerState) -> None:
             assert t.state is QUEUED and (t.resources, t.restrict) == key, (q, t)
         assert q.heap[0][1] is live[0] and q.head_order == live[0].order, q
         heads.append((q.head_order, q.qid, q))
-        assert q.reason == s.policy.unrunnable_reason(q), (q, q.reason)
+        assert q.reason == s.placer.reasons.of(q), (q, q.reason)
         assert (q.reason is not None) == (q.fifo is not None), q
     assert sorted(heads) == rq.heads, "heads"
     assert len(rq.by_id) == len(rq.queues)
 
 
 def _check_index(s: SchedulerState) -> None:
-    index = s.index
+    index = s.placer.index
     slots: dict[int, set[str]] = {}
     free: dict[str, dict[int, set[str]]] = {}
     totals: dict = {}
@@ -160,8 +160,9 @@ def _check_index(s: SchedulerState) -> None:
 
 def _check_quiescent(s: SchedulerState) -> None:
     """No head-of-line blocking: no queue head could start on any worker now."""
-    policy = s.policy
-    saved = policy.reservation
+    placer = s.placer
+    backfill = placer.backfill
+    saved = backfill.reservation
     workers = list(s.workers.values())
     x = xq = None
     try:
@@ -170,12 +171,12 @@ def _check_quiescent(s: SchedulerState) -> None:
             if q.reason is not None:
                 continue
             t = q.heap[0][1]
-            w = policy.find(t, q, workers, x, xq)
-            assert w is None, f"{t} could start on {w} now (reserved: {policy.reservation})"
+            w = placer.best_of(t, q, workers, x, xq)
+            assert w is None, f"{t} could start on {w} now (reserved: {backfill.reservation})"
             if x is None and not q.empty:
                 x, xq = t, q
     finally:
-        policy.reservation = saved
-    r = policy.reservation
+        backfill.reservation = saved
+    r = backfill.reservation
     if r is not None:
         assert r.task.state is QUEUED and s.workers.get(r.worker.address) is r.worker, r

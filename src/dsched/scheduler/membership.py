@@ -1,79 +1,91 @@
-"""Membership of SchedulerState: workers joining, reconnecting, draining and leaving.
+"""Membership: workers joining, reconnecting, draining and leaving.
 
-A mixin that SchedulerState is built from, split out to keep each file readable; it holds no
-state of its own. A joining worker is indexed for placement (a reconnecting one has what it
-kept adopted); a draining one is withdrawn from placement and has the results only it holds
-copied to other workers before it is told it may leave; a worker that leaves loses what only
-it held (computed again where still needed) and its running tasks go back to the queue, each
-counting the death against itself only if it was executing there.
+A joining worker is indexed for placement (a reconnecting one has what it kept adopted); a
+draining one is withdrawn from placement and has the results only it holds copied to other
+workers before it is told it may leave; a worker that leaves, or misses its heartbeats, loses
+what only it held (computed again where still needed) and its running tasks go back to the
+queue, each counting the death against itself only if it was executing there. A crashed
+worker process is named with the task that ended it once its nanny's next process says how.
 
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from . import events as ev
-from .actions import INFO, WARNING, CancelTask, CloseWorker, Replicate, ReportMoved
+from .actions import INFO, WARNING, CancelTask, CloseWorker, Replicate, ReportMoved, RetireWorker
+from .graph import TaskGraph
+from .outbox import Outbox
+from .placer import Placer
 from .task import MEMORY, QUEUED
 from .worker import WorkerInfo
-
-if TYPE_CHECKING:
-    from .state import SchedulerState
-
-    _Base = SchedulerState
-else:
-    _Base = object
 
 #: Worker names whose last process died with tasks running, remembered until it comes back.
 CRASHES_KEPT = 1000
 
 
-class Membership(_Base):
-    # -- workers ------------------------------------------------------------------------------
+class Membership:
+    """``workers`` by address (shared with the placer and the graph, changed only here).
+    ``allowed_failures``: workers that may die while a task executes before it fails (on the
+    ``allowed_failures + 1``-th); ``heartbeat_timeout``: seconds of silence after which a
+    worker is removed (None: never)."""
 
-    def _on_worker_joined(self, e: ev.WorkerJoined) -> None:
+    def __init__(self, workers: dict[str, WorkerInfo], placer: Placer, graph: TaskGraph,
+                 out: Outbox, *, allowed_failures: int, heartbeat_timeout: float | None):
+        self.workers = workers
+        self.placer = placer
+        self.graph = graph
+        self.out = out
+        self.allowed_failures = allowed_failures
+        self.heartbeat_timeout = heartbeat_timeout
+        self.draining: dict[str, WorkerInfo] = {}
+        #: Worker name -> the tasks its process was running when it died unexpectedly.
+        self._crashed: dict[str, tuple[str, ...]] = {}
+
+    # -- joining -----------------------------------------------------------------------------
+
+    def joined(self, e: ev.WorkerJoined) -> None:
+        out = self.out
         old = self.workers.get(e.address)
         if old is not None:
-            self._remove_worker(old, "it registered again")
-        other = self.index.by_name.get(e.name)
+            self.remove(old, "it registered again")
+        other = self.placer.index.by_name.get(e.name)
         if other is not None:
             reason = f"a worker named {e.name!r} is already connected from {other}"
-            self._actions.append(CloseWorker(worker=e.address, reason=reason))
-            self._log(WARNING, "Refused worker %s at %s: %s", e.name, e.address, reason)
+            out.actions.append(CloseWorker(worker=e.address, reason=reason))
+            out.log(WARNING, "Refused worker %s at %s: %s", e.name, e.address, reason)
             return
         if e.nthreads < 1:
             reason = f"a worker needs at least one thread, not {e.nthreads}"
-            self._actions.append(CloseWorker(worker=e.address, reason=reason))
+            out.actions.append(CloseWorker(worker=e.address, reason=reason))
             return
-        w = WorkerInfo(e.address, e.name, e.nthreads, e.resources, tuple(e.gpus), self.now)
+        w = WorkerInfo(e.address, e.name, e.nthreads, e.resources, tuple(e.gpus), out.now)
         self.workers[e.address] = w
-        self.index.add(w)
-        self._dirty_workers[e.address] = w
-        self._log(INFO, "Worker %s joined from %s: %d threads, resources %s",
-                  e.name, e.address, e.nthreads, e.resources)
+        self.placer.add_worker(w)
+        out.log(INFO, "Worker %s joined from %s: %d threads, resources %s",
+                e.name, e.address, e.nthreads, e.resources)
         if e.previous_exit:
             self._explain_crash(e.name, e.previous_exit)
         if e.held or e.running:
             self._reconcile(w, e.held, e.running)
-        self._refresh_reasons()
+        self.placer.reasons.refresh()
 
     def _explain_crash(self, name: str, how: str) -> None:
         """The process that ran as worker ``name`` ended ``how``, says the process its nanny
         started next: name the task that ended it, and tell the tasks that died with it."""
         keys = self._crashed.pop(name, ())
+        log = self.out.log
         if not keys:
-            self._log(WARNING, "The previous process of worker %s %s", name, how)
+            log(WARNING, "The previous process of worker %s %s", name, how)
             return
         if len(keys) == 1:
-            self._log(WARNING, "Task %s ended the worker process of %s: it %s", keys[0], name, how)
+            log(WARNING, "Task %s ended the worker process of %s: it %s", keys[0], name, how)
         else:
-            self._log(WARNING, "One of tasks %s ended the worker process of %s: it %s",
-                      ", ".join(keys[:5]) + (" ..." if len(keys) > 5 else ""), name, how)
+            log(WARNING, "One of tasks %s ended the worker process of %s: it %s",
+                ", ".join(keys[:5]) + (" ..." if len(keys) > 5 else ""), name, how)
         prefix = f"worker {name} "
         for key in keys:
-            t = self.tasks.get(key)
+            t = self.graph.tasks.get(key)
             if t is not None and t.death_causes and t.death_causes[-1].startswith(prefix):
                 t.death_causes = (*t.death_causes[:-1], f"{t.death_causes[-1]}; its process {how}")
 
@@ -83,80 +95,80 @@ class Membership(_Base):
 
         A result still needed and not yet recomputed ends its task here; a result already
         in memory elsewhere becomes one more copy. A task it still runs is adopted when it is
-        queued to run again and fits this worker now (the worker ignores the repeated
-        Execute); any other running task is cancelled there.
+        queued to run again and can start on this worker now (the worker ignores the repeated
+        Execute); any other running task is stopped there.
         """
+        graph, out = self.graph, self.out
         for key, nbytes in held:
-            t = self.tasks.get(key)
+            t = graph.tasks.get(key)
             if t is not None and t.state is MEMORY and t.who_has is not None:
                 t.who_has[w.address] = None
                 w.has_what[key] = None
             elif t is not None and t.state is QUEUED and t.queue is not None:
-                self.queue.remove(t)
-                t.state = MEMORY
-                t.nbytes = nbytes
-                t.who_has = {w.address: None}
-                w.has_what[key] = None
-                self._log(INFO, "Worker %s kept the result of task %s; not computing it again",
-                          w.name, key)
-                self._report_end(t)
-                self._dependency_done(t)
+                self.placer.dequeue(t)
+                out.log(INFO, "Worker %s kept the result of task %s; not computing it again",
+                        w.name, key)
+                graph.finished(t, w, nbytes)
             else:
-                self._to_free.setdefault(w.address, []).append(key)
+                out.free(w.address, key)
         for key in running:
-            t = self.tasks.get(key)
-            q = t.queue if t is not None and t.state is QUEUED else None
-            if (q is not None and w.assigned < w.nthreads and t.resources.fits(w.free)
-                    and (t.restrict is None or not t.restrict.isdisjoint((w.name, w.address)))):
-                self.queue.remove(t)
-                self._place(t, w, q)
-            else:
-                self._actions.append(CancelTask(key=key, worker=w.address))
+            t = graph.tasks.get(key)
+            if t is None or t.state is not QUEUED or not self.placer.adopt(t, w):
+                out.actions.append(CancelTask(key=key, worker=w.address))
 
-    def _on_heartbeat(self, e: ev.WorkerHeartbeat) -> None:
+    def heartbeat(self, e: ev.WorkerHeartbeat) -> None:
         w = self.workers.get(e.address)
         if w is not None:
-            w.last_seen = self.now
+            w.last_seen = self.out.now
             if e.metrics is not None:
                 w.metrics = e.metrics
 
-    def _on_worker_left(self, e: ev.WorkerLeft) -> None:
+    # -- leaving -----------------------------------------------------------------------------
+
+    def left(self, e: ev.WorkerLeft) -> None:
         w = self.workers.get(e.address)
         if w is not None:
-            self._remove_worker(w, e.reason, level=INFO if e.expected else WARNING,
-                                expected=e.expected)
+            self.remove(w, e.reason, level=INFO if e.expected else WARNING, expected=e.expected)
 
-    def _remove_worker(self, w: WorkerInfo, reason: str, level: int = WARNING,
-                       expected: bool = False) -> None:
+    def check_heartbeats(self) -> None:
+        timeout = self.heartbeat_timeout
+        if timeout is None:
+            return
+        now = self.out.now
+        for w in list(self.workers.values()):
+            if now - w.last_seen > timeout:
+                reason = f"no heartbeat for {now - w.last_seen:g} s (timeout {timeout:g} s)"
+                self.out.actions.append(CloseWorker(worker=w.address, reason=reason))
+                self.remove(w, reason)
+
+    def remove(self, w: WorkerInfo, reason: str, level: int = WARNING,
+               expected: bool = False) -> None:
         """``w`` is gone: what only it held is lost, what it ran goes back to the queue (a
         task executing there counts the death against itself, unless ``expected``: a drained
         worker that stopped its last tasks at the deadline)."""
+        graph, out = self.graph, self.out
         address = w.address
         del self.workers[address]
-        self.index.remove(w)
-        self._dirty_workers.pop(address, None)
-        self._draining.pop(address, None)
-        for other in self._draining.values():  # copies it was making for a draining worker
+        self.placer.remove_worker(w)
+        self.draining.pop(address, None)
+        for other in self.draining.values():  # copies it was making for a draining worker
             for key in [k for k, target in other.evacuating.items() if target == address]:
                 del other.evacuating[key]
-        r = self.policy.reservation
-        if r is not None and r.worker is w:
-            self.policy.reservation = None
         lost = []
         for key in w.has_what:
-            t = self.tasks[key]
+            t = graph.tasks[key]
             del t.who_has[address]
             if not t.who_has:
                 lost.append(t)
         w.has_what = {}
-        recomputed = self.counters["recomputed"]
+        recomputed = out.counters["recomputed"]
         for t in lost:
-            self._lose(t)
+            graph.lose(t)
         if lost:
             reason += (f"; it alone held {len(lost)} result(s), "
-                       f"{self.counters['recomputed'] - recomputed} of them still needed and "
+                       f"{out.counters['recomputed'] - recomputed} of them still needed and "
                        "computed again")
-        self._log(level, "Worker %s at %s removed: %s", w.name, address, reason)
+        out.log(level, "Worker %s at %s removed: %s", w.name, address, reason)
         running, w.processing, w.stopping = list(w.processing.values()), {}, {}
         executing = []
         for t in running:
@@ -170,39 +182,37 @@ class Membership(_Base):
                 text = (f"{t.deaths} worker(s) died while running this task "
                         f"(allowed_failures={self.allowed_failures}); the last: "
                         + "; earlier: ".join(reversed(t.death_causes)))
-                self._fail(t, "killed_worker", text)
+                graph.fail(t, "killed_worker", text)
             else:
-                self._compute(t)
+                graph.compute(t)
         if executing:
-            self.counters["deaths"] += len(executing)
+            out.counters["deaths"] += len(executing)
             self._crashed[w.name] = tuple(executing)
             if len(self._crashed) > CRASHES_KEPT:
                 del self._crashed[next(iter(self._crashed))]
-        self._refresh_reasons()
+        self.placer.reasons.refresh()
 
-    def _on_worker_draining(self, e: ev.WorkerDraining) -> None:
+    # -- draining ----------------------------------------------------------------------------
+
+    def start_draining(self, e: ev.WorkerDraining) -> None:
         w = self.workers.get(e.address)
         if w is None or w.draining:
             return
         w.draining = True
-        self.index.withdraw(w)
-        self._dirty_workers.pop(w.address, None)
-        r = self.policy.reservation
-        if r is not None and r.worker is w:
-            self.policy.reservation = None
-        for other in list(self._draining.values()):  # copies it was making go elsewhere
+        self.placer.withdraw_worker(w)
+        for other in list(self.draining.values()):  # copies it was making go elsewhere
             keys = [k for k, target in other.evacuating.items() if target == w.address]
             for key in keys:
                 del other.evacuating[key]
-            self._evacuate(other, keys)
-        self._draining[w.address] = w
-        moving, stuck = self._evacuate(w, list(w.has_what))
-        self._log(INFO, "Worker %s is draining: it takes no new tasks; copying %d result(s) "
-                  "only it holds to other workers%s", w.name, moving,
-                  f" ({stuck} cannot be moved: no other worker)" if stuck else "")
-        self._refresh_reasons()
+            self.evacuate(other, keys)
+        self.draining[w.address] = w
+        moving, stuck = self.evacuate(w, list(w.has_what))
+        self.out.log(INFO, "Worker %s is draining: it takes no new tasks; copying %d "
+                     "result(s) only it holds to other workers%s", w.name, moving,
+                     f" ({stuck} cannot be moved: no other worker)" if stuck else "")
+        self.placer.reasons.refresh()
 
-    def _evacuate(self, w: WorkerInfo, keys: list[str]) -> tuple[int, int]:
+    def evacuate(self, w: WorkerInfo, keys: list[str]) -> tuple[int, int]:
         """Copy the results among ``keys`` that the draining ``w`` holds, that no worker taking
         work holds too and that are still needed, to the other workers, those holding fewest
         results first; returns how many are being copied and how many cannot be (no other
@@ -212,7 +222,7 @@ class Membership(_Base):
                          key=lambda x: (len(x.has_what), x.name))
         moving = stuck = 0
         for key in keys:
-            t = self.tasks.get(key)
+            t = self.graph.tasks.get(key)
             if (t is None or t.state is not MEMORY or key in w.evacuating
                     or not (t.wanted_by or t.waiters)
                     or any(not workers[a].draining for a in t.who_has)):
@@ -223,38 +233,46 @@ class Membership(_Base):
             target = targets[moving % len(targets)]
             moving += 1
             w.evacuating[key] = target.address
-            self._actions.append(Replicate(worker=target.address, key=key, source=w.address,
-                                           nbytes=t.nbytes))
+            self.out.actions.append(Replicate(worker=target.address, key=key, source=w.address,
+                                              nbytes=t.nbytes))
         return moving, stuck
 
     def _evacuated(self, key: str, target: str) -> None:
         """The copy of ``key`` that ``target`` was making for a draining worker is settled."""
-        for w in self._draining.values():
+        for w in self.draining.values():
             if w.evacuating.get(key) == target:
                 del w.evacuating[key]
                 return
 
-    def _on_replicated(self, e: ev.ResultReplicated) -> None:
+    def replicated(self, e: ev.ResultReplicated) -> None:
         self._evacuated(e.key, e.worker)
         w = self.workers.get(e.worker)
         if w is None:
             return
-        t = self.tasks.get(e.key)
+        t = self.graph.tasks.get(e.key)
         if t is None or t.state is not MEMORY:
-            self._to_free.setdefault(w.address, []).append(e.key)  # nobody needs it now
+            self.out.free(w.address, e.key)  # nobody needs it now
             return
         if w.address in t.who_has:
             return
         t.who_has[w.address] = None
         w.has_what[e.key] = None
-        self.counters["replicated"] += 1
+        self.out.counters["replicated"] += 1
         if t.wanted_by:  # the clients' fetches may go there now
-            self._actions.append(ReportMoved(key=t.key, clients=t.wanted_by,
-                                             who_has=tuple(t.who_has)))
+            self.out.actions.append(ReportMoved(key=t.key, clients=t.wanted_by,
+                                                who_has=tuple(t.who_has)))
 
-    def _on_replicate_failed(self, e: ev.ReplicateFailed) -> None:
+    def replicate_failed(self, e: ev.ReplicateFailed) -> None:
         self._evacuated(e.key, e.worker)
         w = self.workers.get(e.worker)
-        self._log(WARNING, "Worker %s could not copy the result of %s off a draining worker "
-                  "(%s); it is computed again if still needed once that worker leaves",
-                  w.name if w is not None else e.worker, e.key, e.reason)
+        self.out.log(WARNING, "Worker %s could not copy the result of %s off a draining worker "
+                     "(%s); it is computed again if still needed once that worker leaves",
+                     w.name if w is not None else e.worker, e.key, e.reason)
+
+    def retire_idle(self) -> None:
+        """Tell each draining worker that runs nothing and has nothing left to copy away that
+        it may leave (once)."""
+        for w in self.draining.values():
+            if not (w.retired or w.processing or w.stopping or w.evacuating):
+                w.retired = True
+                self.out.actions.append(RetireWorker(worker=w.address))

@@ -122,8 +122,8 @@ def test_a_queue_of_unplaceable_tasks_does_not_slow_other_shapes():
     gpu_tasks = [task(f"g{i}", "GPU=1") for i in range(500)]
     state.handle(TasksSubmitted(client="c", tasks=tuple(gpu_tasks), now=0))
     looked_at = []
-    find = state.policy.find
-    state.policy.find = lambda t, *rest: looked_at.append(t.key) or find(t, *rest)
+    find = state.placer.find
+    state.placer.find = lambda t, *rest: looked_at.append(t.key) or find(t, *rest)
     actions = state.handle(TasksSubmitted(client="c", tasks=(task("cpu"),), now=0))
     assert started(actions) == [("cpu", "w")]
     assert looked_at == ["cpu"]  # the GPU queue's head was not even looked at again

@@ -12,8 +12,8 @@ import dsched
 FORBIDDEN = {"asyncio", "socket", "subprocess", "threading", "time", "pynvml", "tornado",
              "logging", "os", "random"}
 ROOT = Path(dsched.__file__).parent
-CORE = ["__init__", "actions", "events", "invariants", "lifecycle", "membership", "placement",
-        "policy", "queue", "state", "task", "worker"]
+CORE = ["__init__", "actions", "backfill", "events", "graph", "invariants", "membership",
+        "outbox", "placer", "queue", "reasons", "state", "task", "worker"]
 PURE = [ROOT / "scheduler" / f"{name}.py" for name in CORE] + [ROOT / "sim.py"]
 
 

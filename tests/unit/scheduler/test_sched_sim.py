@@ -60,14 +60,17 @@ def test_prefetch_keeps_threads_busy_without_overcommitting():
 
 
 def test_a_simulated_worker_refuses_more_than_it_has():
-    class Greedy(SchedulerState):  # a scheduler that forgets the thread limit
-        def _place(self, t, w, q):
-            w.nthreads += 1
-            super()._place(t, w, q)
+    greedy = SchedulerState()
+    place = greedy.placer.place
 
+    def place_forgetting_the_thread_limit(t, w, q):
+        w.nthreads += 1
+        place(t, w, q)
+
+    greedy.placer.place = place_forgetting_the_thread_limit
     workers = [SimWorker("w", nthreads=1)]
     with pytest.raises(SimulationError):
-        Simulation(workers, [SimTask("a", 1.0), SimTask("b", 1.0)], state=Greedy()).run()
+        Simulation(workers, [SimTask("a", 1.0), SimTask("b", 1.0)], state=greedy).run()
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -1,46 +1,55 @@
-"""The task lifecycle of SchedulerState: submit, wait, queue, end, release, recompute.
+"""The task graph and the lifecycle of its tasks: submit, wait, queue, end, release, recompute.
 
-A mixin that SchedulerState is built from, split out to keep each file readable; it holds
-no state of its own. Tasks move waiting -> queued -> processing -> memory (-> released), or
-end erred; every end is reported once per task (incarnation). A result is kept while a
+Tasks move waiting -> queued -> processing -> memory (-> released), or end erred; every end is
+reported once per task (incarnation) to the clients that want it. A result is kept while a
 client wants it or a dependent still has to run; a task's record is kept while dependents
-exist, so that a lost result can be recomputed from its inputs. Nothing here cancels a task:
-a client's cancel drops that client's interest, and a task that no client wants and nothing
-waits on goes back to released (stopped where it runs), to be forgotten once nothing refers
-to it, or computed again if something comes to need it.
+exist, so that a lost result can be recomputed from its inputs, through any depth of lost
+ancestors. Nothing here cancels a task: a client's cancel drops that client's interest, and a
+task that no client wants and nothing waits on goes back to released (stopped where it runs),
+to be forgotten once nothing refers to it, or computed again if something comes to need it.
+Where a queued task runs is the placer's business; this graph only hands tasks to it.
 
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from ..resources import EMPTY, Resources
 from .actions import DEBUG, INFO, ReportCancelled, ReportErred, ReportFinished, ReportMoved
 from .events import TaskSpec
-from .queue import ShapeQueue
+from .outbox import Outbox
+from .placer import Placer
 from .task import (
     ACTIVE, ERRED, MEMORY, PROCESSING, QUEUED, RELEASED, WAITING, Task, default_prefix,
 )
+from .worker import WorkerInfo
 
-if TYPE_CHECKING:
-    from .state import SchedulerState
-
-    _Base = SchedulerState
-else:
-    _Base = object
+#: Submission order fits below this; priority is scaled above it in ``Task.order``.
+_ORDER_SHIFT = 48
 
 
-class Lifecycle(_Base):
-    _release_work: list[Task]
-    _shapes: dict[frozenset, Resources]
-    _waiting_reports: dict[tuple[str, str | None], list[str]]
+class TaskGraph:
+    """``tasks`` by key; ``clients``: the keys each client wants; ``retrying``: tasks a
+    worker refused, waiting until their ``retry_at`` to be queued again. ``workers`` is the
+    membership's dict (read here to free results)."""
+
+    def __init__(self, workers: dict[str, WorkerInfo], placer: Placer, out: Outbox):
+        self.workers = workers
+        self.placer = placer
+        self.out = out
+        self.tasks: dict[str, Task] = {}
+        self.clients: dict[str, dict[str, None]] = {}
+        self.retrying: dict[Task, None] = {}
+        #: Tasks that may have become releasable; ``drain_releases`` looks at each.
+        self.release_work: list[Task] = []
+        self._shapes: dict[frozenset, Resources] = {}
+        self._seq = 0
 
     # -- submission -----------------------------------------------------------------------------
 
-    def _submit(self, client: str, specs: Iterable[TaskSpec]) -> None:
+    def submit(self, client: str, specs: Iterable[TaskSpec]) -> None:
         tasks = self.tasks
         new: dict[Task, TaskSpec] = {}
         seen: set[str] = set()
@@ -52,7 +61,7 @@ class Lifecycle(_Base):
             old = tasks.get(key)
             if old is not None and old.state is not ERRED:
                 if spec.wanted:
-                    self._want(old, client)
+                    self.want(old, client)
                 continue
             resources = self._shape_of(spec.resources)
             restrict = frozenset(spec.workers) if spec.workers else None
@@ -64,17 +73,18 @@ class Lifecycle(_Base):
                 t.wanted_by = old.wanted_by
                 for d in old.deps:
                     d.dependents.pop(old, None)
-                    self._release_work.append(d)
+                    self.release_work.append(d)
             tasks[key] = t
             new[t] = spec
         if not any(spec.dependencies for spec in new.values()):
+            enqueue = self.placer.enqueue
             for t, spec in new.items():  # the usual batch: independent tasks
                 if spec.wanted and client not in t.wanted_by:
                     t.wanted_by += (client,)
                     self.clients.setdefault(client, {})[t.key] = None
-                self._enqueue(t)
+                enqueue(t)
                 if not t.wanted_by:
-                    self._release_work.append(t)
+                    self.release_work.append(t)
             return
         unknown: dict[Task, str] = {}
         for t, spec in new.items():
@@ -104,17 +114,17 @@ class Lifecycle(_Base):
                         ordered.append(dd)
         for t in ordered:
             if t in unknown and unknown[t]:
-                self._fail(t, "unknown_dependency", f"unknown dependency {unknown[t]!r}")
+                self.fail(t, "unknown_dependency", f"unknown dependency {unknown[t]!r}")
             elif t in unknown:
-                self._fail(t, "cycle", "the task depends on itself")
+                self.fail(t, "cycle", "the task depends on itself")
             else:
-                self._compute(t)
+                self.compute(t)
         for t, n in pending.items():
             if n > 0:
-                self._fail(t, "cycle", "the task is part of (or depends on) a dependency cycle")
+                self.fail(t, "cycle", "the task is part of (or depends on) a dependency cycle")
         for t in new:
             if not t.wanted_by:
-                self._release_work.append(t)
+                self.release_work.append(t)
 
     def _shape_of(self, resources) -> Resources:
         """One Resources object per distinct demand: the queue index then hits on identity
@@ -130,21 +140,21 @@ class Lifecycle(_Base):
             shape = self._shapes[key] = EMPTY if resources.is_empty() else resources
         return shape
 
-    def _want(self, t: Task, client: str) -> None:
+    def want(self, t: Task, client: str) -> None:
         if client in t.wanted_by:
             return
         t.wanted_by += (client,)
         self.clients.setdefault(client, {})[t.key] = None
         if t.state is MEMORY:
-            self._actions.append(ReportFinished(
+            self.out.actions.append(ReportFinished(
                 key=t.key, clients=(client,), nbytes=t.nbytes, who_has=tuple(t.who_has or ())))
         elif t.state is RELEASED:
             t.reported = False
-            self._compute(t)
+            self.compute(t)
         elif t.state is QUEUED and t.queue is not None and t.queue.reason is not None:
-            self._waiting_reports.setdefault((client, t.queue.reason), []).append(t.key)
+            self.out.tell_waiting(client, t.queue.reason, t.key)
 
-    def _unwant(self, key: str, client: str) -> None:
+    def unwant(self, key: str, client: str) -> None:
         keys = self.clients.get(client)
         if keys is not None:
             keys.pop(key, None)
@@ -154,11 +164,11 @@ class Lifecycle(_Base):
         if t is None or client not in t.wanted_by:
             return
         t.wanted_by = tuple(c for c in t.wanted_by if c != client)
-        self._release_work.append(t)
+        self.release_work.append(t)
 
     # -- becoming ready -------------------------------------------------------------------------
 
-    def _compute(self, root: Task) -> None:
+    def compute(self, root: Task) -> None:
         """(Re)start ``root``: wait for its inputs (recomputing released ones) or queue it."""
         stack = [root]
         while stack:
@@ -167,7 +177,7 @@ class Lifecycle(_Base):
             t.waiting_on = None
             failed = next((d for d in t.deps if d.state is ERRED), None)
             if failed is not None:
-                self._fail(t, "dependency", f"dependency {failed.key} failed: "
+                self.fail(t, "dependency", f"dependency {failed.key} failed: "
                            f"{failed.end_reason}", failed.exception)
                 continue
             waiting = None
@@ -185,101 +195,57 @@ class Lifecycle(_Base):
             if waiting is not None:
                 t.waiting_on = waiting
             else:
-                self._enqueue(t)
+                self.placer.enqueue(t)
 
-    def _enqueue(self, t: Task) -> None:
-        t.state = QUEUED
-        t.queued_at = self.now
-        q, created = self.queue.push(t, self.index.offered)
-        if created:
-            reason = self.policy.unrunnable_reason(q)
-            if reason is not None:
-                self._set_reason(q, reason)
-                return
-        reason = q.reason
-        if reason is not None:
-            for client in t.wanted_by:
-                self._waiting_reports.setdefault((client, reason), []).append(t.key)
-
-    def _dependency_done(self, t: Task) -> None:
+    def dependency_done(self, t: Task) -> None:
         """``t`` is in memory: its waiting dependents may be ready; its inputs may go."""
         for d in t.deps:
             d.waiters.pop(t, None)
-            self._release_work.append(d)
+            self.release_work.append(d)
         for dd in t.waiters:
             waiting_on = dd.waiting_on
             if dd.state is WAITING and waiting_on and t in waiting_on:
                 del waiting_on[t]
                 if not waiting_on:
                     dd.waiting_on = None
-                    self._enqueue(dd)
+                    self.placer.enqueue(dd)
         if not t.wanted_by and not t.waiters:
-            self._release_work.append(t)
-
-    # -- unrunnable reasons ---------------------------------------------------------------------
-
-    def _refresh_reasons(self) -> None:
-        for q in list(self.queue.queues.values()):
-            self._set_reason(q, self.policy.unrunnable_reason(q))
-        r = self.policy.reservation
-        if r is not None and (r.task.queue is None or r.task.queue.reason is not None):
-            self.policy.reservation = None
-
-    def _set_reason(self, q: ShapeQueue, reason: str | None) -> None:
-        old = q.reason
-        if reason == old:
-            return
-        q.reason = reason
-        if reason is None:
-            q.fifo = None
-            self._unrunnable.pop(q.qid, None)
-            self.queue.dirty.add(q.qid)
-            self._log(INFO, "Tasks needing %s can run again", q.resources or "nothing")
-        else:
-            if old is None:
-                q.unrunnable_since = self.now
-                q.fifo = deque(sorted(q.tasks(), key=lambda t: t.queued_at))
-                self._unrunnable[q.qid] = q
-            self._log(INFO, "Tasks needing %s cannot run: %s", q.resources or "nothing", reason)
-        reports = self._waiting_reports
-        for t in q.tasks():
-            for client in t.wanted_by:
-                reports.setdefault((client, reason), []).append(t.key)
+            self.release_work.append(t)
 
     # -- ends -------------------------------------------------------------------------------------
 
-    def _leave_active(self, t: Task) -> None:
+    def leave_active(self, t: Task) -> None:
         if t.state is QUEUED and t.queue is not None:
-            self.queue.remove(t)
+            self.placer.dequeue(t)
         elif t.state is PROCESSING and t.processing_on is not None:
-            self._stop_on_worker(t)
+            self.placer.stop(t)
         elif t.retry_at is not None:
             t.retry_at = None
             del self.retrying[t]
         t.waiting_on = None
         for d in t.deps:
             d.waiters.pop(t, None)
-            self._release_work.append(d)
-        self._release_work.append(t)
+            self.release_work.append(d)
+        self.release_work.append(t)
 
-    def _fail(self, root: Task, error: str, text: str, exception: bytes = b"") -> None:
+    def fail(self, root: Task, error: str, text: str, exception: bytes = b"") -> None:
         """End ``root`` erred, and every dependent still to run with it."""
         stack = [(root, error, text)]
         while stack:
             t, error, text = stack.pop()
             if t.state not in ACTIVE:
                 continue
-            self._leave_active(t)
+            self.leave_active(t)
             t.state = ERRED
             t.error = error
             t.end_reason = text
             t.exception = exception
-            self._report_end(t)
+            self.report_end(t)
             for dd in t.waiters:
                 if dd.state is WAITING or dd.state is QUEUED:
                     stack.append((dd, "dependency", f"dependency {t.key} failed: {text}"))
 
-    def _cancel_for(self, client: str, roots: Iterable[Task]) -> None:
+    def cancel_for(self, client: str, roots: Iterable[Task]) -> None:
         """``client`` cancels ``roots``: it stops wanting them and the tasks it wants that
         depend on them (its futures of those end cancelled). What nobody wants any more then
         stops, through the releases; what other clients still want runs on for them."""
@@ -292,34 +258,34 @@ class Lifecycle(_Base):
             seen.add(t)
             if client in t.wanted_by:
                 if t.state in ACTIVE and not t.reported:  # not one already told finished
-                    self._actions.append(ReportCancelled(key=t.key, clients=(client,),
+                    self.out.actions.append(ReportCancelled(key=t.key, clients=(client,),
                                                          reason=reason))
-                self._unwant(t.key, client)
+                self.unwant(t.key, client)
             for dd in t.waiters:
                 stack.append((dd, f"dependency {t.key} was cancelled"))
 
-    def _report_end(self, t: Task) -> None:
+    def report_end(self, t: Task) -> None:
         if t.reported:
             if t.state is MEMORY and t.wanted_by:  # recomputed after a loss: say where now
-                self._actions.append(ReportMoved(key=t.key, clients=t.wanted_by,
+                self.out.actions.append(ReportMoved(key=t.key, clients=t.wanted_by,
                                                  who_has=tuple(t.who_has or ())))
             return
         t.reported = True
         state = t.state
         if state is MEMORY:
-            self._actions.append(ReportFinished(
+            self.out.actions.append(ReportFinished(
                 key=t.key, clients=t.wanted_by, nbytes=t.nbytes, who_has=tuple(t.who_has or ())))
         else:
-            self._actions.append(ReportErred(
+            self.out.actions.append(ReportErred(
                 key=t.key, clients=t.wanted_by, error=t.error or "exception",
                 text=t.end_reason or "", exception=t.exception))
-            self._log(INFO, "Task %s erred (%s): %s", t.key, t.error, t.end_reason)
+            self.out.log(INFO, "Task %s erred (%s): %s", t.key, t.error, t.end_reason)
 
     # -- releasing and forgetting -----------------------------------------------------------------
 
-    def _drain_releases(self) -> None:
+    def drain_releases(self) -> None:
         """Free results nothing needs, stop tasks nothing wants, forget what is done."""
-        work = self._release_work
+        work = self.release_work
         tasks = self.tasks
         while work:
             t = work.pop()
@@ -329,13 +295,13 @@ class Lifecycle(_Base):
             if state in ACTIVE:
                 if t.waiters:
                     continue
-                self._leave_active(t)  # stopped where it runs; computed again if needed
+                self.leave_active(t)  # stopped where it runs; computed again if needed
                 t.state = RELEASED
             elif state is MEMORY:
                 if t.waiters:
                     continue
                 for address in t.who_has or ():
-                    self._to_free.setdefault(address, []).append(t.key)
+                    self.out.free(address, t.key)
                     self.workers[address].has_what.pop(t.key, None)
                 t.who_has = None
                 t.state = RELEASED
@@ -347,7 +313,7 @@ class Lifecycle(_Base):
                 d.waiters.pop(t, None)
                 work.append(d)
 
-    def _lose(self, t: Task) -> None:
+    def lose(self, t: Task) -> None:
         """No worker holds the result of ``t`` any more: compute it again when a client wants
         it or a dependent still has to start. Dependents already running have their copy (or
         report the input missing, which brings them back here)."""
@@ -356,12 +322,12 @@ class Lifecycle(_Base):
             return
         t.state = RELEASED
         if not t.wanted_by and all(dd.state is PROCESSING for dd in t.waiters):
-            self._release_work.append(t)
+            self.release_work.append(t)
             return
-        self.counters["recomputed"] += 1
+        self.out.counters["recomputed"] += 1
         for dd in t.waiters:
             if dd.state is QUEUED:
-                self.queue.remove(dd)
+                self.placer.dequeue(dd)
                 dd.state = WAITING
                 dd.waiting_on = {t: None}
             elif dd.state is WAITING:
@@ -371,5 +337,38 @@ class Lifecycle(_Base):
                 if dd.waiting_on is None:
                     dd.waiting_on = {}
                 dd.waiting_on[t] = None
-        self._log(DEBUG, "The result of task %s was lost; computing it again", t.key)
-        self._compute(t)
+        self.out.log(DEBUG, "The result of task %s was lost; computing it again", t.key)
+        self.compute(t)
+
+    # -- results and refusals ---------------------------------------------------------------
+
+    def finished(self, t: Task, w: WorkerInfo, nbytes: int) -> None:
+        """``t`` ran on ``w``, which holds its result now."""
+        t.state = MEMORY
+        t.nbytes = nbytes
+        t.who_has = {w.address: None}
+        w.has_what[t.key] = None
+        self.report_end(t)
+        self.dependency_done(t)
+
+    def retry_later(self, t: Task, reason: str, at: float) -> None:
+        """A worker refused ``t`` (``reason``): it waits until ``at`` before it is queued
+        again, unless an input was lost meanwhile (computing that input is the wait)."""
+        if not all(d.state is MEMORY for d in t.deps):
+            self.compute(t)
+            return
+        t.state = WAITING
+        t.waiting_on = None
+        t.end_reason = reason
+        t.retry_at = at
+        self.retrying[t] = None
+
+    def retry_due(self, now: float) -> None:
+        for t in [t for t in self.retrying if t.retry_at <= now]:
+            del self.retrying[t]
+            t.retry_at = None
+            self.placer.enqueue(t)
+
+    def _next_order(self, priority: int) -> int:
+        self._seq += 1
+        return (-priority << _ORDER_SHIFT) + self._seq

@@ -1,0 +1,193 @@
+"""EASY backfill (as in Slurm): the reservation of the first queued task that cannot start.
+
+The first queued task in order that demands resources and cannot start anywhere reserves the
+worker where it is estimated to start first (from the running tasks' start times and learned
+durations). Later tasks may start there only on capacity that reservation does not need at
+its start, or when their learned duration says they end before it; a task of unknown duration
+does not backfill onto reserved capacity. So a large task is never starved by a stream of
+small ones, and small ones still use what it leaves idle. This module alone reads and writes
+the reservation.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .queue import ShapeQueue
+from .task import QUEUED, Task
+from .worker import WorkerInfo
+
+if TYPE_CHECKING:
+    from .placer import Placer
+
+INF = float("inf")
+#: A reservation is sought among at most this many workers (those with most free of the
+#: task's primary resource), so that its cost stays bounded on a large cluster.
+RESERVATION_SCAN = 8
+
+
+class Reservation:
+    """``task`` is expected to start on ``worker`` at ``start`` (INF: unknown); ``spare`` is
+    what that worker will have left of the task's resource names then, beside it."""
+
+    __slots__ = ("task", "worker", "start", "spare", "spare_threads", "version", "now")
+
+    def __init__(self, task, worker, start, spare, spare_threads, version, now):
+        self.task: Task = task
+        self.worker: WorkerInfo = worker
+        self.start: float = start
+        self.spare: dict[str, int] = spare
+        self.spare_threads: int = spare_threads
+        self.version: int = version
+        self.now: float = now
+
+    def __repr__(self) -> str:
+        return f"<Reservation {self.task.key!r} on {self.worker.address} at {self.start}>"
+
+
+class Backfill:
+    """The one reservation of a placer, and whether a placement would delay it."""
+
+    def __init__(self, placer: Placer):
+        self.placer = placer
+        self.reservation: Reservation | None = None
+
+    # -- keeping the reservation current ----------------------------------------------------
+
+    def drop(self) -> WorkerInfo | None:
+        """Forget the reservation; the worker it held, when still connected, is free for
+        others again (returned so the placement pass looks at it)."""
+        r = self.reservation
+        if r is None:
+            return None
+        self.reservation = None
+        w = r.worker
+        return w if self.placer.workers.get(w.address) is w else None
+
+    def stale(self) -> bool:
+        """Whether the reservation stands for nothing any more (its task is no longer a
+        runnable queued task, or its worker is gone)."""
+        r = self.reservation
+        if r is None:
+            return False
+        t = r.task
+        return not (t.state is QUEUED and t.queue is not None and t.queue.reason is None
+                    and self.placer.workers.get(r.worker.address) is r.worker)
+
+    def forget_worker(self, w: WorkerInfo) -> None:
+        r = self.reservation
+        if r is not None and r.worker is w:
+            self.reservation = None
+
+    def forget_task(self, t: Task) -> WorkerInfo | None:
+        """``t`` started or left the queue: if it held the reservation, release it."""
+        r = self.reservation
+        if r is not None and r.task is t:
+            return self.drop()
+        return None
+
+    # -- the reservation and what it allows ---------------------------------------------------
+
+    def blocks(self, t: Task, q: ShapeQueue, w: WorkerInfo, x: Task, xq: ShapeQueue) -> bool:
+        """True when starting ``t`` on ``w`` now could delay the reserved start of ``x``."""
+        if t.order < x.order or t is x:
+            return False
+        r = self.reservation
+        if r is not None and r.task is x and r.worker is not w and (
+                self.placer.workers.get(r.worker.address) is r.worker):
+            return False  # reserved elsewhere
+        restrict = xq.restrict
+        if restrict is not None and w.name not in restrict and w.address not in restrict:
+            return False
+        if not xq.resources.fits(w.total_units):
+            return False
+        r = self.reserve(x, xq)
+        if r is None or r.worker is not w:
+            return False
+        if r.spare_threads >= 1:
+            demand = q.resources
+            for name, units in r.spare.items():
+                if demand.get(name, 0) > units:
+                    break
+            else:
+                return False
+        duration = self.placer.durations.get(t.prefix)
+        return duration is None or self.placer.out.now + duration > r.start
+
+    def reserve(self, x: Task, xq: ShapeQueue) -> Reservation | None:
+        """The reservation of ``x``: kept while its worker's load stands (a Tick looks for
+        the best worker again), re-estimated on the same worker when that load changes."""
+        r = self.reservation
+        if r is not None and r.task is x and self.placer.workers.get(r.worker.address) is r.worker:
+            if r.version != r.worker.version:
+                r = self.reservation = self.estimate(x, xq, r.worker)
+            return r
+        best = None
+        for w in self._hosts(xq):
+            e = self.estimate(x, xq, w)
+            if best is None or e.start < best.start:
+                best = e
+        self.reservation = best
+        return best
+
+    def _hosts(self, xq: ShapeQueue) -> list[WorkerInfo]:
+        """Workers that could ever start ``xq``'s tasks; on a large cluster only the first
+        RESERVATION_SCAN of them, those with most of its primary resource free first."""
+        placer = self.placer
+        demand = xq.resources
+        if xq.restrict is not None:
+            return [w for w in placer.restricted(xq.restrict) if demand.fits(w.total_units)]
+        workers = placer.workers
+        index = placer.index
+        fitting_totals = [a for total, a in index.totals.items() if demand.fits(total)]
+        if sum(len(a) for a in fitting_totals) <= RESERVATION_SCAN:
+            return [workers[a] for addresses in fitting_totals for a in addresses]
+        hosts: dict[str, WorkerInfo] = {}
+        buckets = index.free.get(xq.primary)
+        if buckets is not None:
+            for units in reversed(buckets.keys):
+                for address in buckets.groups[units]:
+                    w = workers[address]
+                    if demand.fits(w.total_units):
+                        hosts[address] = w
+                        if len(hosts) == RESERVATION_SCAN:
+                            return list(hosts.values())
+        for addresses in fitting_totals:
+            for address in addresses:
+                hosts[address] = workers[address]
+                if len(hosts) == RESERVATION_SCAN:
+                    return list(hosts.values())
+        return list(hosts.values())
+
+    def estimate(self, x: Task, xq: ShapeQueue, w: WorkerInfo) -> Reservation:
+        """When ``x`` could start on ``w`` if nothing else started there, and what is spare."""
+        now = self.placer.out.now
+        demand = xq.resources
+        names = xq.names
+        free_units = w.free_units
+        free = {n: free_units.get(n, 0) for n in names}
+        threads = w.nthreads - len(w.processing) - len(w.stopping)
+        start = now
+        if threads < 1 or any(free[n] < demand[n] for n in names):
+            durations = self.placer.durations
+            ends = []
+            for t in w.processing.values():
+                d = durations.get(t.prefix)
+                ends.append((INF if d is None else max(t.started + d, now), t.order, t))
+            for t in w.stopping.values():
+                ends.append((now, t.order, t))
+            ends.sort()  # orders are unique: tasks are never compared
+            start = INF
+            for end, _, t in ends:
+                threads += 1
+                res = t.resources
+                if res:
+                    for n in names:
+                        free[n] += res.get(n, 0)
+                if threads >= 1 and all(free[n] >= demand[n] for n in names):
+                    start = end
+                    break
+        spare = {n: free[n] - demand[n] for n in names}
+        return Reservation(x, w, start, spare, threads - 1, w.version, now)

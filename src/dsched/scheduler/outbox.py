@@ -1,0 +1,52 @@
+"""What one ``SchedulerState.handle`` call has decided so far, shared by the parts of the
+state: the actions in order, the results to free (one message per worker) and the waiting
+reasons to tell (one message per client and reason), the clock as the event gave it, and the
+counters kept since start.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from .actions import FreeResults, Log, ReportWaiting
+
+
+class Outbox:
+    """``counters``, since start: ``placed`` tasks, worker ``deaths`` counted against tasks,
+    ``rejected`` refusals, ``recomputed`` lost results, ``replicated`` results copied off
+    draining workers."""
+
+    __slots__ = ("actions", "to_free", "waiting", "now", "counters")
+
+    def __init__(self) -> None:
+        self.actions: list = []
+        self.to_free: dict[str, list[str]] = {}
+        self.waiting: dict[tuple[str, str | None], list[str]] = {}
+        self.now = 0.0
+        self.counters: dict[str, int] = dict(
+            placed=0, deaths=0, rejected=0, recomputed=0, replicated=0)
+
+    def log(self, level: int, msg: str, *args) -> None:
+        self.actions.append(Log(level=level, msg=msg, args=args))
+
+    def free(self, address: str, key: str) -> None:
+        """The worker at ``address`` may drop its copy of ``key``."""
+        self.to_free.setdefault(address, []).append(key)
+
+    def tell_waiting(self, client: str, reason: str | None, key: str) -> None:
+        """``client``'s task ``key`` cannot run because of ``reason`` (None: now it can)."""
+        self.waiting.setdefault((client, reason), []).append(key)
+
+    def take(self) -> list:
+        """Everything decided, in order, the gathered messages last; starts afresh."""
+        actions = self.actions
+        if self.to_free:
+            for address, keys in self.to_free.items():
+                actions.append(FreeResults(worker=address, keys=tuple(keys)))
+            self.to_free = {}
+        if self.waiting:
+            for (client, reason), keys in self.waiting.items():
+                actions.append(ReportWaiting(client=client, keys=tuple(keys), reason=reason))
+            self.waiting = {}
+        self.actions = []
+        return actions

@@ -1,0 +1,125 @@
+"""Why queued tasks cannot run on any connected worker: the one place that says so.
+
+The reasons are distinct, each in words a user can act on: a request no worker could ever
+grant (a GPU fraction above one); no workers yet; every worker draining; a restriction to
+workers that are not connected (or are draining); a resource name no worker offers; more of
+a resource than the largest worker offers; or a combination no single worker offers. A shape
+queue carries its reason while it has one; its clients are told when it changes, and
+``no_worker_timeout`` fails the tasks that waited with a reason for too long.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..resources import demand_error, format_units
+from .actions import INFO
+from .queue import ShapeQueue
+from .task import Task
+
+if TYPE_CHECKING:
+    from .placer import Placer
+
+
+class Reasons:
+    """The reasons of one placer's queues. ``unrunnable`` holds the queues that have one."""
+
+    def __init__(self, placer: Placer):
+        self.placer = placer
+        self.out = placer.out
+        self.unrunnable: dict[int, ShapeQueue] = {}
+
+    def of(self, q: ShapeQueue) -> str | None:
+        """Why no connected worker can ever start the tasks of ``q``, or None if one can."""
+        demand = q.resources
+        error = demand_error(demand)
+        if error:
+            return error
+        placer = self.placer
+        index = placer.index
+        if not index.by_name:
+            return "no workers connected yet"
+        if not index.totals:
+            return "every connected worker is draining"
+        where = ""
+        if q.restrict is not None:
+            allowed = placer.restricted(q.restrict)
+            if not allowed:
+                names = ", ".join(sorted(q.restrict))
+                if any(index.by_name.get(n, n) in placer.workers for n in q.restrict):
+                    return f"restricted to workers {names}, which are draining"
+                return f"restricted to workers {names}, and none of them is connected"
+            totals = [w.resources for w in allowed]
+            where = " among the allowed workers"
+        else:
+            totals = list(index.totals)
+        if q.empty or any(demand.fits(total) for total in totals):
+            return None
+        offered = set().union(*(total.names() for total in totals))
+        missing = demand.missing_names(offered)
+        if missing:
+            s = "s" if len(missing) > 1 else ""
+            return f"no worker{where} offers resource{s} {', '.join(missing)}"
+        too_large = []
+        for n in q.names:
+            largest = max(total.get(n, 0) for total in totals)
+            if demand[n] > largest:
+                too_large.append(
+                    f"{n}={format_units(demand[n])} but the largest worker{where} offers "
+                    f"{n}={format_units(largest)}"
+                )
+        if too_large:
+            return "needs " + "; ".join(too_large)
+        return f"needs {demand} but no single worker{where} offers all of it"
+
+    def refresh(self) -> None:
+        """The workers changed: look at every queue's reason again."""
+        for q in list(self.placer.queue.queues.values()):
+            self.set(q, self.of(q))
+
+    def set(self, q: ShapeQueue, reason: str | None) -> None:
+        """Give ``q`` its reason (None: it can run now) and tell the clients of its tasks."""
+        old = q.reason
+        if reason == old:
+            return
+        q.reason = reason
+        if reason is None:
+            q.fifo = None
+            self.unrunnable.pop(q.qid, None)
+            self.placer.queue.dirty.add(q.qid)
+            self.out.log(INFO, "Tasks needing %s can run again", q.resources or "nothing")
+        else:
+            if old is None:
+                q.unrunnable_since = self.out.now
+                q.fifo = deque(sorted(q.tasks(), key=lambda t: t.queued_at))
+                self.unrunnable[q.qid] = q
+            self.out.log(INFO, "Tasks needing %s cannot run: %s", q.resources or "nothing",
+                         reason)
+        tell = self.out.tell_waiting
+        for t in q.tasks():
+            for client in t.wanted_by:
+                tell(client, reason, t.key)
+
+    def expired(self, timeout: float) -> list[tuple[Task, str]]:
+        """The tasks that waited with a reason for ``timeout`` seconds, and what to say."""
+        now = self.out.now
+        by_id = self.placer.queue.by_id
+        ended = []
+        for qid, q in list(self.unrunnable.items()):
+            if by_id.get(qid) is not q or q.fifo is None:
+                del self.unrunnable[qid]
+                continue
+            fifo = q.fifo
+            while fifo:
+                t = fifo[0]
+                if t.queue is not q:
+                    fifo.popleft()
+                    continue
+                if max(t.queued_at, q.unrunnable_since) + timeout > now:
+                    break
+                fifo.popleft()
+                ended.append((t, f"no worker could run this task for {timeout:g} s: {q.reason}"))
+        return ended
