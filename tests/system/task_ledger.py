@@ -80,5 +80,9 @@ class Ledger:
             running[pid][key] += 1 if event == "start" else -1
         return {pid: +keys for pid, keys in running.items() if +keys}
 
+    def executing_count(self) -> int:
+        """How many tasks are executing now, in all processes together."""
+        return sum(sum(keys.values()) for keys in self.executing().values())
+
     def count(self, event: str, lines=None) -> int:
         return sum(1 for line in (self.lines() if lines is None else lines) if line[0] == event)
