@@ -73,11 +73,12 @@ class Ledger:
             out.append((event, key, int(pid), worker))
         return out
 
-    def executing(self, lines=None) -> dict[int, collections.Counter]:
-        """Per pid, the keys started there and not (yet) ended there."""
-        running: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
-        for event, key, pid, _ in self.lines() if lines is None else lines:
-            running[pid][key] += 1 if event == "start" else -1
+    def executing(self, lines=None, by: str = "pid") -> dict:
+        """Per pid (or per worker name, ``by="worker"``), the keys started there and not
+        (yet) ended there."""
+        running: dict = collections.defaultdict(collections.Counter)
+        for event, key, pid, worker in self.lines() if lines is None else lines:
+            running[pid if by == "pid" else worker][key] += 1 if event == "start" else -1
         return {pid: +keys for pid, keys in running.items() if +keys}
 
     def executing_count(self) -> int:
