@@ -118,6 +118,8 @@ def test_a_cut_off_worker_is_replaced_then_rejoins_without_double_counting(netwo
     wait_until(lambda: "w1" in names(client), 60, what="w1 to register again")
 
     assert client.gather(roots, timeout=120) == expected
+    print(f"w1 cut off executing {len(stranded)} tasks; removed after {gave_up_after:.1f} s; "
+          f"{ledger.count('start')} task runs for {GROUPS * (LEAVES + 1)} tasks")
     assert gave_up_after >= HEARTBEAT_TIMEOUT - 0.5  # the timeout, not a reset, removed it
     ended_on_w1 = {key for event, key, _, worker in ledger.lines()
                    if event == "end" and worker == "w1"}
