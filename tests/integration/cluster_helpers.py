@@ -1,6 +1,6 @@
 """Real daemons on 127.0.0.1 with OS-chosen ports, always cleaned up: the helpers the
-integration tests import (``from cluster_helpers import ...``; a unique name, because
-``conftest`` is not one)."""
+integration and system tests import (``from cluster_helpers import ...``; a unique name,
+because ``conftest`` is not one)."""
 
 from __future__ import annotations
 

@@ -42,7 +42,8 @@ def unavailable() -> str | None:
     try:
         for args in (("netns", "add", probe),
                      ("-n", probe, "link", "add", "name", "br0", "type", "bridge"),
-                     ("-n", probe, "link", "add", "name", "a", "type", "veth", "peer", "name", "b")):
+                     ("-n", probe, "link", "add", "name", "a", "type", "veth", "peer",
+                      "name", "b")):
             result = ip(*args, check=False)
             if result.returncode != 0:
                 return f"cannot build a test network here: ip {' '.join(args)}: " \

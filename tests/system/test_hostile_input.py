@@ -17,9 +17,9 @@ import time
 import cloudpickle
 
 from deadline import wait_until
-from hostile import (GOODBYE, STRANGERS, UNREGISTER, Marks, Tally, bad_client_op, bad_data_op, bad_register,
-                     bad_worker_op, client_insider, impostor, one_bad_op, stranger,
-                     worker_insider, worse_worker_op)
+from hostile import (GOODBYE, STRANGERS, UNREGISTER, Marks, Tally, bad_client_op, bad_data_op,
+                     bad_register, bad_worker_op, client_insider, impostor, one_bad_op,
+                     stranger, worker_insider, worse_worker_op)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

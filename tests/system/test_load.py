@@ -77,8 +77,7 @@ def test_twenty_clients_lose_nothing_and_the_scheduler_gives_its_memory_back(dae
         seconds = time.monotonic() - started
         wait_until(settled, 60, what=f"round {round_number} to be forgotten")
         rss = wait_until(lambda: (rss := scheduler.memory_info().rss) <= baseline * (1 + SLACK)
-                         and rss, 30, what=f"the scheduler's memory to return after round "
-                         f"{round_number} (baseline {baseline} bytes, now "
-                         f"{scheduler.memory_info().rss})")
+                         and rss, 30, what=f"the scheduler's RSS to come back within "
+                         f"{SLACK:.0%} of {baseline} bytes after round {round_number}")
         print(f"round {round_number}: {CLIENTS * TASKS} tasks in {seconds:.1f} s; scheduler RSS "
               f"{rss / 2**20:.1f} MiB (baseline {baseline / 2**20:.1f} MiB)")
