@@ -1,6 +1,6 @@
 """Real daemons on 127.0.0.1 with OS-chosen ports, always cleaned up: the helpers the
-integration tests import (``from cluster_helpers import ...``; a unique name, because
-``conftest`` is not one)."""
+integration and system tests import (``from cluster_helpers import ...``; a unique name,
+because ``conftest`` is not one)."""
 
 from __future__ import annotations
 
@@ -38,12 +38,15 @@ class Daemons:
         self._clients: list = []
 
     def scheduler(self, *args: str, env: dict | None = None, timeout: float = 30.0,
-                  port: int = 0) -> str:
-        """Start a scheduler; its log goes to a file, read by :meth:`scheduler_log`."""
+                  port: int = 0, host: str = "127.0.0.1", prefix: tuple[str, ...] = ()) -> str:
+        """Start a scheduler; its log goes to a file, read by :meth:`scheduler_log`.
+
+        ``prefix`` goes before the command (``("ip", "netns", "exec", NAME)`` runs the
+        scheduler in a network namespace, where it listens on ``host``)."""
         self.log_path = self.tmp_path / f"scheduler-{len(self.processes)}.log"
         with open(self.log_path, "wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "dsched.cli.scheduler", "--host", "127.0.0.1",
+                [*prefix, sys.executable, "-m", "dsched.cli.scheduler", "--host", host,
                  "--port", str(port), "--log-level", "info", *args],
                 env={**self.env, **(env or {})}, stdout=subprocess.PIPE, stderr=log, text=True,
             )
@@ -64,10 +67,12 @@ class Daemons:
         return self.log_path.read_text(errors="replace")
 
     def worker(self, *args: str, env: dict | None = None, address: str | None = None,
+               host: str = "127.0.0.1", prefix: tuple[str, ...] = (),
                **popen) -> subprocess.Popen:
+        """Start a worker (``host`` and ``prefix`` as for :meth:`scheduler`)."""
         process = subprocess.Popen(
-            [sys.executable, "-m", "dsched.cli.worker", address or self.address,
-             "--host", "127.0.0.1", "--log-level", "info",
+            [*prefix, sys.executable, "-m", "dsched.cli.worker", address or self.address,
+             "--host", host, "--log-level", "info",
              # scratch space under the test's tmp_path, even for workers killed with -9
              *(() if "--local-directory" in args else
                ("--local-directory", str(self.tmp_path / "scratch"))),

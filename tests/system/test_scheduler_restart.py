@@ -1,0 +1,70 @@
+"""The scheduler killed with -9 mid-run and started again on the same port: its clients learn
+what was lost (SchedulerLostError on every pending future), the workers come back by
+themselves, and a new client is served at once, beside the tasks the old run left running."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import cloudpickle
+import pytest
+
+from deadline import wait_until
+from dsched import SchedulerLostError
+from task_ledger import Ledger, leaf
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+#: Seconds a new client's first task may take, workers' reconnection included (their
+#: back-off starts at 0.5 s).
+AT_ONCE = 15.0
+
+
+def where() -> str:
+    import os
+
+    return os.environ["SCHED_WORKER_NAME"]
+
+
+def test_a_restarted_scheduler_serves_a_new_client_at_once(daemons, tmp_path):
+    address = daemons.scheduler()
+    port = int(address.rsplit(":", 1)[1])
+    # Two threads each for the old run's long tasks (they hold a "slot"), two left free.
+    workers = {name: daemons.worker("--name", name, "--nthreads", "4", "--resources", "slot=2")
+               for name in ("a", "b")}
+    old_clients = [daemons.client(), daemons.client()]
+    daemons.wait_for_workers(old_clients[0], 2)
+    ledger, hold = Ledger(tmp_path / "ledger"), tmp_path / "hold"
+    hold.touch()  # the old run's tasks never end by themselves
+    try:
+        pending = [client.map(leaf, [str(ledger.path)] * 100, [str(hold)] * 100,
+                              [f"{n}-{i}" for i in range(100)], range(100), [0.0] * 100,
+                              resources={"slot": 1}, pure=False)
+                   for n, client in enumerate(old_clients)]
+        wait_until(lambda: ledger.executing_count() == 4, 30,
+                   what="both workers running two of the old run's tasks each")
+
+        daemons.scheduler_process.kill()
+        daemons.scheduler_process.wait()
+
+        for client, futures in zip(old_clients, pending):
+            for future in futures:
+                with pytest.raises(SchedulerLostError, match=f"lost the scheduler at {address}"):
+                    future.result(timeout=30)
+            with pytest.raises(SchedulerLostError, match="lost the scheduler"):
+                client.submit(where)
+
+        assert daemons.scheduler(port=port) == address
+        started = time.monotonic()
+        new_client = daemons.client()
+        # No waiting for workers first: the task waits at the scheduler until one is back.
+        assert new_client.submit(where, pure=False).result(timeout=AT_ONCE) in workers
+        assert time.monotonic() - started < AT_ONCE
+        info = daemons.wait_for_workers(new_client, 2)
+        assert sorted(w["name"] for w in info["workers"].values()) == ["a", "b"]
+        assert all(process.poll() is None for process in workers.values())
+        # The old run's tasks still hold their threads: the new client was served beside them.
+        assert ledger.executing_count() == 4
+    finally:
+        hold.unlink()
