@@ -22,7 +22,7 @@ NO_GPUS_FOUND = {"SCHED_FAKE_NVML": json.dumps({"count": 0})}
 def run_worker(daemons, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dsched.cli.worker", *args],
                           env={**daemons.env, **(env or {})}, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=60)
 
 
 def one_line(stderr: str) -> str:
@@ -91,6 +91,19 @@ def test_a_taken_port_exits_78(daemons):
     assert done.returncode == EXIT_CONFIG
     line = one_line(done.stderr)
     assert "Cannot start the worker" in line and "in use" in line
+
+
+@pytest.mark.parametrize("args, env, says", [
+    ((), {"SCHED_TOKEN": ""}, "/state/sched/token does not exist"),
+    (("--tls-ca", "/nonexistent/ca.pem"), {}, "cannot load TLS file(s) /nonexistent/ca.pem"),
+])
+def test_a_nanny_checks_what_every_process_needs_before_starting_any(daemons, args, env, says):
+    # Otherwise each process would fail alike, be restarted, and fail again, for ever.
+    done = run_worker(daemons, "127.0.0.1:8786", "--nworkers", "2", "--log-level", "warning",
+                      *args, env=env)
+
+    assert done.returncode == 2
+    assert says in one_line(done.stderr)
 
 
 def test_nworkers_without_the_nanny_is_a_one_line_usage_error(daemons):

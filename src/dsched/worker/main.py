@@ -16,7 +16,6 @@ import asyncio
 import logging
 import os
 import shutil
-import ssl
 import sys
 from typing import Any
 
@@ -91,12 +90,8 @@ def _credentials(w: dict) -> tuple[str, Any, Any]:
     from ..auth import load_token
     from ..daemon import ssl_contexts
 
-    token = load_token(token_file=w["token_file"])
-    try:
-        return (token, ssl_contexts(w["tls"], server=False),
-                ssl_contexts({**w["tls"], "require_client_cert": False}, server=True))
-    except (OSError, ssl.SSLError) as error:
-        raise ConfigError(f"cannot load the worker's TLS files: {error}") from None
+    return (load_token(token_file=w["token_file"]), ssl_contexts(w["tls"], server=False),
+            ssl_contexts({**w["tls"], "require_client_cert": False}, server=True))
 
 
 def _advertised(resources: Resources, devices) -> tuple[Resources, tuple[int, ...]]:
