@@ -4,15 +4,15 @@ A child (a worker process under its nanny, a GPU task's process) dies with its p
 ``die_with_parent`` asks the kernel for a signal when the parent goes (``PR_SET_PDEATHSIG``)
 and checks that the parent has not gone already. A child that leads a process group of its own
 (a GPU task's process; a shell-command job) also gets a guard, a small process in its group that
-kills the whole group when the worker goes (end of file on the worker's ``Lifeline`` pipe) or
-when the leader dies (its own parent-death signal). The guard is a process of its own so that it
-acts even when task code holds the leader's GIL or is stuck in C, and it reaches the leader's
-own children, which no parent-death signal covers. Python children call ``hold_group`` first
+kills the whole group when the worker goes (end of file on the worker's ``Lifeline`` pipe, at
+once) or when the leader dies (the guard is handed to another parent; it looks twice a second).
+The guard is a process of its own so that it acts even when task code holds the leader's GIL or
+is stuck in C, and it reaches the leader's own children, which no parent-death signal covers. Python children call ``hold_group`` first
 thing; other commands run under ``python -m dsched.worker.lifeline PARENT FD -- COMMAND...``
 (see ``Lifeline.wrap``), which does the same and then runs the command.
 
-Linux is the target. Elsewhere there is no parent-death signal: the guard still watches the
-lifeline, but a process that is not a group leader outlives a parent killed with SIGKILL.
+Linux is the target. Elsewhere there is no parent-death signal: guarded groups still die with
+the worker, but a process that leads no group outlives a parent killed with SIGKILL.
 
 Nothing here may import asyncio or dsched's heavier modules: it runs at the start of fresh
 child processes. It holds no scheduling decisions.
@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import signal
 import sys
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-#: The guard's own parent-death signal; any signal will do, since the guard checks on waking.
-_LEADER_GONE = signal.SIGUSR1
+#: Seconds between the guard's looks at whether the leader is still its parent.
+_LEADER_CHECK_INTERVAL = 0.5
 
 
 def describe_exit(returncode: int) -> str:
@@ -109,14 +110,6 @@ def hold_group(parent: int, lifeline_fd: int) -> None:
     os.close(lifeline_fd)
 
 
-class _Woken(Exception):
-    pass
-
-
-def _wake(signum, frame) -> None:
-    raise _Woken
-
-
 def _guard(leader: int, lifeline_fd: int) -> None:
     # A job's cancellation signals its whole group with SIGTERM and allows a grace period; the
     # guard must not turn that into SIGKILL. Its end comes with the leader's or the worker's.
@@ -128,14 +121,13 @@ def _guard(leader: int, lifeline_fd: int) -> None:
     os.dup2(devnull, 1)
     os.closerange(3, lifeline_fd)
     os.closerange(lifeline_fd + 1, os.sysconf("SC_OPEN_MAX"))
-    signal.signal(_LEADER_GONE, _wake)
-    set_parent_death_signal(_LEADER_GONE)
+    # Polling for the leader, rather than a parent-death signal with a handler, leaves no
+    # moment at which a signal could cut the guard short before it has killed the group.
+    lifeline = select.poll()  # not select(): the worker's descriptor may be numbered past 1024
+    lifeline.register(lifeline_fd, select.POLLIN)
     while os.getppid() == leader:
-        try:
-            if not os.read(lifeline_fd, 1):
-                break  # the worker is gone
-        except _Woken:
-            pass  # the leader's death, or a stray signal: the loop condition says which
+        if lifeline.poll(_LEADER_CHECK_INTERVAL * 1000) and not os.read(lifeline_fd, 1):
+            break  # the worker is gone
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
