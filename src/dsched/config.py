@@ -48,7 +48,8 @@ SYSTEM_CONFIG = Path("/etc/sched/config.toml")
 #: SCHED_* variables that are not settings: the config file, the token, and what a worker
 #: tells its tasks and child processes.
 RESERVED_ENV = ("SCHED_CONFIG", "SCHED_TOKEN", "SCHED_WORKER_NAME", "SCHED_TASK_GPUS",
-                "SCHED_FAKE_NVML", "SCHED_NANNY_PID", "SCHED_LOCAL_DIRECTORY")
+                "SCHED_FAKE_NVML", "SCHED_NANNY_PID", "SCHED_PREVIOUS_EXIT",
+                "SCHED_LOCAL_DIRECTORY")
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "scheduler": {
@@ -71,6 +72,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "port": 0,  # that port; 0 = any free one
         "resources": {},  # open table of case-sensitive names: {"GPU": 2, "MEMORY": 1e11}
         "nthreads": None,  # None = the CPUs this process may run on
+        "nanny": True,  # run the worker process(es) under a nanny that restarts them
         "nworkers": 1,  # worker processes under one nanny, each with all of `resources`
         "name": None,  # None = chosen from host and port
         "gpus": "auto",  # "auto" (NVML, within CUDA_VISIBLE_DEVICES), "none", or [0, 1]/UUIDs

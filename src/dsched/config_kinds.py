@@ -120,7 +120,8 @@ KINDS: dict[str, dict[str, Any]] = {
     "worker": {
         "scheduler_address": _nullable(_text), "host": _text, "port": _PORT,
         "resources": resource_table,
-        "nthreads": _nullable(_integer(1)), "nworkers": _integer(1), "name": _nullable(_text),
+        "nthreads": _nullable(_integer(1)), "nanny": _flag, "nworkers": _integer(1),
+        "name": _nullable(_text),
         "gpus": _gpus, "memory_limit": _nullable(_memory_limit),
         "local_directory": _nullable(_path), "heartbeat_interval": _seconds,
         "reconnect_backoff_min": _seconds, "reconnect_backoff_max": _seconds,

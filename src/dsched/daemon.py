@@ -1,7 +1,8 @@
 """What both daemons share when they run as programs: logging, credentials, signals.
 
 The first SIGTERM or SIGINT starts a drain (the daemon's own ``drain`` coroutine); a second one
-exits at once. Drains have a deadline, so a daemon never hangs on shutdown.
+exits at once. Drains have a deadline, so a daemon never hangs on shutdown. The exit statuses
+that mean something to a service manager are defined here, once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from typing import Any, Awaitable, Callable
 from .auth import client_ssl_context, server_ssl_context
 
 EXIT_AT_ONCE = 128 + signal.SIGTERM
+#: Refused by the scheduler, or given a configuration that cannot work (sysexits' EX_CONFIG):
+#: starting it again unchanged would fail again, so a nanny does not, and a unit should not.
+EXIT_CONFIG = 78
 
 
 def setup_logging(level: str) -> None:
@@ -39,18 +43,32 @@ def ssl_contexts(tls: dict[str, Any], *, server: bool) -> Any:
     return client_ssl_context(ca=ca, cert=cert, key=key)
 
 
-def install_signal_handlers(drain: Callable[[], Awaitable[None]]) -> None:
-    """First SIGTERM/SIGINT: run ``drain()``; a second: exit at once."""
+def install_signal_handlers(drain: Callable[[], Awaitable[None]], *,
+                            at_once: Callable[[], None] | None = None,
+                            supervised: bool = False) -> None:
+    """First SIGTERM/SIGINT: run ``drain()``; a second: run ``at_once()`` (to kill what must
+    not outlive us) and exit at once.
+
+    A ``supervised`` process (a worker under its nanny) leaves "at once" to its supervisor and
+    ignores later signals: a terminal's Ctrl-C reaches the supervisor and its processes
+    together, and the SIGTERM the supervisor then forwards must not count as a second signal.
+    """
     loop = asyncio.get_running_loop()
     state = {"signalled": False}
 
     def on_signal(signum: int) -> None:
+        name = signal.Signals(signum).name
         if state["signalled"]:
+            if supervised:
+                logging.getLogger("dsched").info("Received %s: already draining", name)
+                return
             logging.getLogger("dsched").warning("Second signal: exiting at once")
+            if at_once is not None:
+                at_once()
             os._exit(EXIT_AT_ONCE)
         state["signalled"] = True
-        logging.getLogger("dsched").info("Received %s: draining (send again to exit at once)",
-                                         signal.Signals(signum).name)
+        logging.getLogger("dsched").info(
+            "Received %s: draining%s", name, "" if supervised else " (send again to exit at once)")
         task = loop.create_task(drain())
         task.add_done_callback(_log_failure)
 

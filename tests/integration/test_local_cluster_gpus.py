@@ -27,3 +27,11 @@ def test_workers_started_one_by_one_take_devices_no_one_holds():
             cluster.start_worker(resources="GPU=2", name="greedy")
         with Client(cluster) as client:
             assert devices_by_worker(client) == {"one": [0], "two": [1, 2], "cpu": []}
+
+
+def test_on_a_machine_without_gpus_the_workers_say_so_and_nothing_else(capfd):
+    with LocalCluster(n_workers=1, log_level="info", env={"SCHED_FAKE_NVML": '{"count": 0}'}):
+        pass
+    log = capfd.readouterr().err
+    assert "No GPUs: NVML found no GPU" in log
+    assert "turned off" not in log  # nobody turned them off

@@ -39,7 +39,8 @@ def recorded(monkeypatch, module, name):
 HELP_CASES = [
     (scheduler.main, [], ["--host", "--port", "--dashboard-port", "--token-file", "--tls-cert",
                           "--tls-key", "--tls-ca", "--state-dir", "--config", "--log-level"]),
-    (worker.main, [], ["SCHEDULER_ADDRESS", "--resources", "--nthreads", "--nworkers", "--name",
+    (worker.main, [], ["SCHEDULER_ADDRESS", "--resources", "--nthreads", "--nworkers",
+                       "--no-nanny", "--name",
                        "--gpus", "--memory-limit", "--local-directory", "--token-file",
                        "--tls-cert", "--tls-key", "--tls-ca", "--config", "--log-level"]),
     (sched.main, [], ["submit", "status", "workers", "cancel", "logs", "wait", "--scheduler"]),
@@ -142,6 +143,14 @@ def test_worker_address_may_come_from_the_config(monkeypatch):
     assert result.exit_code == 0 and calls[0][0]["worker"]["scheduler_address"] == "h:1"
     result = run(worker.main, env={"SCHED_WORKER__SCHEDULER_ADDRESS": None})
     assert result.exit_code == 2 and "missing SCHEDULER_ADDRESS" in result.output
+
+
+def test_worker_runs_under_a_nanny_unless_told_otherwise(monkeypatch):
+    calls = recorded(monkeypatch, worker, "run_worker")
+    off = {"SCHED_WORKER__NANNY": "false"}
+    for args, env in (([], None), (["--no-nanny"], None), ([], off), (["--nanny"], off)):
+        assert run(worker.main, "h:1", *args, env=env).exit_code == 0
+    assert [cfg["worker"]["nanny"] for (cfg,) in calls] == [True, False, False, True]
 
 
 def test_worker_bad_option_value_exit_2():

@@ -28,6 +28,9 @@ def run_worker(cfg: dict) -> int:
               "the config's table [worker.resources; default: none, plus GPU=<count> found].")
 @click.option("--nthreads", type=click.IntRange(min=1),
               help="Tasks run at once [worker.nthreads; default: the CPUs this process may use].")
+@click.option("--nanny/--no-nanny", default=None,
+              help="Run the worker process(es) under a nanny that restarts one that dies "
+              f"[worker.nanny; default {default_of('worker.nanny')}].")
 @click.option("--nworkers", type=click.IntRange(min=1),
               help="Worker processes under one nanny, each with all the resources given "
               f"[worker.nworkers; default {default_of('worker.nworkers')}].")
@@ -64,10 +67,27 @@ def main(ctx: click.Context, scheduler_address: str | None, config_file: str | N
     # Each option is named for its key in the worker section (tls_cert is worker.tls.cert).
     cfg = build_config(config_file, {"worker.scheduler_address": scheduler_address, **{
         "worker." + name.replace("tls_", "tls."): value for name, value in options.items()}})
-    if cfg["worker"]["scheduler_address"] is None:
+    address = cfg["worker"]["scheduler_address"]
+    if address is None:
         raise click.UsageError("missing SCHEDULER_ADDRESS (or set worker.scheduler_address in "
                                "the config or SCHED_WORKER__SCHEDULER_ADDRESS)")
+    problem = address_problem(address)
+    if problem:
+        # One line, not click's usage block: the daemon's log is where this is read.
+        click.echo(f"sched-worker: error: invalid SCHEDULER_ADDRESS: {problem}", err=True)
+        ctx.exit(2)
     ctx.exit(run_worker(cfg))
+
+
+def address_problem(address: str) -> str | None:
+    """What is wrong with the scheduler's address, checked as the worker will connect to it."""
+    from ..comm.addresses import parse_address
+
+    try:
+        _, port = parse_address(address)
+    except ValueError as error:
+        return str(error)
+    return f"address {address!r}: port 0 is not a scheduler's port" if port == 0 else None
 
 
 if __name__ == "__main__":

@@ -129,9 +129,12 @@ class LocalCluster:
         if gpus is None:
             gpus = self._take_gpus(spec)
         index = len(self.workers)
+        # On a machine without GPUs, "none" would have the worker say that GPUs were turned
+        # off, which nobody did: let it find none and say why.
+        option = gpus_option(gpus) if self._machine_has_gpus else self.gpus
         command = [sys.executable, "-m", "dsched.cli.worker", self.scheduler_address,
                    "--nthreads", str(nthreads or self.threads_per_worker),
-                   "--name", name or f"local-{index}", "--gpus", gpus_option(gpus),
+                   "--name", name or f"local-{index}", "--gpus", option,
                    "--host", "127.0.0.1", "--log-level", self.log_level,
                    "--resources", str(spec)]
         process = subprocess.Popen(command, env=self._env)

@@ -13,6 +13,8 @@ def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"address {address!r} is not of the form host:port")
+    if int(port) > 65535:
+        raise ValueError(f"address {address!r}: port {port} is out of range (0 to 65535)")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 

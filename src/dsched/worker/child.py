@@ -2,7 +2,9 @@
 
 The worker starts one with ``CUDA_VISIBLE_DEVICES`` naming exactly the task's devices, so the
 setting is in place before any task code (or CUDA library) loads, and reuses it for later tasks
-on the same devices. Requests come on stdin and replies go out on a private copy of stdout;
+on the same devices. It is started as ``python -m dsched.worker.child PARENT_PID LIFELINE_FD``
+in a process group of its own, which ``lifeline.hold_group`` ties to the worker's life before
+anything else runs. Requests come on stdin and replies go out on a private copy of stdout;
 fd 1 itself is pointed at stderr so that a task's prints reach the worker's log instead of
 corrupting the reply stream.
 
@@ -18,6 +20,8 @@ import resource
 import struct
 import sys
 import time
+
+from .lifeline import hold_group
 
 HEADER = struct.Struct("!Q")
 
@@ -44,7 +48,8 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    hold_group(int(argv[0]), int(argv[1]))
     requests = os.fdopen(os.dup(0), "rb")
     replies = os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -77,4 +82,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

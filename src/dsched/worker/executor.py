@@ -4,7 +4,9 @@ Tasks granted no GPU run on the worker's thread pool (``--nthreads`` wide) insid
 process, which itself sees no GPU. Tasks granted GPUs run in a child process (``child.py``)
 started with ``CUDA_VISIBLE_DEVICES`` naming exactly their devices and
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; an idle child for the same devices is reused, and a cancelled
-task's child is killed with its whole process group.
+task's child is killed with its whole process group. Each child leads a process group tied to
+the worker's life by ``lifeline``: when the worker dies, however it dies, so do the children
+and whatever their tasks started.
 
 This is I/O: it holds no scheduling decisions, which live in ``WorkerState``.
 """
@@ -26,6 +28,7 @@ from typing import Any, Mapping
 from .. import serialize
 from ..gpu_ids import task_environment
 from .child import HEADER
+from .lifeline import Lifeline, describe_exit
 
 logger = logging.getLogger(__name__)
 
@@ -124,11 +127,13 @@ class GpuChild:
         self.process = process
 
     @classmethod
-    async def start(cls, gpus: tuple[int, ...], base_env: Mapping[str, str]) -> "GpuChild":
+    async def start(cls, gpus: tuple[int, ...], base_env: Mapping[str, str],
+                    lifeline: Lifeline) -> "GpuChild":
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "dsched.worker.child",
+            sys.executable, "-m", "dsched.worker.child", *lifeline.arguments(),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             env=task_environment(gpus, base_env), start_new_session=True,
+            pass_fds=(lifeline.fd,),
         )
         return cls(gpus, process)
 
@@ -141,17 +146,28 @@ class GpuChild:
             (length,) = HEADER.unpack(await self.process.stdout.readexactly(HEADER.size))
             reply = serialize.loads(await self.process.stdout.readexactly(length))
         except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError) as exc:
-            raise TaskKilled(f"task process for GPUs {self.gpus} exited") from exc
+            raise TaskKilled(f"task process for GPUs {self.gpus} {await self.ended()}") from exc
         if reply[0] == "ok":
             _, result, start, stop, peak = reply
             return Outcome(True, start, stop, value=serialize.loads(result), peak_memory=peak)
         _, payload, text, start, stop, peak = reply
         return Outcome(False, start, stop, exception=payload, traceback=text, peak_memory=peak)
 
+    async def ended(self) -> str:
+        """How the process ended, in words, once it has; what it started goes with it."""
+        try:
+            code = await asyncio.wait_for(self.process.wait(), 5)
+        except asyncio.TimeoutError:  # its reply pipe broke, yet it runs on
+            self.kill()
+            code = await self.process.wait()
+        self.kill()
+        return describe_exit(code)
+
     def kill(self) -> None:
+        """SIGKILL the process and its group (which outlives the leader while members remain)."""
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):  # gone (its number may be reused)
             pass
 
     async def close(self) -> None:
@@ -165,6 +181,7 @@ class GpuProcessPool:
 
     def __init__(self, base_env: Mapping[str, str] | None = None, max_idle: int = 8):
         self._base_env = dict(os.environ if base_env is None else base_env)
+        self._lifeline = Lifeline()
         self._idle: dict[tuple[int, ...], list[GpuChild]] = {}
         self._busy: dict[str, GpuChild] = {}
         self._starting: set[str] = set()  # keys whose child is being started
@@ -176,13 +193,13 @@ class GpuProcessPool:
         idle = self._idle.get(gpus, [])
         # A child can die while idle (killed for memory, or by a thread its last task left).
         while idle and idle[-1].process.returncode is not None:
-            idle.pop()
+            idle.pop().kill()  # its group may hold what its last task started
         if idle:
             child = idle.pop()
         else:
             self._starting.add(key)
             try:
-                child = await GpuChild.start(gpus, self._base_env)
+                child = await GpuChild.start(gpus, self._base_env, self._lifeline)
             finally:
                 self._starting.discard(key)
             if key in self._stop_when_started:  # killed while its child was starting
@@ -223,3 +240,4 @@ class GpuProcessPool:
         self._idle.clear()
         for child in children:
             await child.close()
+        self._lifeline.close()

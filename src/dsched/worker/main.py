@@ -1,10 +1,13 @@
-"""``sched-worker`` as a program: from a loaded config to a running worker, or to a nanny.
+"""``sched-worker`` as a program: from a loaded config to a nanny over its worker processes, or
+(``--no-nanny``) to one worker in this process.
 
-GPUs are found once here, before the worker process hides them from itself. With
-``--nworkers N`` the devices are divided among N worker processes, each started as
-``sched-worker --nworkers 1 --gpus <its share>`` under a :class:`Nanny`, with the nanny's
-merged settings in its environment. Under a nanny, only the nanny applies "a second signal
-stops at once"; its processes drain on the first signal and ignore the rest.
+Everything that would make every worker process fail alike is checked once, before any starts:
+the token, the TLS files, the resources against the GPUs. GPUs are found once, here, before a
+worker process hides them from itself, and said once: a nanny divides them among its processes
+and starts each as ``sched-worker --no-nanny --gpus <its share>``, with the nanny's merged
+settings in its environment and ``NANNY_ENV`` naming the nanny. That variable tells a process
+that it dies with the nanny, that the nanny has already said which GPUs there are, and that
+the nanny owns "a second signal stops at once".
 """
 
 from __future__ import annotations
@@ -12,14 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
+import shutil
 import sys
+from typing import Any
 
 import psutil
 
 from ..errors import ConfigError, ResourceSpecError
 from ..resources import Resources
-from .gpus import detect_gpus, gpus_option, ledger_devices, resources_with_gpus, split_gpus
+from .gpus import (GpuDevice, detect_gpus, gpus_option, ledger_devices, resources_with_gpus,
+                   split_gpus)
+from .lifeline import die_with_parent
+from .nanny import PREVIOUS_EXIT_ENV
 
 logger = logging.getLogger("dsched.worker")
 
@@ -53,33 +60,57 @@ def memory_limit(value, nworkers: int) -> int | None:
 
 
 def run_worker(cfg: dict) -> int:
-    """Run one worker, or a nanny over ``nworkers`` of them; the exit status."""
+    """Run a nanny over ``nworkers`` worker processes, or one worker here; the exit status."""
     from ..daemon import setup_logging
 
     w = cfg["worker"]
     setup_logging(w["log_level"])
+    # Read once, and kept from the tasks, which inherit this process's environment.
+    nanny = os.environ.pop(NANNY_ENV, None)
+    previous_exit = os.environ.pop(PREVIOUS_EXIT_ENV, None) or None
+    if nanny:
+        die_with_parent(int(nanny))
     try:
-        inventory = detect_gpus(select=gpus_text(w["gpus"]))
+        if w["nanny"] and not nanny:
+            return _run_nanny(cfg, detect_gpus(select=gpus_text(w["gpus"])).devices)
         if w["nworkers"] > 1:
-            return _run_nanny(cfg, inventory.devices)
-        return _run_one(cfg, inventory.devices)
+            raise ConfigError("--nworkers needs the nanny: drop --no-nanny "
+                              "(or worker.nanny = false)")
+        # The nanny has said what it found; "none" from it may mean "none found".
+        quiet = nanny and gpus_text(w["gpus"]) == "none"
+        devices = () if quiet else detect_gpus(select=gpus_text(w["gpus"])).devices
+        return _run_one(cfg, devices, supervised=bool(nanny), previous_exit=previous_exit)
     except (ResourceSpecError, ConfigError) as error:
         print(f"sched-worker: error: {error}", file=sys.stderr)
         return 2
 
 
-def _run_one(cfg: dict, devices) -> int:
+def _credentials(w: dict) -> tuple[str, Any, Any]:
+    """The token and the client and server TLS contexts, or a ConfigError saying what is wrong."""
     from ..auth import load_token
-    from ..daemon import install_signal_handlers, ssl_contexts
+    from ..daemon import ssl_contexts
+
+    return (load_token(token_file=w["token_file"]), ssl_contexts(w["tls"], server=False),
+            ssl_contexts({**w["tls"], "require_client_cert": False}, server=True))
+
+
+def _advertised(resources: Resources, devices) -> tuple[Resources, tuple[int, ...]]:
+    """What a worker with ``devices`` offers, and the device indices behind its GPU resource."""
+    resources = resources_with_gpus(resources, devices)
+    return resources, ledger_devices(resources, devices)
+
+
+def _run_one(cfg: dict, devices: tuple[GpuDevice, ...], *, supervised: bool,
+             previous_exit: str | None) -> int:
+    from ..daemon import EXIT_CONFIG, install_signal_handlers
     from .server import Worker, WorkerSettings
 
     w, c = cfg["worker"], cfg["comm"]
-    resources = resources_with_gpus(Resources.parse(w["resources"]), devices)
-    indices = ledger_devices(resources, devices)
+    token, ssl_client, ssl_server = _credentials(w)
+    resources, indices = _advertised(Resources.parse(w["resources"]), devices)
     used = tuple(device for device in devices if device.index in indices)
     settings = WorkerSettings(
-        scheduler_address=w["scheduler_address"],
-        token=load_token(token_file=w["token_file"]),
+        scheduler_address=w["scheduler_address"], token=token,
         nthreads=w["nthreads"] or default_nthreads(), resources=resources, gpus=used,
         ledger_indices=indices if devices else None, name=w["name"], host=w["host"],
         port=w["port"],
@@ -90,109 +121,78 @@ def _run_one(cfg: dict, devices) -> int:
         connect_timeout=c["connect_timeout"],
         comm_limits={"max_frame_size": c["max_frame_size"],
                      "max_message_size": c["max_message_size"], "outbox_limit": c["outbox_limit"]},
-        ssl_client=ssl_contexts(w["tls"], server=False),
-        ssl_server=ssl_contexts({**w["tls"], "require_client_cert": False}, server=True),
+        ssl_client=ssl_client, ssl_server=ssl_server, previous_exit=previous_exit,
     )
 
     async def main() -> int:
         worker = Worker(settings)
-        await worker.start()
-        if os.environ.get(NANNY_ENV):
-            _drain_on_signals(worker.drain)
-        else:
-            install_signal_handlers(worker.drain)
+        try:
+            await worker.start()
+        except OSError as error:  # a port taken, a scratch directory that cannot be made
+            logger.error("Cannot start the worker: %s", error.strerror or error)
+            shutil.rmtree(getattr(worker, "local_directory", ""), ignore_errors=True)
+            return EXIT_CONFIG
+        # Under a nanny this process dies with it: its GPU children then die with this one.
+        install_signal_handlers(worker.drain, supervised=supervised)
         await worker.stopped.wait()
         await worker.close()
+        status = EXIT_CONFIG if worker.refusal else 0
         if not worker.state.is_idle():
             # Tasks on threads cannot be stopped, and the interpreter would wait for them at
             # exit, past the drain deadline: leave without them.
             logger.warning("Exiting with tasks still running on threads; they are abandoned")
             sys.stderr.flush()
-            os._exit(0)
-        return 0
+            os._exit(status)
+        return status
 
     return asyncio.run(main())
 
 
-def _run_nanny(cfg: dict, devices) -> int:
-    from ..daemon import EXIT_AT_ONCE
+def _run_nanny(cfg: dict, devices: tuple[GpuDevice, ...]) -> int:
+    from ..daemon import install_signal_handlers
     from .nanny import Nanny
 
     w = cfg["worker"]
     n = w["nworkers"]
-    env = {**os.environ, **_settings_env(cfg), NANNY_ENV: str(os.getpid())}
+    _credentials(w)
+    resources = Resources.parse(w["resources"])
     shares = split_gpus(list(devices), n)
+    for share in shares:
+        _advertised(resources, share)
+    env = {**os.environ, **_settings_env(cfg), NANNY_ENV: str(os.getpid())}
+    limit = memory_limit(w["memory_limit"], n)
     commands = []
     for i, share in enumerate(shares):
         command = [sys.executable, "-m", "dsched.cli.worker", w["scheduler_address"],
-                   "--nworkers", "1", "--gpus", gpus_option(share) if devices else "none",
+                   "--no-nanny", "--gpus", gpus_option(share),
                    "--log-level", w["log_level"], "--host", w["host"],
                    # A fixed port is the first of a range: process i serves on port + i.
-                   "--port", str(w["port"] + i if w["port"] else 0)]
-        resources = Resources.parse(w["resources"])
+                   "--port", str(w["port"] + i if w["port"] else 0),
+                   "--memory-limit", str(limit) if limit else "none"]
         if resources:
             command += ["--resources", str(resources)]
         if w["nthreads"]:
             command += ["--nthreads", str(w["nthreads"])]
         if w["name"]:
-            command += ["--name", f"{w['name']}-{i}"]
+            command += ["--name", w["name"] if n == 1 else f"{w['name']}-{i}"]
         for option, key in (("--token-file", "token_file"), ("--local-directory", "local_directory")):
             if w[key]:
                 command += [option, str(w[key])]
         for part in ("cert", "key", "ca"):
             if w["tls"].get(part):
                 command += [f"--tls-{part}", str(w["tls"][part])]
-        limit = memory_limit(w["memory_limit"], n)
-        if limit:
-            command += ["--memory-limit", str(limit)]
         commands.append((f"worker-{i}", command, env))
 
     async def main() -> int:
-        nanny = Nanny(commands)
-        loop = asyncio.get_running_loop()
-        stops: list[asyncio.Task] = []
+        nanny = Nanny(commands, stop_deadline=w["drain_timeout"] + 5)
 
-        # The nanny owns the "second signal stops at once" rule for its processes (they
-        # ignore repeated signals, see _drain_on_signals): first SIGTERM/SIGINT, each process
-        # drains; a second, they are killed.
-        def on_signal(signum: int) -> None:
-            name = signal.Signals(signum).name
-            if not stops:
-                logger.info("Received %s: draining the worker processes (send again to stop "
-                            "them at once)", name)
-                stops.append(loop.create_task(nanny.stop(deadline=w["drain_timeout"] + 5)))
-            elif len(stops) == 1:
-                logger.warning("Received %s again: killing the worker processes", name)
-                stops.append(loop.create_task(nanny.stop(deadline=0, at_once=True)))
+        async def drain() -> None:
+            await nanny.stop(deadline=w["drain_timeout"] + 5)
 
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, on_signal, signum)
-        await nanny.run()
-        await asyncio.gather(*stops)
-        return EXIT_AT_ONCE if len(stops) > 1 else 0
+        install_signal_handlers(drain, at_once=nanny.kill)
+        return await nanny.run()
 
     return asyncio.run(main())
-
-
-def _drain_on_signals(drain) -> None:
-    """A worker under a nanny: the first SIGTERM or SIGINT drains it; later ones are ignored.
-
-    A terminal's Ctrl-C (or systemd stopping the unit) signals the nanny and its processes
-    together, and the nanny then sends each process SIGTERM. Counted as a second signal, that
-    would stop the running tasks at once; the nanny decides "at once", with SIGKILL.
-    """
-    loop = asyncio.get_running_loop()
-    draining: list[asyncio.Task] = []
-
-    def on_signal(signum: int) -> None:
-        if draining:
-            logger.info("Received %s: already draining", signal.Signals(signum).name)
-            return
-        logger.info("Received %s: draining", signal.Signals(signum).name)
-        draining.append(loop.create_task(drain()))
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
 
 
 def _settings_env(cfg: dict) -> dict[str, str]:

@@ -26,7 +26,9 @@ import psutil
 
 from .. import serialize
 from ..comm import Comm, connect, listen
-from ..errors import CommClosedError, LocalProtocolError, SchedError
+from ..errors import (
+    AuthenticationError, CommClosedError, LocalProtocolError, SchedError, VersionMismatchError,
+)
 from ..gpu_ids import TASK_GPUS_ENV
 from ..peers import PeerPool
 from ..protocol.messages import Payload
@@ -69,6 +71,7 @@ class WorkerSettings:
     comm_limits: dict = field(default_factory=dict)  # max_frame/message_size, outbox_limit
     ssl_client: Any = None
     ssl_server: Any = None
+    previous_exit: str | None = None  # how this worker's last process ended (from its nanny)
     extra: dict = field(default_factory=dict)
 
 
@@ -94,6 +97,8 @@ class Worker:
         self._tasks: set[asyncio.Task] = set()
         self._registered = asyncio.Event()
         self._retired = asyncio.Event()  # the scheduler says a draining worker may leave
+        self.refusal: str | None = None  # why the scheduler refused this worker, if it did
+        self._previous_exit = settings.previous_exit  # told to the first scheduler only
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -180,16 +185,22 @@ class Worker:
         backoff = s.reconnect_min
         lost_at: float | None = None
         loop = asyncio.get_running_loop()
+
+        def refused(reason: str) -> None:
+            # Trying again would be refused again: stop, and exit with a status that says so.
+            self.refusal = reason
+            logger.error("The scheduler at %s refused this worker: %s", s.scheduler_address,
+                         reason)
+            self.stopped.set()
+
         while not self.stopped.is_set():
             try:
                 comm = await connect(s.scheduler_address, role="worker", name=self.name or "worker",
                                      token=s.token, ssl=s.ssl_client, timeout=s.connect_timeout,
                                      **s.comm_limits)
             except (OSError, TimeoutError, SchedError) as error:
-                if isinstance(error, SchedError) and "authentication" in str(error).lower():
-                    logger.error("The scheduler refused this worker: %s", error)
-                    self.stopped.set()
-                    return
+                if isinstance(error, (AuthenticationError, VersionMismatchError)):
+                    return refused(str(error))
                 if lost_at is None:
                     lost_at = loop.time()
                 if s.death_timeout is not None and loop.time() - lost_at > s.death_timeout:
@@ -207,9 +218,7 @@ class Worker:
                 if self.stopped.is_set():
                     return
                 if (error.reason or "").startswith("refused"):
-                    logger.error("The scheduler refused this worker: %s", error.reason)
-                    self.stopped.set()
-                    return
+                    return refused(error.reason.removeprefix("refused").lstrip(": "))
                 logger.warning("Lost the scheduler (%s); reconnecting", error.reason)
             except Exception:  # a bug in one session must not end the reconnecting
                 logger.exception("The scheduler session failed; reconnecting")
@@ -233,19 +242,23 @@ class Worker:
             os.environ[WORKER_NAME_ENV] = self.name
             self.gpu_children.set_env(WORKER_NAME_ENV, self.name)
         snapshot = self.state.snapshot()
-        await comm.send({
+        register = {
             "op": "register", "name": self.name, "address": self.address,
             "nthreads": self.settings.nthreads, "resources": self.settings.resources.to_wire(),
             "gpus": [vars(gpu) for gpu in self.settings.gpus], "pid": os.getpid(),
             "host": socket.gethostname(), "memory_limit": self.settings.memory_limit,
             "held": dict(snapshot.results),
             "running": [task.key for task in snapshot.running],
-        })
+        }
+        if self._previous_exit:
+            register["previous_exit"] = self._previous_exit
+        await comm.send(register)
         reply = await comm.recv()
         if not reply or reply[0].get("op") != "registered":
             raise CommClosedError(f"refused: unexpected reply {reply!r:.200}")
         self.scheduler = comm
         self._registered.set()
+        self._previous_exit = None  # a scheduler met after a reconnect has nothing to learn
         logger.info("Registered with the scheduler at %s as %s (resources: %s, threads: %d)",
                     self.settings.scheduler_address, self.name,
                     self.settings.resources or "none", self.settings.nthreads)

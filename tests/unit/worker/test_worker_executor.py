@@ -80,3 +80,24 @@ async def test_a_task_killed_while_its_process_starts_never_runs():
             await asyncio.wait_for(run, 30)
     finally:
         await pool.close()
+
+
+def end_process(how):
+    import os
+    import signal
+
+    if how == "exit":
+        os._exit(3)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def test_a_gpu_task_whose_process_dies_is_told_how_it_died():
+    pool = GpuProcessPool()
+    args = lambda how: serialize.dumps(((how,), {}))  # noqa: E731
+    try:
+        with pytest.raises(TaskKilled, match=r"exited with code 3$"):
+            await pool.run("a", (0,), serialize.dumps(end_process), args("exit"))
+        with pytest.raises(TaskKilled, match=r"was killed by signal 9 \(SIGKILL\)$"):
+            await pool.run("b", (0,), serialize.dumps(end_process), args("kill"))
+    finally:
+        await pool.close()

@@ -1,14 +1,21 @@
-"""The nanny keeps N processes up, restarts one that dies, and stops them all."""
+"""The nanny keeps N processes up, restarts one that dies and tells its successor how it
+died, leaves alone one that stopped of its own accord, gives up when one is refused, and stops
+them all."""
 
 import asyncio
+import logging
 import os
+import re
 import signal
 import sys
 import time
 
+import psutil
+
 from deadline import wait_until_async
 
-from dsched.worker.nanny import Nanny
+from dsched.daemon import EXIT_CONFIG
+from dsched.worker.nanny import PREVIOUS_EXIT_ENV, Nanny
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
@@ -44,3 +51,78 @@ async def test_stop_kills_a_process_that_ignores_sigterm_after_the_deadline():
     await nanny.stop(deadline=0.5)
     await asyncio.wait_for(supervising, 10)
     assert nanny.pids() == [] and time.monotonic() - started < 10
+
+
+def recording(path, *, then: str) -> list[str]:
+    """A process that appends what the nanny told it of its predecessor to ``path``, then
+    does what the line ``then`` says, given how many processes came before it (``n``)."""
+    script = (
+        "import os, resource, signal, sys, time\n"
+        f"path = {str(path)!r}\n"
+        f"told = os.environ.get({PREVIOUS_EXIT_ENV!r}, '-')\n"
+        "with open(path, 'a') as f: f.write(told + '\\n')\n"
+        "n = len(open(path).read().splitlines()) - 1\n"
+        "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file from the test\n"
+        + then
+    )
+    return [sys.executable, "-c", script]
+
+
+async def test_how_a_process_died_is_logged_and_told_to_the_next_one(tmp_path, caplog):
+    told = tmp_path / "told"
+    die_twice = recording(told, then=(
+        "if n == 0: os._exit(3)\n"
+        "if n == 1: os.kill(os.getpid(), signal.SIGSEGV)\n"
+        "time.sleep(120)\n"))
+    nanny = Nanny([("worker-0", die_twice, dict(os.environ))], min_backoff=0.05)
+    supervising = asyncio.ensure_future(nanny.run())
+    try:
+        await wait_for(lambda: told.exists() and len(told.read_text().splitlines()) == 3)
+    finally:
+        await nanny.stop(deadline=10)
+        await asyncio.wait_for(supervising, 10)
+
+    first, second, third = told.read_text().splitlines()
+    assert first == "-"  # the first process has no predecessor
+    assert re.fullmatch(r"worker process worker-0 \(pid \d+\) exited with code 3", second)
+    assert re.fullmatch(r"worker process worker-0 \(pid \d+\) was killed by signal 11 \(SIGSEGV\)",
+                        third)
+    logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(second in line and "restarting it" in line for line in logged), logged
+    assert any(third in line for line in logged), logged
+
+
+async def test_a_process_that_stops_of_its_own_accord_is_not_restarted(tmp_path):
+    runs = tmp_path / "runs"
+    nanny = Nanny([("worker-0", recording(runs, then="sys.exit(0)\n"), dict(os.environ))],
+                  min_backoff=0.05)
+
+    assert await asyncio.wait_for(nanny.run(), 30) == 0
+    assert len(runs.read_text().splitlines()) == 1 and nanny.children[0].restarts == 0
+
+
+async def test_a_refused_process_stops_the_nanny_and_its_other_processes(tmp_path):
+    runs = tmp_path / "runs"
+    nanny = Nanny([("worker-0", SLEEPER, dict(os.environ)),
+                   ("worker-1", recording(runs, then=f"sys.exit({EXIT_CONFIG})\n"),
+                    dict(os.environ))], min_backoff=0.05)
+    supervising = asyncio.ensure_future(nanny.run())
+    await wait_for(lambda: runs.exists())
+
+    assert await asyncio.wait_for(supervising, 30) == EXIT_CONFIG
+    assert nanny.pids() == []
+    assert len(runs.read_text().splitlines()) == 1  # not restarted
+
+
+async def test_kill_stops_every_process_at_once_even_one_ignoring_sigterm():
+    stubborn = [sys.executable, "-c",
+                "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"]
+    nanny = Nanny([("w0", stubborn, dict(os.environ)), ("w1", SLEEPER, dict(os.environ))])
+    supervising = asyncio.ensure_future(nanny.run())
+    await wait_for(lambda: len(nanny.pids()) == 2)
+    processes = [psutil.Process(pid) for pid in nanny.pids()]
+
+    nanny.kill()
+
+    assert all(p.status() == psutil.STATUS_ZOMBIE for p in processes if p.is_running())
+    await asyncio.wait_for(supervising, 10)

@@ -1,0 +1,143 @@
+"""How long a worker's child processes live, and how their ends are said in words.
+
+A child (a worker process under its nanny, a GPU task's process) dies with its parent:
+``die_with_parent`` asks the kernel for a signal when the parent goes (``PR_SET_PDEATHSIG``)
+and checks that the parent has not gone already. A child that leads a process group of its own
+(a GPU task's process; a shell-command job) also gets a guard, a small process in its group that
+kills the whole group when the worker goes (end of file on the worker's ``Lifeline`` pipe, at
+once) or when the leader dies (the guard is handed to another parent; it looks twice a second).
+The guard is a process of its own so that it acts even when task code holds the leader's GIL or
+is stuck in C, and it reaches the leader's own children, which no parent-death signal covers. Python children call ``hold_group`` first
+thing; other commands run under ``python -m dsched.worker.lifeline PARENT FD -- COMMAND...``
+(see ``Lifeline.wrap``), which does the same and then runs the command.
+
+Linux is the target. Elsewhere there is no parent-death signal: guarded groups still die with
+the worker, but a process that leads no group outlives a parent killed with SIGKILL.
+
+Nothing here may import asyncio or dsched's heavier modules: it runs at the start of fresh
+child processes. It holds no scheduling decisions.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+#: Seconds between the guard's looks at whether the leader is still its parent.
+_LEADER_CHECK_INTERVAL = 0.5
+
+
+def describe_exit(returncode: int) -> str:
+    """A child's end in words: ``exited with code 3``, ``was killed by signal 11 (SIGSEGV)``."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        return f"was killed by signal {-returncode}"
+    return f"was killed by signal {-returncode} ({name})"
+
+
+def set_parent_death_signal(signum: int) -> bool:
+    """Have the kernel send ``signum`` to this process when its parent dies; False where it
+    cannot (not Linux). The "parent" is the thread that started this process, so parents start
+    children from a thread that lives as long as they do (the event loop's)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def die_with_parent(expected_parent: int, signum: int = signal.SIGKILL) -> bool:
+    """Get ``signum`` when the parent dies; get it now if the parent is already gone (this
+    process was then handed to another, and the kernel would never send it). Returns whether
+    the kernel will send it."""
+    armed = set_parent_death_signal(signum)
+    if os.getppid() != expected_parent:
+        os.kill(os.getpid(), signum)
+    return armed
+
+
+class Lifeline:
+    """The parent's side: guarded children live while this process holds the pipe's write end.
+
+    Only this process ever holds the write end (both ends are close-on-exec, and only the read
+    end is passed on), so the kernel closes it, and every guard sees end of file, however this
+    process ends, ``kill -9`` included.
+    """
+
+    def __init__(self) -> None:
+        self.fd, self._write_fd = os.pipe()
+
+    def arguments(self) -> list[str]:
+        """What a guarded child is told: ``PARENT_PID LIFELINE_FD`` (pass ``fd`` in pass_fds)."""
+        return [str(os.getpid()), str(self.fd)]
+
+    def wrap(self, command: list[str]) -> list[str]:
+        """``command`` run as the leader of a guarded group (start it with
+        ``start_new_session=True`` and ``pass_fds=(lifeline.fd,)``)."""
+        return [sys.executable, "-m", "dsched.worker.lifeline", *self.arguments(), "--",
+                *command]
+
+    def close(self) -> None:
+        for fd in (self.fd, self._write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def hold_group(parent: int, lifeline_fd: int) -> None:
+    """In a new process-group leader, before any thread starts: die with ``parent``, and start
+    the guard that takes the whole group down with the worker or with this process."""
+    if os.getpgid(0) != os.getpid():
+        # The guard would kill the group of whoever started us: refuse rather than do that.
+        raise RuntimeError("hold_group needs a process-group leader (start_new_session=True)")
+    die_with_parent(parent)
+    leader = os.getpid()
+    if hasattr(os, "fork") and os.fork() == 0:
+        try:
+            _guard(leader, lifeline_fd)
+        finally:
+            os._exit(0)
+    os.close(lifeline_fd)
+
+
+def _guard(leader: int, lifeline_fd: int) -> None:
+    # A job's cancellation signals its whole group with SIGTERM and allows a grace period; the
+    # guard must not turn that into SIGKILL. Its end comes with the leader's or the worker's.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    # The worker reads the leader's stdout until end of file: the guard must not hold it open.
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.closerange(3, lifeline_fd)
+    os.closerange(lifeline_fd + 1, os.sysconf("SC_OPEN_MAX"))
+    # Polling for the leader, rather than a parent-death signal with a handler, leaves no
+    # moment at which a signal could cut the guard short before it has killed the group.
+    lifeline = select.poll()  # not select(): the worker's descriptor may be numbered past 1024
+    lifeline.register(lifeline_fd, select.POLLIN)
+    while os.getppid() == leader:
+        if lifeline.poll(_LEADER_CHECK_INTERVAL * 1000) and not os.read(lifeline_fd, 1):
+            break  # the worker is gone
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def main(argv: list[str]) -> None:
+    """``PARENT_PID LIFELINE_FD -- COMMAND...``: run COMMAND as the leader of a guarded group."""
+    if len(argv) < 4 or argv[2] != "--":
+        sys.exit("usage: python -m dsched.worker.lifeline PARENT_PID LIFELINE_FD -- COMMAND...")
+    hold_group(int(argv[0]), int(argv[1]))
+    os.execvp(argv[3], argv[3:])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
