@@ -21,7 +21,7 @@ import time
 import tracemalloc
 
 from dsched.resources import Resources
-from dsched.scheduler import SchedulerState, TaskSpec, TasksSubmitted, WorkerJoined
+from dsched.scheduler import SchedulerState, events as ev
 from dsched.sim import SimTask, SimWorker, Simulation
 
 SHAPES = [  # (weight, prefix, resources, mean duration in seconds)
@@ -101,18 +101,18 @@ def throughput(n_workers: int, n_tasks: int, seed: int) -> dict:
 def memory_per_queued_task(n_workers: int, n_tasks: int, seed: int) -> dict:
     state = SchedulerState()
     for w in make_workers(n_workers):
-        state.handle(WorkerJoined(address=w.address, name=w.name, nthreads=w.nthreads,
+        state.handle(ev.WorkerJoined(address=w.address, name=w.name, nthreads=w.nthreads,
                                   resources=Resources.parse(w.resources), now=0))
     parsed: dict = {}
 
-    def spec(t: SimTask) -> TaskSpec:
+    def spec(t: SimTask) -> ev.TaskSpec:
         res = parsed.setdefault(t.resources, Resources.parse(t.resources))
-        return TaskSpec(key=t.key, resources=res, prefix=t.prefix)
+        return ev.TaskSpec(key=t.key, resources=res, prefix=t.prefix)
 
     fillers = [SimTask(f"filler-{i}", 1.0) for i in range(sum(w.nthreads for w in
                                                               make_workers(n_workers)))]
-    state.handle(TasksSubmitted(client="c", tasks=tuple(map(spec, fillers)), now=0))
-    event = TasksSubmitted(client="c", tasks=tuple(map(spec, make_tasks(n_tasks, seed))), now=0)
+    state.handle(ev.TasksSubmitted(client="c", tasks=tuple(map(spec, fillers)), now=0))
+    event = ev.TasksSubmitted(client="c", tasks=tuple(map(spec, make_tasks(n_tasks, seed))), now=0)
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
     actions = state.handle(event)

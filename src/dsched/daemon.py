@@ -79,3 +79,19 @@ def install_signal_handlers(drain: Callable[[], Awaitable[None]], *,
 def _log_failure(task: asyncio.Task) -> None:
     if not task.cancelled() and task.exception() is not None:
         logging.getLogger("dsched").error("Drain failed", exc_info=task.exception())
+
+
+def notify_systemd(message: bytes = b"READY=1") -> bool:
+    """Tell systemd (``Type=notify``) how the daemon stands, when ``NOTIFY_SOCKET`` is set: a
+    datagram to that socket, no libsystemd needed."""
+    import socket
+
+    path = os.environ.get("NOTIFY_SOCKET")
+    if not path:
+        return False
+    if path.startswith("@"):  # an abstract socket
+        path = "\0" + path[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.connect(path)
+        sock.sendall(message)
+    return True

@@ -1,11 +1,11 @@
-"""Request and reply over pooled connections: how workers and clients fetch data from workers.
+"""Fetching results from workers: how workers and clients ask a worker's data port.
 
-A :class:`PeerPool` keeps one authenticated connection per peer address and matches each reply
-to its request by the ``id`` field, so many fetches share one connection at once. A reply too
-large for one message comes as several ops with that ``id``, all but the last marked ``more``;
-their dict and list fields are put together into one reply. A connection that breaks fails
-every request waiting on it with CommClosedError and is dropped from the pool; the next request
-opens a fresh one.
+A :class:`PeerPool` keeps one authenticated connection per worker address and matches each
+``Data`` reply to its ``GetData`` request by id, so many fetches share one connection at
+once; a reply that came in several messages (``more``) is put back together here. A
+connection that breaks, or a peer that answers with a malformed op, fails every request
+waiting on it with CommClosedError and is dropped from the pool; the next request opens a
+fresh one.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import asyncio
 import itertools
 import logging
 import ssl as ssl_module
-from typing import Any
 
 from .comm import Comm, connect
-from .errors import CommClosedError
+from .errors import CommClosedError, RemoteProtocolError
+from .protocol import ops
 
 logger = logging.getLogger(__name__)
 
@@ -26,26 +26,29 @@ class _Peer:
     def __init__(self, comm: Comm):
         self.comm = comm
         self.waiting: dict[int, asyncio.Future] = {}
-        self.parts: dict[int, dict] = {}  # the parts of a reply so far, by request id
+        self.parts: dict[int, list[ops.Data]] = {}  # the parts of a reply so far, by id
         self.reader = asyncio.ensure_future(self._read())
 
     async def _read(self) -> None:
         try:
-            async for op in self.comm:
-                request_id = op.get("id")
-                if request_id not in self.waiting:
+            async for d in self.comm:
+                reply = ops.decode(d)
+                if type(reply) is not ops.Data:
+                    raise ops.BadOp(f"a data port answered with {reply.OP}")
+                if reply.id not in self.waiting:
                     continue  # the request has given up
-                if op.pop("more", False):
-                    _merge(self.parts.setdefault(request_id, {}), op)
+                if reply.more:
+                    self.parts.setdefault(reply.id, []).append(reply)
                     continue
-                waiter = self.waiting.pop(request_id)
-                reply = self.parts.pop(request_id, None)
-                if reply is not None:
-                    op = _merge(reply, op)
+                waiter = self.waiting.pop(reply.id)
+                parts = self.parts.pop(reply.id, None)
                 if not waiter.done():
-                    waiter.set_result(op)
+                    waiter.set_result(_joined([*parts, reply]) if parts else reply)
         except CommClosedError as error:
             self._fail(error)
+        except RemoteProtocolError as error:
+            self.comm.protocol_error(error)
+            self._fail(CommClosedError(f"protocol error: {error}"))
         except Exception as error:  # a bug here must still release the waiters
             logger.exception("Reading replies from %r failed", self.comm)
             self._fail(CommClosedError(f"reader failed: {error}"))
@@ -60,7 +63,7 @@ class _Peer:
 
 
 class PeerPool:
-    """Connections to workers, opened on first use; ``request`` sends an op and awaits its reply."""
+    """Connections to workers' data ports, opened on first use."""
 
     def __init__(self, *, role: str, name: str, token: str | bytes,
                  ssl: ssl_module.SSLContext | None = None, timeout: float = 10.0,
@@ -94,14 +97,15 @@ class PeerPool:
         peer = self._peers[address] = _Peer(comm)
         return peer
 
-    async def request(self, address: str, op: dict[str, Any], timeout: float | None = None) -> dict:
-        """Send ``op`` to the peer at ``address`` and return its reply (same ``id``)."""
+    async def get_data(self, address: str, keys: tuple[str, ...],
+                       timeout: float | None = None) -> ops.Data:
+        """Ask the worker at ``address`` for the results of ``keys``; its whole answer."""
         peer = await self._peer(address)
         request_id = next(self._ids)
         waiter = asyncio.get_running_loop().create_future()
         peer.waiting[request_id] = waiter
         try:
-            peer.comm.write_nowait({**op, "id": request_id})
+            peer.comm.write_nowait(ops.GetData(id=request_id, keys=keys).to_wire())
             return await asyncio.wait_for(waiter, timeout)
         finally:
             peer.waiting.pop(request_id, None)
@@ -115,14 +119,13 @@ class PeerPool:
             peer.reader.cancel()
 
 
-def _merge(reply: dict, part: dict) -> dict:
-    """Add one part of a reply to the parts before it: dicts and lists add up."""
-    for field, value in part.items():
-        earlier = reply.get(field)
-        if isinstance(earlier, dict) and isinstance(value, dict):
-            earlier.update(value)
-        elif isinstance(earlier, list) and isinstance(value, list):
-            earlier.extend(value)
-        else:
-            reply[field] = value
-    return reply
+def _joined(parts: list[ops.Data]) -> ops.Data:
+    """The parts of one answer as one."""
+    data: dict = {}
+    errors: dict = {}
+    missing: list = []
+    for part in parts:
+        data.update(part.data)
+        errors.update(part.errors)
+        missing.extend(part.missing)
+    return ops.Data(id=parts[-1].id, data=data, missing=tuple(missing), errors=errors)

@@ -17,9 +17,7 @@ from typing import Callable, Iterable
 
 from .resources import EMPTY, Resources, ResourcesLike
 from .scheduler import events as ev
-from .scheduler.actions import (
-    CancelTask, CloseWorker, Execute, ReportCancelled, ReportErred, ReportFinished,
-)
+from .scheduler.actions import CloseWorker, Execute, StopTask, TaskCancelled, TaskErred, TaskFinished
 from .scheduler.state import SchedulerState
 
 
@@ -212,7 +210,7 @@ class Simulation:
         if address not in self._running:
             return None
         self._stop(address, key)
-        return ev.CancelConfirmed(key=key, worker=address, now=self.now)
+        return ev.TaskStopped(key=key, worker=address, now=self.now)
 
     def _stop(self, address: str, key: str) -> None:
         """``key`` leaves ``address`` (ended or killed); a prefetched task takes its thread."""
@@ -241,15 +239,15 @@ class Simulation:
             kind = type(a)
             if kind is Execute:
                 self._execute(a)
-            elif kind is CancelTask:
+            elif kind is StopTask:
                 self._at(self.now, "stopped", a.worker, a.key)
             elif kind is CloseWorker:
                 self._at(self.now, "leave", a.worker, a.reason)
-            elif kind is ReportFinished:
+            elif kind is TaskFinished:
                 self._end(a.key, "finished")
-            elif kind is ReportErred:
+            elif kind is TaskErred:
                 self._end(a.key, "erred")
-            elif kind is ReportCancelled:
+            elif kind is TaskCancelled:
                 self._end(a.key, "cancelled")
 
     def _end(self, key: str, outcome: str) -> None:

@@ -129,11 +129,10 @@ def held_by(addresses: list[str], key: str, token: str) -> list[str]:
     async def ask() -> list[str]:
         pool = PeerPool(role="client", name="probe", token=token)
         try:
-            replies = [await pool.request(a, {"op": "get-data", "keys": [key]}, timeout=10)
-                       for a in addresses]
+            replies = [await pool.get_data(a, (key,), timeout=10) for a in addresses]
         finally:
             await pool.close()
-        return [a for a, reply in zip(addresses, replies) if key in reply.get("data", {})]
+        return [a for a, reply in zip(addresses, replies) if key in reply.data]
 
     return asyncio.run(ask())
 

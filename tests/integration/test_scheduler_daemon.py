@@ -45,7 +45,7 @@ def test_a_taken_port_is_a_clear_error_and_a_non_zero_exit(daemons):
         port = taken.getsockname()[1]
         result = subprocess.run(scheduler_command("--port", str(port)), env=daemons.env,
                                 capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1
+    assert result.returncode == 78  # EX_CONFIG: starting it again unchanged would fail again
     assert f"Cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "in use" in result.stderr
 

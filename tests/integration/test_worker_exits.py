@@ -64,7 +64,7 @@ def test_a_taken_name_is_refused_and_exits_78(daemons, nanny):
 
     assert done.returncode == EXIT_CONFIG
     line = one_line(done.stderr)
-    assert "refused this worker" in line and "'w' is already registered" in line
+    assert "refused this worker" in line and "a worker named 'w' is already connected" in line
 
 
 def test_a_refused_process_stops_its_nanny_and_the_other_processes(daemons):
@@ -76,7 +76,7 @@ def test_a_refused_process_stops_its_nanny_and_the_other_processes(daemons):
     done = run_worker(daemons, address, "--name", "w", "--nworkers", "3", "--log-level", "warning")
 
     assert done.returncode == EXIT_CONFIG
-    assert "'w-1' is already registered" in one_line(done.stderr)
+    assert "a worker named 'w-1' is already connected" in one_line(done.stderr)
 
 
 def test_a_taken_port_exits_78(daemons):

@@ -199,13 +199,13 @@ def bad_register(rng: random.Random, n: int) -> dict:
 
 
 def bad_worker_op(rng: random.Random, n: int) -> dict:
-    """Ops a registered worker may send many of: each is refused and the session goes on."""
+    """Ops a registered worker might get wrong: unknown, or missing a field."""
     return rng.choice([
-        {"op": f"bogus-{n}"},
-        {"op": "task-finished"}, {"op": "task-finished", "key": f"k-{n}"},
-        {"op": "task-erred", "key": f"k-{n}"}, {"op": "task-erred"},
-        {"op": "task-cancelled"}, {"op": "task-rejected"},
-        {"op": "missing-data", "key": f"k-{n}"}, {"op": "missing-data"},
+        {"op": f"bogus-{n}"}, {"op": "task-finished"}, {"op": "task-erred"},
+        {"op": "task-stopped"}, {"op": "task-rejected"}, {"op": "missing-data"},
+        {"op": "missing-data", "key": f"k-{n}"},  # no dependency
+        {"op": "task-finished", "key": f"k-{n}", "nbytes": "10"},
+        {"op": "execute", "key": f"k-{n}", "spec": [b"", b""]},  # the scheduler's op, not ours
     ])
 
 
@@ -330,64 +330,34 @@ async def impostor(port: int, role: str, marks: Marks, tally: Tally) -> None:
         writer.close()
 
 
-async def client_insider(port: int, token: str, ops: list[dict], tally: Tally) -> None:
-    """An authenticated client sending one malformed op per frame, 200 frames at a time; each
-    must be answered with an error, on a connection that stays open. A hang-up goes to
-    ``tally.wrong``, and the rest of the ops follow on a new connection."""
-    connection = None
-    for start in range(0, len(ops), 200):
-        chunk = ops[start:start + 200]
-        if connection is None:
-            reader, writer, received = await authenticate(port, token, "client", "insider")
-            connection, decoder = writer, MessageDecoder()
-            replies = [op for batch in decoder.feed(received) for op in batch]
-            if replies[:1] and replies[0].get("op") == "welcome":
-                replies.pop(0)
-        errors = 0
-        try:
-            writer.write(b"".join(ops_frame(op) for op in chunk))
-            tally.frames += len(chunk)
-            while True:
-                errors += sum(1 for reply in replies if reply.get("op") == "error"
-                              and isinstance(reply.get("reason"), str))
-                replies = []
-                if errors >= len(chunk):
-                    break
-                data = await asyncio.wait_for(reader.read(65536), PATIENCE)
-                if not data:
-                    break
-                replies = [op for batch in decoder.feed(data) for op in batch
-                           if op.get("op") != "welcome"]
-        except (ConnectionError, OSError):
-            pass
-        tally.answers += errors
-        if errors < len(chunk):
-            tally.wrong.append(f"the scheduler hung up on a client after answering {errors} "
-                               f"malformed ops; the next was {chunk[errors]!r:.200}")
-            writer.close()
-            connection = None
-    if connection is not None:
-        connection.close()
-
-
-async def worker_insider(port: int, token: str, index: int, ops: list[dict],
-                         tally: Tally) -> None:
-    """An authenticated worker that registers (offering nothing the test's tasks need), sends
-    malformed ops and says goodbye; the scheduler may drop it early, never hang."""
-    name = f"insider-{index}"
-    reader, writer, _ = await authenticate(port, token, "worker", name)
+async def insider(port: int, token: str, role: str, op: dict, tally: Tally, *,
+                  first: dict | None = None) -> None:
+    """An authenticated peer (after ``first``, a valid register, when given) sends one
+    malformed op; the daemon must close that connection with a close op that says why (a
+    hang-up without a reason, or an answer of any other kind, goes to ``tally.wrong``)."""
+    reader, writer, received = await authenticate(port, token, role, "insider")
     try:
-        # An address in TEST-NET: nothing holds a result there, so nothing connects to it.
-        register = {"op": "register", "name": name, "address": f"192.0.2.1:{index + 1}",
-                    "nthreads": 1, "resources": {}}
-        writer.write(b"".join(ops_frame(op) for op in [register, *ops]))
-        writer.write(ops_frame(UNREGISTER))
-        tally.frames += len(ops)
+        writer.write(b"".join(ops_frame(o) for o in [*([first] if first else []), op]))
+        tally.frames += 1
         tally.connections += 1
+        decoder, replies = MessageDecoder(), []
+        data = received
+        while True:
+            replies += [r for batch in decoder.feed(data) for r in batch
+                        if r.get("op") not in ("welcome", "registered")]
+            if replies:
+                break
+            data = await asyncio.wait_for(reader.read(65536), PATIENCE)
+            if not data:
+                break
+        if replies[:1] and replies[0].get("op") == "close" and replies[0].get("reason"):
+            tally.answers += 1
+        else:
+            tally.wrong.append(f"{role} insider got {replies[:1]!r:.200} for {op!r:.200}")
         if not await read_to_eof(reader):
-            tally.not_closed.append(f"worker insider {name}")
-    except (ConnectionError, OSError):
-        pass
+            tally.not_closed.append(f"{role} insider {op}")
+    except (ConnectionError, OSError, asyncio.TimeoutError):
+        tally.wrong.append(f"{role} insider: no answer to {op!r:.200}")
     finally:
         writer.close()
 

@@ -6,6 +6,7 @@ import cloudpickle
 import pytest
 
 from dsched import annotate
+from dsched.protocol import ops
 from dsched.client.submission import (
     OP_ROOM,
     KeyMaker,
@@ -159,8 +160,8 @@ def test_a_task_is_limited_by_the_message_limit_named_in_the_error():
 def test_a_submit_with_a_large_payload_is_bulk_data_and_small_ones_are_not():
     small = builder().build((1,), {})
     large = builder().build((bytes(2**20),), {})
-    assert not is_bulk({"op": "submit", "tasks": [small] * 3})
-    assert is_bulk({"op": "submit", "tasks": [small, large]})
+    assert not is_bulk(ops.Submit(tasks=(small,) * 3))
+    assert is_bulk(ops.Submit(tasks=(small, large)))
     assert not is_bulk({"op": "release", "keys": ["x"]})
 
 

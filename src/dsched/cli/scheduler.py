@@ -14,7 +14,7 @@ from . import (CONTEXT_SETTINGS, build_config, config_option, default_of, log_le
 
 
 def run_scheduler(cfg: dict) -> int:
-    from ..scheduler.server import run_scheduler as run
+    from ..scheduler.main import run_scheduler as run
 
     return run(cfg)
 

@@ -21,8 +21,11 @@ from typing import Any, Callable, Iterable
 
 from .. import config, serialize
 from ..comm import Comm, connect
-from ..errors import AuthenticationError, CommClosedError, SchedError, SchedulerLostError
+from ..errors import (
+    AuthenticationError, CommClosedError, RemoteProtocolError, SchedError, SchedulerLostError,
+)
 from ..peers import PeerPool
+from ..protocol import ops
 from .future import PENDING, Future, FutureState, FutureStatus
 from .reports import TASK_REPORTS, apply_task_report
 from .results import MISSING, fetch_results, substitute_present, wait_all
@@ -150,7 +153,10 @@ class AsyncClient:
                 f"scheduler's token (SCHED_TOKEN, token=, or the token file)") from None
         except (OSError, TimeoutError, CommClosedError) as error:
             raise OSError(f"cannot connect to the scheduler at {address}: {error}") from None
-        self.id = welcome[0].get("client", self.name)
+        first = ops.decode(welcome[0])
+        if type(first) is not ops.Welcome:
+            raise ops.BadOp(f"the scheduler's first op was {first.OP}, not welcome")
+        self.id = first.client
 
     async def close(self) -> None:
         """Cancel what is pending, disconnect (the scheduler forgets this client's tasks) and
@@ -235,17 +241,17 @@ class AsyncClient:
                 released.append(item.key)
             else:
                 if released:
-                    self._send({"op": "release", "keys": released})
+                    self._send(ops.Release(keys=tuple(released)))
                     released = []
                 self._send(item)
         if released:
-            self._send({"op": "release", "keys": released})
+            self._send(ops.Release(keys=tuple(released)))
 
-    def _send(self, op: dict) -> None:
+    def _send(self, op: Any) -> None:
         if self.comm is not None and not self.comm.closed:
             # A submit with a large function or arguments is bulk: the user's own data, not
             # counted toward the outbox limit, which is there to catch a stuck scheduler.
-            self.comm.write_nowait(op, bulk=is_bulk(op))
+            self.comm.write_nowait(op.to_wire(), bulk=is_bulk(op))
 
     # -- submitting -------------------------------------------------------------------------
 
@@ -267,7 +273,7 @@ class AsyncClient:
         task_size(task, self._limits["max_message_size"])
         future, submit = self._future(task["key"])
         if submit:
-            self._enqueue({"op": "submit", "tasks": [task]})
+            self._enqueue(ops.Submit(tasks=(task,)))
         return future
 
     def map(self, fn: Callable, *iterables: Iterable, key: str | Iterable[str] | None = None,
@@ -294,12 +300,12 @@ class AsyncClient:
             futures.append(future)
             if submit:
                 if tasks and size + nbytes > budget:  # keep each message well in a frame
-                    self._enqueue({"op": "submit", "tasks": tasks})
+                    self._enqueue(ops.Submit(tasks=tuple(tasks)))
                     tasks, size = [], 0
                 tasks.append(task)
                 size += nbytes
         if tasks:
-            self._enqueue({"op": "submit", "tasks": tasks})
+            self._enqueue(ops.Submit(tasks=tuple(tasks)))
         return futures
 
     def _cancel_now(self, futures: Iterable[Future] | Future) -> None:
@@ -315,8 +321,8 @@ class AsyncClient:
                     del self._states[state.key]
         # The scheduler cancels the tasks (and their dependents) and forgets them; the
         # futures say cancelled at once, and a later submit of the same call runs afresh.
-        self._enqueue({"op": "cancel", "keys": keys})
-        self._enqueue({"op": "release", "keys": keys})
+        self._enqueue(ops.Cancel(keys=tuple(keys)))
+        self._enqueue(ops.Release(keys=tuple(keys)))
         for state in states:
             state.finish(FutureStatus.cancelled, reason="cancelled by this client")
 
@@ -334,6 +340,9 @@ class AsyncClient:
                 self._on_op(op)
         except CommClosedError as error:
             reason = error.reason
+        except RemoteProtocolError as error:  # the scheduler sent something malformed
+            reason = f"protocol error: {error}"
+            self.comm.protocol_error(error)
         except Exception as error:  # a bug here must not leave futures hanging
             logger.exception("Client failed handling a report")
             reason = f"client error: {error}"
@@ -350,34 +359,37 @@ class AsyncClient:
         for state in states:
             state.finish(FutureStatus.lost, exception=lost, reason=reason)
 
-    def _on_op(self, op: dict) -> None:
-        kind = op.get("op")
+    def _on_op(self, d: dict) -> None:
+        op = ops.decode(d)
+        kind = type(op)
         if kind in TASK_REPORTS:
             apply_task_report(self._states, op)
-        elif op.get("id") is not None and op["id"] in self._requests:
-            request = self._requests.pop(op["id"])
-            if not request.done():
-                if kind == "error":
-                    request.set_exception(SchedError(op.get("reason", "scheduler error")))
+        elif kind is ops.Reply or (kind is ops.Error and op.id is not None):
+            request = self._requests.pop(op.id, None)
+            if request is not None and not request.done():
+                if kind is ops.Error:
+                    request.set_exception(SchedError(op.reason))
                 else:
-                    request.set_result(op)
-        elif kind == "error":
-            reason = op.get("reason") or "no reason given"
-            logger.error("The scheduler refused a message: %s", reason)
-            refused = SchedError(f"the scheduler refused the task: {reason}")
-            for key in op.get("keys") or ():  # the keys of a refused submit, when it says
+                    request.set_result(op.value)
+        elif kind is ops.Error:
+            logger.error("The scheduler refused a message: %s", op.reason)
+            refused = SchedError(f"the scheduler refused the task: {op.reason}")
+            for key in op.keys:  # the keys of a refused submit
                 state = self._states.get(key)
                 if state is not None:
-                    state.finish(FutureStatus.error, exception=refused, reason=reason)
+                    state.finish(FutureStatus.error, exception=refused, reason=op.reason)
+        else:
+            raise ops.BadOp(f"{op.OP} is not an op the scheduler sends a client")
 
-    async def _request(self, op: dict) -> dict:
+    async def _request(self, make: Callable[[int], Any]) -> Any:
+        """Send the request ``make(id)`` and return the value of its reply."""
         self._check_running()
         self._flush()  # after everything queued before it
         self._next_id += 1
         request_id = self._next_id
         waiter = self.loop.create_future()
         self._requests[request_id] = waiter
-        self._send({**op, "id": request_id})
+        self._send(make(request_id))
         try:
             return await asyncio.wait_for(waiter, self._timeout)
         finally:
@@ -385,10 +397,7 @@ class AsyncClient:
 
     async def scheduler_info(self) -> dict:
         """Workers (resources total, used and free, threads, GPUs) and task counts by state."""
-        reply = await self._request({"op": "info"})
-        reply.pop("op", None)
-        reply.pop("id", None)
-        return reply
+        return await self._request(lambda request_id: ops.Info(id=request_id))
 
     async def wait_for_workers(self, n: int, timeout: float | None = None) -> None:
         """Wait until at least ``n`` workers are connected (TimeoutError after ``timeout``)."""

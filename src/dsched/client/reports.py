@@ -1,47 +1,51 @@
 """Task reports from the scheduler, applied to the client's futures.
 
-``task-finished`` (also sent again when a lost result was computed anew elsewhere: it says
-where to fetch it now), ``task-erred``, ``task-cancelled`` and ``task-waiting`` (the reason no
-connected worker can run a task yet, or none once one can). Runs on the client's loop.
+``TaskFinished``, ``ResultMoved`` (a finished result is held elsewhere now: copied off a
+draining worker, or computed again after a loss), ``TaskErred``, ``TaskCancelled`` (this
+client's cancel took effect) and ``TaskWaiting`` (the reason no connected worker can run a
+task yet, or none once one can). Runs on the client's loop.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..errors import TaskFailedError
+from ..protocol import ops
 from .future import FutureState, FutureStatus
 
 logger = logging.getLogger("dsched.client")
 
-TASK_REPORTS = frozenset(("task-finished", "task-erred", "task-cancelled", "task-waiting"))
+TASK_REPORTS = frozenset((ops.TaskFinished, ops.ResultMoved, ops.TaskErred, ops.TaskCancelled,
+                          ops.TaskWaiting))
 
 
-def apply_task_report(states: Mapping[str, FutureState], op: dict) -> None:
-    kind = op["op"]
-    if kind == "task-waiting":
-        reason = op.get("reason") or ""
-        for key in op.get("keys", ()):
+def apply_task_report(states: Mapping[str, FutureState], op: Any) -> None:
+    kind = type(op)
+    if kind is ops.TaskWaiting:
+        reason = op.reason or ""
+        for key in op.keys:
             state = states.get(key)
             if state is not None:
                 state.reason = reason
         if reason:
-            logger.warning("%d task(s) cannot run yet: %s", len(op.get("keys", ())), reason)
+            logger.warning("%d task(s) cannot run yet: %s", len(op.keys), reason)
         return
-    state = states.get(op["key"])
+    state = states.get(op.key)
     if state is None:
         return  # released by now
-    if kind == "task-finished":
-        state.who_has = op.get("who_has") or ()
-        state.nbytes = op.get("nbytes", state.nbytes)
+    if kind is ops.TaskFinished:
+        state.who_has = op.who_has
+        state.nbytes = op.nbytes
         state.finish(FutureStatus.finished)
-    elif kind == "task-erred":
-        text, error = op.get("text") or "", op.get("error") or ""
-        if op.get("exception"):
-            state.error_from_payload(op["exception"], text, error)
+    elif kind is ops.ResultMoved:
+        state.who_has = op.who_has
+    elif kind is ops.TaskErred:
+        if op.exception:
+            state.error_from_payload(op.exception, op.text, op.error)
         else:
-            state.finish(FutureStatus.error, exception=TaskFailedError(text, error),
-                         traceback=None, reason=error)
+            state.finish(FutureStatus.error, exception=TaskFailedError(op.text, op.error),
+                         traceback=None, reason=op.error)
     else:
-        state.finish(FutureStatus.cancelled, reason=op.get("reason") or "")
+        state.finish(FutureStatus.cancelled, reason=op.reason)

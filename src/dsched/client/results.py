@@ -68,18 +68,18 @@ async def fetch_results(peers: PeerPool, states: list[FutureState], timeout: flo
     while True:
         requests = _requests(wanted, attempt, request_bytes)
         replies = await asyncio.gather(
-            *(peers.request(worker, {"op": "get-data", "keys": keys}, timeout + nbytes / 10e6)
+            *(peers.get_data(worker, tuple(keys), timeout + nbytes / 10e6)
               for worker, keys, nbytes in requests),
             return_exceptions=True)
         for reply in replies:
             if isinstance(reply, BaseException):
                 failure = reply
                 continue
-            for key, payload in reply.get("data", {}).items():
+            for key, payload in reply.data.items():
                 if key in wanted:
                     values[key] = serialize.loads(payload)
                     del wanted[key]
-            for key, text in (reply.get("errors") or {}).items():
+            for key, text in reply.errors.items():
                 if key in wanted:  # the worker cannot send it: no use asking again
                     raise SchedError(text)
         if not wanted:

@@ -20,7 +20,7 @@ import uuid
 from typing import Any, Callable, Iterable
 
 from .. import serialize
-from ..protocol import Payload
+from ..protocol import Payload, ops
 from ..protocol.messages import any_out_of_band
 from ..resources import Resources, check_demand
 from ..serialize import TaskRef
@@ -181,8 +181,8 @@ def task_size(task: dict[str, Any], max_message_size: int) -> int:
     return size
 
 
-def is_bulk(op: dict[str, Any]) -> bool:
+def is_bulk(op: Any) -> bool:
     """Whether ``op`` submits a function or arguments large enough to travel out of band: it
     goes as bulk data (a message of its own, not held to the outbox limit)."""
-    return op["op"] == "submit" and any_out_of_band(
-        part for task in op["tasks"] for part in task["spec"])
+    return type(op) is ops.Submit and any_out_of_band(
+        part for task in op.tasks for part in task["spec"])

@@ -18,10 +18,13 @@ from ..errors import CommClosedError, LocalProtocolError, RemoteProtocolError
 from ..protocol import PeerInfo
 from ..protocol.messages import Batch, Chunk, close_op, encode_ops
 
+from .quiet import Limited
+
 if TYPE_CHECKING:
     from .stream import FrameStream
 
 logger = logging.getLogger("dsched.comm")
+_malformed = Limited(logger)  # peers that send what we cannot accept
 
 #: Seconds a peer has to finish the handshake (TCP connect and TLS included, for connect()).
 HANDSHAKE_TIMEOUT = 10.0
@@ -262,6 +265,13 @@ class Comm:
             self._start_close(reason)
         await self._connection.wait_lost()
 
+    def close_nowait(self, reason: str) -> None:
+        """Send a close op with ``reason`` after everything queued, and close; ``close()``
+        without waiting for the peer to take it."""
+        if not self.closed:
+            self._flush_pending()
+            self._start_close(reason)
+
     def _start_close(self, reason: str) -> None:
         chunks = [chunk for chunk, _ in self._outbox]
         self._outbox.clear()
@@ -278,11 +288,12 @@ class Comm:
             self._mark_closed(reason)
         self._connection.abort()
 
-    def _protocol_error(self, error: RemoteProtocolError) -> None:
-        """The peer sent something bad: tell it why, close, keep the daemon going."""
+    def protocol_error(self, error: RemoteProtocolError) -> None:
+        """The peer sent something bad (a frame, or an op the daemon could not accept): tell it
+        why, close, keep the daemon going."""
         if self.closed:
             return
-        logger.warning("Closing %r: %s", self, error)
+        _malformed.warning("Closing %r: %s", self, error)
         self._mark_closed(f"protocol error: {error}")
         self._connection.write(encode_ops([close_op(str(error))]))
         self._connection.close_transport()

@@ -13,9 +13,11 @@ from ..errors import CommClosedError
 from ..protocol import ACCEPTOR, MAX_FRAME_SIZE, MAX_MESSAGE_SIZE, Handshake
 from .addresses import format_address
 from .connection import CLOSE_TIMEOUT, HANDSHAKE_TIMEOUT, INBOX_LIMIT, OUTBOX_LIMIT, Comm
+from .quiet import Limited
 from .stream import FrameStream
 
 logger = logging.getLogger("dsched.comm")
+_refused = Limited(logger)  # a flood of strangers is one line a minute
 
 Handler = Callable[[Comm], Awaitable[None]]
 
@@ -51,13 +53,13 @@ class Listener:
             return
         error = ready.exception()
         if error is not None:
-            logger.warning("Refused connection from %s: %s", connection.peer_address, error)
+            _refused.warning("Refused connection from %s: %s", connection.peer_address, error)
             return
         comm = ready.result()
         if self._closing:
             comm.abort("listener is closing")
             return
-        logger.info("Accepted %s %r from %s", comm.peer.role, comm.peer.name, comm.peer_address)
+        logger.debug("Accepted %s %r from %s", comm.peer.role, comm.peer.name, comm.peer_address)
         self.comms.add(comm)
         task = asyncio.get_running_loop().create_task(self._run_handler(comm))
         self._tasks.add(task)

@@ -65,7 +65,7 @@ class FrameStream(asyncio.BufferedProtocol):
         try:
             batches = self._decoder.buffer_updated(nbytes)
         except RemoteProtocolError as error:
-            self.comm._protocol_error(error)
+            self.comm.protocol_error(error)
             return
         self.comm._deliver(batches)
 
@@ -126,7 +126,7 @@ class FrameStream(asyncio.BufferedProtocol):
             try:
                 batches = self._decoder.feed(self.handshake.leftover)
             except RemoteProtocolError as error:
-                self.comm._protocol_error(error)
+                self.comm.protocol_error(error)
                 return
             self.comm._deliver(batches)
 

@@ -4,7 +4,8 @@
 goes as several parts), ``messages`` packs batches of op dicts (with large payloads out of
 band) and ``handshake`` opens each connection with magic, version and mutual token
 authentication. Nothing here touches a socket, asyncio or a clock, and nothing here unpickles:
-payloads are opaque bytes. ``dsched.comm`` carries it over TCP.
+payloads are opaque bytes. ``ops`` names every op the daemons exchange, one frozen dataclass
+each, checked when it arrives. ``dsched.comm`` carries it all over TCP.
 """
 
 from .framing import (
@@ -36,6 +37,7 @@ from .messages import (
     decode_ops,
     encode_ops,
 )
+from . import ops  # noqa: E402 - the typed ops build on the messages above
 
 __all__ = [
     "ACCEPTOR",
@@ -61,4 +63,5 @@ __all__ = [
     "close_op",
     "decode_ops",
     "encode_ops",
+    "ops",
 ]

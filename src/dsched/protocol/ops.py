@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import RemoteProtocolError, ResourceSpecError
 from ..resources import EMPTY, Resources
+from .messages import OOB_THRESHOLD, Payload
 
 
 class BadOp(RemoteProtocolError):
@@ -164,6 +165,12 @@ def _spec(v: Any) -> tuple:
     raise _fail("a task spec: two byte strings", v)
 
 
+def _spec_to_wire(spec: tuple) -> list:
+    """Large parts go out of band, written from the holder's memory."""
+    return [Payload(part) if type(part) is not Payload and len(part) >= OOB_THRESHOLD else part
+            for part in spec]
+
+
 def _any(v: Any) -> Any:
     return v
 
@@ -218,7 +225,7 @@ _KINDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any] | None]] = {
     "dict[str, str]": (_str_str, None), "dict[str, bytes]": (_str_bytes, None),
     "dict[str, tuple[str, ...]]": (_str_strs, lambda m: {k: list(v) for k, v in m.items()}),
     "dict": (_map, None), "tuple[dict, ...]": (_maps, list), "Any": (_any, None),
-    "Resources": (_resources, lambda r: r.to_wire()), "Spec": (_spec, list),
+    "Resources": (_resources, lambda r: r.to_wire()), "Spec": (_spec, _spec_to_wire),
     "tuple[Task, ...]": (_tasks, lambda tasks: [_task_to_wire(t) for t in tasks]),
 }
 
@@ -417,9 +424,9 @@ class TaskErred:
     key: str
     exception: bytes = b""
     text: str = ""
-    error: str = ""
     start: float | None = None
     stop: float | None = None
+    error: str = ""
 
 
 @op("task-stopped")

@@ -1,8 +1,8 @@
 """The actions ``SchedulerState.handle`` returns: what the async shell must now do.
 
 Each is a small frozen dataclass; the shell carries them out in order. Messages to workers
-(Execute, CancelTask, FreeResults, CloseWorker), reports to clients (each task end is
-reported once: ReportFinished, ReportErred or ReportCancelled; ReportWaiting when the reason
+(Execute, StopTask, Free, CloseWorker), reports to clients (each task end is
+reported once: TaskFinished, TaskErred or TaskCancelled; TaskWaiting when the reason
 a queued task cannot run changes) and Log records for the ``logging`` module.
 
 Pure data: no I/O, no logic.
@@ -43,7 +43,7 @@ class Execute:
 
 
 @_frozen
-class CancelTask:
+class StopTask:
     """Stop ``key`` on ``worker`` (kill its process group): nobody needs it any more. The
     worker answers with CancelConfirmed, or with the task's end if that came first."""
 
@@ -52,7 +52,7 @@ class CancelTask:
 
 
 @_frozen
-class FreeResults:
+class Free:
     """``worker`` may drop the results of ``keys``: nothing needs them any more."""
 
     worker: str
@@ -71,7 +71,7 @@ class Replicate:
 
 
 @_frozen
-class RetireWorker:
+class Retire:
     """The draining ``worker`` may leave: it runs nothing, and what it alone held that is
     still needed is held elsewhere now (or cannot be moved)."""
 
@@ -80,17 +80,19 @@ class RetireWorker:
 
 @_frozen
 class CloseWorker:
-    """The scheduler gave up on ``worker`` (heartbeat timeout, duplicate name): close it."""
+    """The scheduler gave up on ``worker`` (heartbeat timeout): close it. ``refused``: it was
+    never accepted (a name already taken, no threads), which a worker takes as final."""
 
     worker: str
     reason: str
+    refused: bool = False
 
 
 # -- to clients ---------------------------------------------------------------------------
 
 
 @_frozen
-class ReportFinished:
+class TaskFinished:
     """``key`` finished; its result (``nbytes``) is held on the workers in ``who_has``."""
 
     key: str
@@ -100,7 +102,7 @@ class ReportFinished:
 
 
 @_frozen
-class ReportMoved:
+class ResultMoved:
     """The result of ``key``, already reported finished, is now held by ``who_has``: it was
     lost with a worker and computed again. Not a second end: the clients' fetches go there."""
 
@@ -110,7 +112,7 @@ class ReportMoved:
 
 
 @_frozen
-class ReportErred:
+class TaskErred:
     """``key`` failed for good.
 
     ``error`` says how: ``exception`` (the task raised; ``exception`` holds it, opaque),
@@ -129,7 +131,7 @@ class ReportErred:
 
 
 @_frozen
-class ReportCancelled:
+class TaskCancelled:
     """``clients`` cancelled ``key`` (or a task it depends on): their futures end cancelled.
     The task itself runs on while another client wants it."""
 
@@ -139,7 +141,7 @@ class ReportCancelled:
 
 
 @_frozen
-class ReportWaiting:
+class TaskWaiting:
     """The tasks ``keys`` of ``client`` cannot run on any connected worker because of
     ``reason``; ``reason`` None means they can run again (a fitting worker joined)."""
 
@@ -167,12 +169,12 @@ class Log:
 DEBUG, INFO, WARNING = 10, 20, 30
 
 Action = Union[
-    Execute, CancelTask, FreeResults, Replicate, RetireWorker, CloseWorker, ReportFinished,
-    ReportMoved, ReportErred, ReportCancelled, ReportWaiting, Log,
+    Execute, StopTask, Free, Replicate, Retire, CloseWorker, TaskFinished,
+    ResultMoved, TaskErred, TaskCancelled, TaskWaiting, Log,
 ]
 
 __all__ = [
-    "Action", "CancelTask", "CloseWorker", "Execute", "FreeResults", "Log", "NO_INPUTS",
-    "Replicate", "ReportCancelled", "ReportErred", "ReportFinished", "ReportMoved",
-    "ReportWaiting", "RetireWorker",
+    "Action", "StopTask", "CloseWorker", "Execute", "Free", "Log", "NO_INPUTS",
+    "Replicate", "TaskCancelled", "TaskErred", "TaskFinished", "ResultMoved",
+    "TaskWaiting", "Retire",
 ]

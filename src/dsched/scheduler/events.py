@@ -77,7 +77,7 @@ class WorkerHeartbeat:
 
 
 @_frozen
-class WorkerDraining:
+class Draining:
     """The worker stops taking work (SIGTERM): it finishes what runs within its deadline, and
     leaves once the results only it holds that are still needed are held elsewhere."""
 
@@ -128,7 +128,7 @@ class TaskErred:
 
 
 @_frozen
-class CancelConfirmed:
+class TaskStopped:
     """``worker`` stopped ``key`` after a CancelTask: its thread and resources are free."""
 
     key: str
@@ -162,7 +162,7 @@ class MissingData:
 
 
 @_frozen
-class ResultReplicated:
+class Replicated:
     """``worker`` now holds a copy of the result of ``key`` (``nbytes``), as asked."""
 
     key: str
@@ -231,14 +231,14 @@ class Tick:
 
 
 Event = Union[
-    WorkerJoined, WorkerHeartbeat, WorkerDraining, WorkerLeft, TaskFinished, TaskErred,
-    CancelConfirmed, TaskRejected, MissingData, ResultReplicated, ReplicateFailed,
+    WorkerJoined, WorkerHeartbeat, Draining, WorkerLeft, TaskFinished, TaskErred,
+    TaskStopped, TaskRejected, MissingData, Replicated, ReplicateFailed,
     TasksSubmitted, CancelRequested, KeysReleased, ClientDisconnected, Tick,
 ]
 
 __all__ = [
-    "CancelConfirmed", "CancelRequested", "ClientDisconnected", "Event", "KeysReleased",
-    "MissingData", "ReplicateFailed", "ResultReplicated", "TaskErred", "TaskFinished",
-    "TaskRejected", "TaskSpec", "TasksSubmitted", "Tick", "WorkerDraining", "WorkerHeartbeat",
+    "TaskStopped", "CancelRequested", "ClientDisconnected", "Event", "KeysReleased",
+    "MissingData", "ReplicateFailed", "Replicated", "TaskErred", "TaskFinished",
+    "TaskRejected", "TaskSpec", "TasksSubmitted", "Tick", "Draining", "WorkerHeartbeat",
     "WorkerJoined", "WorkerLeft",
 ]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..resources import EMPTY, Resources
-from .actions import DEBUG, INFO, ReportCancelled, ReportErred, ReportFinished, ReportMoved
+from .actions import DEBUG, INFO, TaskCancelled, TaskErred, TaskFinished, ResultMoved
 from .events import TaskSpec
 from .outbox import Outbox
 from .placer import Placer
@@ -146,7 +146,7 @@ class TaskGraph:
         t.wanted_by += (client,)
         self.clients.setdefault(client, {})[t.key] = None
         if t.state is MEMORY:
-            self.out.actions.append(ReportFinished(
+            self.out.actions.append(TaskFinished(
                 key=t.key, clients=(client,), nbytes=t.nbytes, who_has=tuple(t.who_has or ())))
         elif t.state is RELEASED:
             t.reported = False
@@ -258,7 +258,7 @@ class TaskGraph:
             seen.add(t)
             if client in t.wanted_by:
                 if t.state in ACTIVE and not t.reported:  # not one already told finished
-                    self.out.actions.append(ReportCancelled(key=t.key, clients=(client,),
+                    self.out.actions.append(TaskCancelled(key=t.key, clients=(client,),
                                                          reason=reason))
                 self.unwant(t.key, client)
             for dd in t.waiters:
@@ -267,16 +267,16 @@ class TaskGraph:
     def report_end(self, t: Task) -> None:
         if t.reported:
             if t.state is MEMORY and t.wanted_by:  # recomputed after a loss: say where now
-                self.out.actions.append(ReportMoved(key=t.key, clients=t.wanted_by,
+                self.out.actions.append(ResultMoved(key=t.key, clients=t.wanted_by,
                                                  who_has=tuple(t.who_has or ())))
             return
         t.reported = True
         state = t.state
         if state is MEMORY:
-            self.out.actions.append(ReportFinished(
+            self.out.actions.append(TaskFinished(
                 key=t.key, clients=t.wanted_by, nbytes=t.nbytes, who_has=tuple(t.who_has or ())))
         else:
-            self.out.actions.append(ReportErred(
+            self.out.actions.append(TaskErred(
                 key=t.key, clients=t.wanted_by, error=t.error or "exception",
                 text=t.end_reason or "", exception=t.exception))
             self.out.log(INFO, "Task %s erred (%s): %s", t.key, t.error, t.end_reason)

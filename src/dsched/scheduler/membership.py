@@ -13,7 +13,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from . import events as ev
-from .actions import INFO, WARNING, CancelTask, CloseWorker, Replicate, ReportMoved, RetireWorker
+from .actions import INFO, WARNING, StopTask, CloseWorker, Replicate, ResultMoved, Retire
 from .graph import TaskGraph
 from .outbox import Outbox
 from .placer import Placer
@@ -52,12 +52,12 @@ class Membership:
         other = self.placer.index.by_name.get(e.name)
         if other is not None:
             reason = f"a worker named {e.name!r} is already connected from {other}"
-            out.actions.append(CloseWorker(worker=e.address, reason=reason))
+            out.actions.append(CloseWorker(worker=e.address, reason=reason, refused=True))
             out.log(WARNING, "Refused worker %s at %s: %s", e.name, e.address, reason)
             return
         if e.nthreads < 1:
             reason = f"a worker needs at least one thread, not {e.nthreads}"
-            out.actions.append(CloseWorker(worker=e.address, reason=reason))
+            out.actions.append(CloseWorker(worker=e.address, reason=reason, refused=True))
             return
         w = WorkerInfo(e.address, e.name, e.nthreads, e.resources, tuple(e.gpus), out.now)
         self.workers[e.address] = w
@@ -114,7 +114,7 @@ class Membership:
         for key in running:
             t = graph.tasks.get(key)
             if t is None or t.state is not QUEUED or not self.placer.adopt(t, w):
-                out.actions.append(CancelTask(key=key, worker=w.address))
+                out.actions.append(StopTask(key=key, worker=w.address))
 
     def heartbeat(self, e: ev.WorkerHeartbeat) -> None:
         w = self.workers.get(e.address)
@@ -194,7 +194,7 @@ class Membership:
 
     # -- draining ----------------------------------------------------------------------------
 
-    def start_draining(self, e: ev.WorkerDraining) -> None:
+    def start_draining(self, e: ev.Draining) -> None:
         w = self.workers.get(e.address)
         if w is None or w.draining:
             return
@@ -244,7 +244,7 @@ class Membership:
                 del w.evacuating[key]
                 return
 
-    def replicated(self, e: ev.ResultReplicated) -> None:
+    def replicated(self, e: ev.Replicated) -> None:
         self._evacuated(e.key, e.worker)
         w = self.workers.get(e.worker)
         if w is None:
@@ -259,7 +259,7 @@ class Membership:
         w.has_what[e.key] = None
         self.out.counters["replicated"] += 1
         if t.wanted_by:  # the clients' fetches may go there now
-            self.out.actions.append(ReportMoved(key=t.key, clients=t.wanted_by,
+            self.out.actions.append(ResultMoved(key=t.key, clients=t.wanted_by,
                                                 who_has=tuple(t.who_has)))
 
     def replicate_failed(self, e: ev.ReplicateFailed) -> None:
@@ -275,4 +275,4 @@ class Membership:
         for w in self.draining.values():
             if not (w.retired or w.processing or w.stopping or w.evacuating):
                 w.retired = True
-                self.out.actions.append(RetireWorker(worker=w.address))
+                self.out.actions.append(Retire(worker=w.address))

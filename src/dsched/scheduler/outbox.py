@@ -8,7 +8,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from .actions import FreeResults, Log, ReportWaiting
+from .actions import Free, Log, TaskWaiting
 
 
 class Outbox:
@@ -42,11 +42,11 @@ class Outbox:
         actions = self.actions
         if self.to_free:
             for address, keys in self.to_free.items():
-                actions.append(FreeResults(worker=address, keys=tuple(keys)))
+                actions.append(Free(worker=address, keys=tuple(keys)))
             self.to_free = {}
         if self.waiting:
             for (client, reason), keys in self.waiting.items():
-                actions.append(ReportWaiting(client=client, keys=tuple(keys), reason=reason))
+                actions.append(TaskWaiting(client=client, keys=tuple(keys), reason=reason))
             self.waiting = {}
         self.actions = []
         return actions

@@ -19,7 +19,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Iterable
 
-from .actions import DEBUG, NO_INPUTS, CancelTask, Execute, Log
+from .actions import DEBUG, NO_INPUTS, StopTask, Execute, Log
 from .backfill import Backfill
 from .outbox import Outbox
 from .queue import ReadyQueue, ShapeQueue
@@ -360,7 +360,7 @@ class Placer:
         w.stopping[t.key] = t
         t.processing_on = None
         w.version += 1
-        self.out.actions.append(CancelTask(key=t.key, worker=w.address))
+        self.out.actions.append(StopTask(key=t.key, worker=w.address))
 
     def tick(self) -> None:
         """Time passed: estimates drift, so the reserved task looks for its best worker

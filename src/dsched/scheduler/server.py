@@ -1,16 +1,10 @@
-"""The scheduler daemon's async shell: messages become events, actions become messages.
+"""The scheduler daemon's async shell: ops become events, actions become ops.
 
-Every decision is ``SchedulerState``'s; this module accepts connections, turns each op into an
-event stamped with the loop's monotonic clock, hands it to ``state.handle`` and carries out the
-returned actions in order. It logs, ticks the clock for timeouts, and drains on SIGTERM.
-
-Ops from workers: ``register`` (first), ``heartbeat``, ``task-finished``, ``task-erred``,
-``task-cancelled``, ``task-rejected``, ``missing-data``, ``draining``, ``replicated``,
-``replicate-failed``, ``unregister``. Ops to workers: ``execute``, ``cancel``, ``free``,
-``replicate``, ``retire``.
-Ops from clients: ``submit``, ``cancel``, ``release``; ``info`` and ``who-has`` are requests
-answered by ``id``.
-Ops to clients: ``task-finished``, ``task-erred``, ``task-cancelled``, ``task-waiting``.
+Every decision is ``SchedulerState``'s. This module accepts connections, decodes each op a
+worker or client sends (``protocol.ops``: a malformed one closes that connection, with the
+reason), turns it into an event stamped with the loop's monotonic clock through a table,
+hands it to ``state.handle`` and carries out the returned actions in order, through another
+table. It also ticks the clock for timeouts and drains on request.
 """
 
 from __future__ import annotations
@@ -18,17 +12,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
-import socket
-import sys
-from typing import Any
+from typing import Any, Callable
 
 from ..comm import Comm, Listener, listen
 from ..comm.addresses import reachable_host
-from ..errors import CommClosedError, ConfigError, ResourceSpecError
-from ..protocol import Payload
+from ..errors import CommClosedError, RemoteProtocolError
+from ..protocol import ops
 from ..protocol.messages import any_out_of_band
-from ..resources import Resources
 from . import actions as act
 from . import events as ev
 from .state import SchedulerState
@@ -36,10 +26,79 @@ from .views import processing_count, task_counts, waiting, who_has, worker_info
 
 logger = logging.getLogger("dsched.scheduler")
 
+#: Seconds between the clock's ticks (heartbeat timeouts, refusal back-offs, estimates).
 TICK_INTERVAL = 0.5
+#: Seconds a worker has, once connected, to send its register op.
+REGISTER_TIMEOUT = 30.0
+
+# -- what workers and clients say, as events -----------------------------------------------
+
+#: op class -> event maker, for the ops a registered worker sends.
+WORKER_OPS: dict[type, Callable[[Any, str, float], Any]] = {
+    ops.TaskFinished: lambda o, w, now: ev.TaskFinished(
+        key=o.key, worker=w, nbytes=o.nbytes, start=o.start, stop=o.stop, duration=o.duration,
+        now=now),
+    ops.TaskErred: lambda o, w, now: ev.TaskErred(
+        key=o.key, worker=w, exception=o.exception, text=o.text, now=now),
+    ops.TaskStopped: lambda o, w, now: ev.TaskStopped(key=o.key, worker=w, now=now),
+    ops.TaskRejected: lambda o, w, now: ev.TaskRejected(
+        key=o.key, worker=w, reason=o.reason, now=now),
+    ops.MissingData: lambda o, w, now: ev.MissingData(
+        key=o.key, worker=w, dependency=o.dependency, tried=o.tried, reason=o.reason,
+        permanent=o.permanent, now=now),
+    ops.Heartbeat: lambda o, w, now: ev.WorkerHeartbeat(
+        address=w, metrics={"cpu": o.cpu, "memory": o.memory, "memory_limit": o.memory_limit,
+                            "gpus": list(o.gpus), "executing": o.executing}, now=now),
+    ops.Draining: lambda o, w, now: ev.Draining(address=w, now=now),
+    ops.Replicated: lambda o, w, now: ev.Replicated(key=o.key, worker=w, nbytes=o.nbytes,
+                                                    now=now),
+    ops.ReplicateFailed: lambda o, w, now: ev.ReplicateFailed(key=o.key, worker=w,
+                                                              reason=o.reason, now=now),
+}
+
+#: op class -> event maker, for the client ops that change the state (requests aside).
+CLIENT_OPS: dict[type, Callable[[Any, str, float], Any]] = {
+    ops.Submit: lambda o, c, now: ev.TasksSubmitted(
+        client=c, tasks=tuple(ev.TaskSpec(**task) for task in o.tasks), now=now),
+    ops.Cancel: lambda o, c, now: ev.CancelRequested(client=c, keys=o.keys, now=now),
+    ops.Release: lambda o, c, now: ev.KeysReleased(client=c, keys=o.keys, now=now),
+}
+
+
+def _joined(o: ops.Register, now: float) -> ev.WorkerJoined:
+    return ev.WorkerJoined(
+        address=o.address, name=o.name or o.address, nthreads=o.nthreads,
+        resources=o.resources, gpus=o.gpus, held=tuple(o.held.items()), running=o.running,
+        previous_exit=o.previous_exit, now=now)
+
+
+# -- actions, as ops to send ------------------------------------------------------------------
+
+#: action class -> op maker, for actions addressed to one worker.
+TO_WORKER: dict[type, Callable[[Any], Any]] = {
+    act.Execute: lambda a: ops.Execute(
+        key=a.key, spec=a.spec, resources=a.resources, priority=a.priority,
+        who_has=a.who_has, nbytes=a.nbytes),
+    act.StopTask: lambda a: ops.StopTask(key=a.key),
+    act.Free: lambda a: ops.Free(keys=a.keys),
+    act.Replicate: lambda a: ops.Replicate(key=a.key, who_has=(a.source,), nbytes=a.nbytes),
+    act.Retire: lambda a: ops.Retire(),
+}
+
+#: action class -> op maker, for actions addressed to clients.
+TO_CLIENTS: dict[type, Callable[[Any], Any]] = {
+    act.TaskFinished: lambda a: ops.TaskFinished(key=a.key, nbytes=a.nbytes, who_has=a.who_has),
+    act.ResultMoved: lambda a: ops.ResultMoved(key=a.key, who_has=a.who_has),
+    act.TaskErred: lambda a: ops.TaskErred(key=a.key, exception=a.exception, text=a.text,
+                                           error=a.error),
+    act.TaskCancelled: lambda a: ops.TaskCancelled(key=a.key, reason=a.reason),
+    act.TaskWaiting: lambda a: ops.TaskWaiting(keys=a.keys, reason=a.reason),
+}
 
 
 class Scheduler:
+    """The daemon around one ``SchedulerState``: ``start()``, then serve until ``drain()``."""
+
     def __init__(self, *, host: str = "127.0.0.1", port: int = 8786, token: str,
                  ssl: Any = None, allowed_failures: int = 3,
                  no_worker_timeout: float | None = None, heartbeat_timeout: float = 60.0,
@@ -109,21 +168,17 @@ class Scheduler:
 
     async def _serve_worker(self, comm: Comm) -> None:
         try:
-            batch = await asyncio.wait_for(comm.recv(), 30)
+            batch = await asyncio.wait_for(comm.recv(), REGISTER_TIMEOUT)
+            first = ops.decode(batch[0])
+            if type(first) is not ops.Register:
+                raise ops.BadOp(f"a worker's first op must be register, not {first.OP}")
         except (CommClosedError, asyncio.TimeoutError):
             await comm.close("expected a register op")
             return
-        first = batch[0] if batch else {}
-        try:
-            joined = self._joined_event(first)
-        except (KeyError, TypeError, ValueError, ResourceSpecError) as error:
-            await comm.close(f"refused: invalid register op: {error}")
+        except RemoteProtocolError as error:
+            comm.protocol_error(error)
             return
-        address = joined.address
-        if any(w.name == joined.name and w.address != address
-               for w in self.state.workers.values()):
-            await comm.close(f"refused: a worker named {joined.name!r} is already registered")
-            return
+        address = first.address
         old = self.workers.pop(address, None)
         if old is not None:
             # The same worker again (it reconnected before we saw its old connection close):
@@ -132,17 +187,24 @@ class Scheduler:
         self.workers[address] = comm
         reason, expected = "connection closed", False
         try:
-            comm.write_nowait({"op": "registered", "address": address})
-            self._handle(joined)
-            for op in batch[1:]:
-                self._worker_op(address, op)
-            async for op in comm:
-                if op.get("op") == "unregister":
-                    reason, expected = str(op.get("reason", "worker unregistered")), True
+            actions = self.state.handle(_joined(first, self.now()))
+            if address in self.state.workers:  # accepted: say so before anything else
+                comm.write_nowait(ops.Registered(address=address).to_wire())
+            for action in actions:
+                self._carry_out(action)
+            for d in batch[1:]:
+                self._worker_op(address, ops.decode(d))
+            async for d in comm:
+                op = ops.decode(d)
+                if type(op) is ops.Unregister:
+                    reason, expected = op.reason, True
                     break
                 self._worker_op(address, op)
         except CommClosedError as error:
             reason = error.reason
+        except RemoteProtocolError as error:  # a malformed op: that worker goes, we go on
+            reason = f"protocol error: {error}"
+            comm.protocol_error(error)
         finally:
             if self.workers.get(address) is comm:
                 del self.workers[address]
@@ -151,101 +213,43 @@ class Scheduler:
             if not comm.closed:
                 await comm.close("goodbye")
 
-    def _joined_event(self, op: dict) -> ev.WorkerJoined:
-        if op.get("op") != "register":
-            raise ValueError(f"the first op must be register, not {op.get('op')!r}")
-        nthreads = op["nthreads"]
-        if not isinstance(nthreads, int) or nthreads < 1:
-            raise ValueError(f"nthreads must be a positive integer, not {nthreads!r}")
-        return ev.WorkerJoined(
-            address=str(op["address"]), name=str(op.get("name") or op["address"]),
-            nthreads=nthreads, resources=Resources.from_wire(op.get("resources") or {}),
-            gpus=tuple(op.get("gpus") or ()),
-            held=tuple((str(k), int(n)) for k, n in (op.get("held") or {}).items()),
-            running=tuple(str(k) for k in op.get("running") or ()),
-            previous_exit=str(op["previous_exit"]) if op.get("previous_exit") else None,
-            now=self.now(),
-        )
-
-    def _worker_op(self, address: str, op: dict) -> None:
-        kind = op.get("op")
-        now = self.now()
-        try:
-            if kind == "task-finished":
-                event: Any = ev.TaskFinished(key=op["key"], worker=address, nbytes=op["nbytes"],
-                                             start=op["start"], stop=op["stop"],
-                                             duration=op.get("duration"), now=now)
-            elif kind == "heartbeat":
-                event = ev.WorkerHeartbeat(address=address, metrics=op, now=now)
-            elif kind == "task-erred":
-                event = ev.TaskErred(key=op["key"], worker=address, exception=op["exception"],
-                                     text=op["traceback"], now=now)
-            elif kind == "task-cancelled":
-                event = ev.CancelConfirmed(key=op["key"], worker=address, now=now)
-            elif kind == "task-rejected":
-                event = ev.TaskRejected(key=op["key"], worker=address,
-                                        reason=op.get("reason", ""), now=now)
-            elif kind == "missing-data":
-                event = ev.MissingData(key=op["key"], worker=address, dependency=op["dependency"],
-                                       tried=tuple(op.get("tried", ())),
-                                       reason=str(op.get("reason") or ""),
-                                       permanent=bool(op.get("permanent")), now=now)
-            elif kind == "draining":
-                event = ev.WorkerDraining(address=address, now=now)
-            elif kind == "replicated":
-                event = ev.ResultReplicated(key=op["key"], worker=address,
-                                            nbytes=int(op.get("nbytes") or 0), now=now)
-            elif kind == "replicate-failed":
-                event = ev.ReplicateFailed(key=op["key"], worker=address,
-                                           reason=str(op.get("reason") or ""), now=now)
-            else:
-                logger.warning("Ignoring unknown op %r from worker %s", kind, address)
-                return
-        except (KeyError, TypeError) as error:
-            logger.warning("Ignoring malformed %r op from worker %s: %s", kind, address, error)
-            return
-        self._handle(event)
+    def _worker_op(self, address: str, op: Any) -> None:
+        make = WORKER_OPS.get(type(op))
+        if make is None:
+            raise ops.BadOp(f"{op.OP} is not an op a registered worker sends")
+        self._handle(make(op, address, self.now()))
 
     async def _serve_client(self, comm: Comm) -> None:
         client = f"{comm.peer.name}-{next(self._client_ids)}"
         self.clients[client] = comm
-        comm.write_nowait({"op": "welcome", "client": client})
+        comm.write_nowait(ops.Welcome(client=client).to_wire())
         try:
-            async for op in comm:
-                self._client_op(client, comm, op)
+            async for d in comm:
+                self._client_op(client, comm, ops.decode(d))
         except CommClosedError:
             pass
+        except RemoteProtocolError as error:  # a malformed op: that client goes, we go on
+            comm.protocol_error(error)
         finally:
             del self.clients[client]
             self._handle(ev.ClientDisconnected(client=client, now=self.now()))
 
-    def _client_op(self, client: str, comm: Comm, op: dict) -> None:
-        kind = op.get("op")
-        now = self.now()
-        try:
-            if kind == "submit":
-                if self.draining:
-                    keys = [task.get("key") for task in op.get("tasks", ()) if isinstance(task, dict)]
-                    comm.write_nowait({"op": "error", "id": op.get("id"), "keys": keys,
-                                       "reason": "the scheduler is draining and takes no work"})
-                    return
-                tasks = tuple(_task_spec(task) for task in op["tasks"])
-                self._handle(ev.TasksSubmitted(client=client, tasks=tasks, now=now))
-            elif kind == "release":
-                self._handle(ev.KeysReleased(client=client, keys=tuple(op["keys"]), now=now))
-            elif kind == "cancel":
-                self._handle(ev.CancelRequested(client=client, keys=tuple(op["keys"]), now=now))
-            elif kind == "info":
-                comm.write_nowait({"op": "info", "id": op.get("id"), **self.info()})
-            elif kind == "who-has":
-                comm.write_nowait({"op": "who-has", "id": op.get("id"),
-                                   "who_has": who_has(self.state, op["keys"])})
-            else:
-                comm.write_nowait({"op": "error", "id": op.get("id"),
-                                   "reason": f"unknown op {kind!r}"})
-        except (KeyError, TypeError, ValueError, ResourceSpecError) as error:
-            comm.write_nowait({"op": "error", "id": op.get("id"),
-                               "reason": f"malformed {kind!r} op: {error}"})
+    def _client_op(self, client: str, comm: Comm, op: Any) -> None:
+        kind = type(op)
+        make = CLIENT_OPS.get(kind)
+        if make is not None:
+            if kind is ops.Submit and self.draining:
+                comm.write_nowait(ops.Error(
+                    reason="the scheduler is draining and takes no work", id=op.id,
+                    keys=tuple(task["key"] for task in op.tasks)).to_wire())
+                return
+            self._handle(make(op, client, self.now()))
+        elif kind is ops.Info:
+            comm.write_nowait(ops.Reply(id=op.id, value=self.info()).to_wire())
+        elif kind is ops.WhoHas:
+            comm.write_nowait(ops.Reply(id=op.id, value=who_has(self.state, op.keys)).to_wire())
+        else:
+            raise ops.BadOp(f"{op.OP} is not an op a client sends")
 
     def info(self) -> dict:
         return {"address": self.address, "workers": worker_info(self.state),
@@ -260,60 +264,34 @@ class Scheduler:
 
     def _carry_out(self, action: Any) -> None:
         kind = type(action)
-        if kind is act.Execute:
-            # Large specs are bulk: held here until the task ends anyway, and at most as many
-            # as the worker can start, so not held to the outbox limit.
-            self._to_worker(action.worker, {
-                "op": "execute", "key": action.key, "spec": action.spec,
-                "resources": action.resources.to_wire(), "priority": action.priority,
-                "who_has": {k: list(v) for k, v in action.who_has.items()},
-                "nbytes": dict(action.nbytes)}, bulk=any_out_of_band(action.spec))
-        elif kind is act.ReportFinished:
-            self._to_clients(action.clients, {"op": "task-finished", "key": action.key,
-                                              "nbytes": action.nbytes,
-                                              "who_has": list(action.who_has)})
-        elif kind is act.ReportMoved:
-            self._to_clients(action.clients, {"op": "task-finished", "key": action.key,
-                                              "who_has": list(action.who_has)})
+        make = TO_WORKER.get(kind)
+        if make is not None:
+            comm = self.workers.get(action.worker)
+            if comm is not None and not comm.closed:  # else its WorkerLeft is on the way
+                # A large spec is bulk: held here until the task ends anyway, and sent for at
+                # most as many tasks as the worker can start, so not held to the outbox limit.
+                bulk = kind is act.Execute and any_out_of_band(action.spec)
+                comm.write_nowait(make(action).to_wire(), bulk=bulk)
+            return
+        make = TO_CLIENTS.get(kind)
+        if make is not None:
+            wire = make(action).to_wire()
+            clients = action.clients if kind is not act.TaskWaiting else (action.client,)
+            for client in clients:
+                comm = self.clients.get(client)
+                if comm is not None and not comm.closed:
+                    comm.write_nowait(wire)
         elif kind is act.Log:
             logger.log(action.level, action.msg, *action.args)
-        elif kind is act.FreeResults:
-            self._to_worker(action.worker, {"op": "free", "keys": list(action.keys)})
-        elif kind is act.ReportErred:
-            self._to_clients(action.clients, {"op": "task-erred", "key": action.key,
-                                              "error": action.error, "text": action.text,
-                                              "exception": action.exception})
-        elif kind is act.ReportCancelled:
-            self._to_clients(action.clients, {"op": "task-cancelled", "key": action.key,
-                                              "reason": action.reason})
-        elif kind is act.ReportWaiting:
-            self._to_clients((action.client,), {"op": "task-waiting", "keys": list(action.keys),
-                                                "reason": action.reason})
-        elif kind is act.CancelTask:
-            self._to_worker(action.worker, {"op": "cancel", "key": action.key})
-        elif kind is act.Replicate:
-            self._to_worker(action.worker, {"op": "replicate", "key": action.key,
-                                            "who_has": [action.source], "nbytes": action.nbytes})
-        elif kind is act.RetireWorker:
-            self._to_worker(action.worker, {"op": "retire"})
         elif kind is act.CloseWorker:
             comm = self.workers.get(action.worker)
             if comm is not None:
-                comm.abort(action.reason)
+                if action.refused:  # it is listening: tell it why, so it does not come back
+                    comm.close_nowait(f"refused: {action.reason}")
+                else:  # it stopped answering
+                    comm.abort(action.reason)
         else:
             raise TypeError(f"unknown scheduler action {action!r}")
-
-    def _to_worker(self, address: str, op: dict, bulk: bool = False) -> None:
-        comm = self.workers.get(address)
-        if comm is None or comm.closed:
-            return  # its WorkerLeft is on the way and will reschedule the work
-        comm.write_nowait(op, bulk=bulk)
-
-    def _to_clients(self, clients: tuple[str, ...], op: dict) -> None:
-        for client in clients:
-            comm = self.clients.get(client)
-            if comm is not None and not comm.closed:
-                comm.write_nowait(op)
 
     async def _tick(self) -> None:
         while True:
@@ -322,96 +300,3 @@ class Scheduler:
                 self._handle(ev.Tick(now=self.now()))
             except Exception:  # a bug in one tick must not stop the clock
                 logger.exception("Scheduler tick failed")
-
-
-def _task_spec(task: dict) -> ev.TaskSpec:
-    workers = task.get("workers")
-    return ev.TaskSpec(
-        key=str(task["key"]), spec=_payloads(task["spec"]),
-        dependencies=tuple(task.get("dependencies") or ()),
-        resources=Resources.from_wire(task.get("resources") or {}),
-        priority=int(task.get("priority") or 0), retries=int(task.get("retries") or 0),
-        workers=tuple(workers) if workers else None, prefix=str(task.get("prefix") or ""),
-        wanted=bool(task.get("wanted", True)),
-    )
-
-
-def _payloads(spec: Any) -> tuple[Payload, ...]:
-    """A task's function and arguments, as payloads: forwarded out of band when large."""
-    if not isinstance(spec, list) or not all(isinstance(p, (bytes, memoryview)) for p in spec):
-        raise TypeError(f"a task's spec must be a list of bytes, not {spec!r:.60}")
-    return tuple(Payload(part) for part in spec)
-
-
-def notify_systemd(message: bytes = b"READY=1") -> bool:
-    """Tell systemd (Type=notify) we are ready, when ``NOTIFY_SOCKET`` is set."""
-    path = os.environ.get("NOTIFY_SOCKET")
-    if not path:
-        return False
-    if path.startswith("@"):
-        path = "\0" + path[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.connect(path)
-        sock.sendall(message)
-    return True
-
-
-def prepare_state_dir(path: str) -> None:
-    """Create the state directory (mode 0700) or say in one line why it cannot be used."""
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        writable = os.access(path, os.W_OK | os.X_OK)
-    except OSError as error:
-        raise ConfigError(f"cannot create the state directory {path}: "
-                          f"{error.strerror or error}; choose another with --state-dir or "
-                          "scheduler.state_dir") from None
-    if not writable:
-        raise ConfigError(f"the state directory {path} is not writable by this user; choose "
-                          "another with --state-dir or scheduler.state_dir")
-
-
-def run_scheduler(cfg: dict) -> int:
-    """Run the scheduler daemon from a loaded config until it is drained; the exit status."""
-    from ..auth import ensure_token
-    from ..daemon import install_signal_handlers, setup_logging, ssl_contexts
-
-    s, c = cfg["scheduler"], cfg["comm"]
-    setup_logging(s["log_level"])
-    try:
-        prepare_state_dir(s["state_dir"])
-        token = ensure_token(token_file=s["token_file"])
-        ssl = ssl_contexts(s["tls"], server=True)
-    except ConfigError as error:
-        print(f"sched-scheduler: error: {error}", file=sys.stderr)
-        return 2
-
-    async def main() -> int:
-        scheduler = Scheduler(
-            host=s["host"], port=s["port"], token=token, ssl=ssl,
-            allowed_failures=s["allowed_failures"], no_worker_timeout=s["no_worker_timeout"],
-            heartbeat_timeout=s["heartbeat_timeout"], prefetch=s["prefetch"],
-            max_frame_size=c["max_frame_size"], max_message_size=c["max_message_size"],
-            outbox_limit=c["outbox_limit"],
-            handshake_timeout=c["handshake_timeout"],
-        )
-        try:
-            await scheduler.start()
-        except OSError as error:
-            logger.error("Cannot listen on %s:%s: %s", s["host"], s["port"], error.strerror or error)
-            return 1
-        stopped = asyncio.Event()
-
-        async def drain() -> None:
-            try:
-                await scheduler.drain(s["drain_timeout"])
-            finally:
-                stopped.set()
-
-        install_signal_handlers(drain)
-        notify_systemd()
-        # A line on stdout for whoever started us (tests, LocalCluster): where we listen.
-        print(f"sched-scheduler listening at {scheduler.address}", flush=True)
-        await stopped.wait()
-        return 0
-
-    return asyncio.run(main())

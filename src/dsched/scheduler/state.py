@@ -138,7 +138,7 @@ class SchedulerState:
         else:
             self.graph.fail(t, "exception", e.text, e.exception)
 
-    def _on_cancel_confirmed(self, e: ev.CancelConfirmed) -> None:
+    def _on_cancel_confirmed(self, e: ev.TaskStopped) -> None:
         w = self.workers.get(e.worker)
         if w is not None:
             t = w.stopping.pop(e.key, None)
@@ -227,14 +227,14 @@ class SchedulerState:
     _HANDLERS: dict[type, Callable] = {
         ev.WorkerJoined: lambda s, e: s.membership.joined(e),
         ev.WorkerHeartbeat: lambda s, e: s.membership.heartbeat(e),
-        ev.WorkerDraining: lambda s, e: s.membership.start_draining(e),
+        ev.Draining: lambda s, e: s.membership.start_draining(e),
         ev.WorkerLeft: lambda s, e: s.membership.left(e),
         ev.TaskFinished: _on_finished,
         ev.TaskErred: _on_erred,
-        ev.CancelConfirmed: _on_cancel_confirmed,
+        ev.TaskStopped: _on_cancel_confirmed,
         ev.TaskRejected: _on_rejected,
         ev.MissingData: _on_missing_data,
-        ev.ResultReplicated: lambda s, e: s.membership.replicated(e),
+        ev.Replicated: lambda s, e: s.membership.replicated(e),
         ev.ReplicateFailed: lambda s, e: s.membership.replicate_failed(e),
         ev.TasksSubmitted: _on_submitted,
         ev.CancelRequested: _on_cancel_requested,

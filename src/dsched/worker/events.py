@@ -1,35 +1,22 @@
-"""The events ``WorkerState.handle`` takes: what the scheduler, peers and the executor said.
+"""The events ``WorkerState.handle`` takes: what the scheduler, the peers, the executor and the
+operator said.
 
-Each is a small frozen dataclass. The async shell builds them from messages and from the
-executor's outcomes; times (``start``, ``stop``) are wall-clock seconds the shell measured,
-because the state itself reads no clock.
+What the scheduler sends is an op of ``protocol.ops`` and goes to the state as it is:
+``Execute``, ``StopTask``, ``Free``, ``Replicate``. So does what the executor says of a task,
+named as the scheduler will hear it: ``TaskFinished``, ``TaskErred``, ``TaskStopped`` (its
+process is gone). The events below are the worker's own: a fetch from a peer ended, or the
+worker was told to drain. Times are wall-clock seconds the shell measured, because the state
+itself reads no clock.
 
 Pure data: no I/O, no logic.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping, Union
+from dataclasses import dataclass
+from typing import Union
 
-from ..resources import EMPTY, Resources
-
-
-@dataclass(frozen=True)
-class ExecuteRequested:
-    """The scheduler asks this worker to run ``key``.
-
-    ``spec`` is the task as the executor reads it (opaque here). ``who_has`` names every input
-    the task needs and the workers that hold it (an input already here needs no workers);
-    ``nbytes`` gives the size of each input where the scheduler knows it.
-    """
-
-    key: str
-    spec: bytes
-    resources: Resources = EMPTY
-    priority: int = 0
-    who_has: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    nbytes: Mapping[str, int] = field(default_factory=dict)
+from ..protocol.ops import Execute, Free, Replicate, StopTask, TaskErred, TaskFinished, TaskStopped
 
 
 @dataclass(frozen=True)
@@ -54,74 +41,16 @@ class DependencyFetchFailed:
 
 
 @dataclass(frozen=True)
-class TaskCompleted:
-    """The executor finished ``key`` and the shell holds its result.
-
-    ``duration`` is the time the function itself ran when the executor measured it apart
-    from ``stop - start``; left out, the report uses ``stop - start``.
-    """
-
-    key: str
-    nbytes: int
-    start: float
-    stop: float
-    peak_memory: int = 0
-    duration: float | None = None
-
-
-@dataclass(frozen=True)
-class TaskFailed:
-    """``key`` raised: ``exception`` is the pickled exception (opaque), ``text`` its traceback."""
-
-    key: str
-    exception: bytes
-    text: str
-    start: float | None = None
-    stop: float | None = None
-
-
-@dataclass(frozen=True)
-class TaskStopped:
-    """The shell carried out StopTask for ``key``: its process is gone and it left no result.
-
-    The shell sends exactly one of TaskCompleted, TaskFailed or TaskStopped per StartTask,
-    whichever happened first, so that the resources are given back exactly once.
-    """
-
-    key: str
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class CancelRequested:
-    """The scheduler (or a user through it) cancels ``key``."""
-
-    key: str
-
-
-@dataclass(frozen=True)
-class FreeKeys:
-    """No future refers to these results any more: the worker may drop them."""
-
-    keys: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class DrainRequested:
     """Stop taking work (SIGTERM): hand back tasks not yet started; running ones go on."""
 
 
-@dataclass(frozen=True)
-class ReplicateRequested:
-    """The scheduler asks this worker to keep a copy of the result ``key``, fetched from one
-    of ``who_has`` (a draining worker that is its only holder)."""
-
-    key: str
-    who_has: tuple[str, ...]
-    nbytes: int = 0
-
-
 Event = Union[
-    ExecuteRequested, DependencyFetched, DependencyFetchFailed, TaskCompleted, TaskFailed,
-    TaskStopped, CancelRequested, FreeKeys, DrainRequested, ReplicateRequested,
+    Execute, StopTask, Free, Replicate, TaskFinished, TaskErred, TaskStopped, DependencyFetched,
+    DependencyFetchFailed, DrainRequested,
+]
+
+__all__ = [
+    "DependencyFetchFailed", "DependencyFetched", "DrainRequested", "Event", "Execute", "Free",
+    "Replicate", "StopTask", "TaskErred", "TaskFinished", "TaskStopped",
 ]

@@ -19,12 +19,12 @@ from __future__ import annotations
 import bisect
 from typing import Iterable
 
+from ..protocol import ops
 from ..resources import EMPTY, Resources, demand_error, format_units
 from . import events as ev
 from .actions import (
-    GPU_PROCESS, THREAD, Action, FetchDependency, ReleaseResult, ReportCancelled, ReportDone,
-    ReportDraining, ReportFailed, ReportMissingData, ReportRejected, ReportReplicated,
-    ReportReplicateFailed, RunningTask, StartTask, StopTask, WorkerSnapshot,
+    GPU_PROCESS, THREAD, Action, FetchDependency, KillTask, ReleaseResult, RunningTask, StartTask,
+    WorkerSnapshot,
 )
 from .ledger import GPU, GpuLedger
 from .task import RUNNING, Fetch, HeldResult, TaskState, WorkerTask
@@ -68,16 +68,16 @@ class WorkerState:
         self.ready: list[tuple[int, int, str]] = []  # sorted queue entries of READY tasks
         self._seq = 0
         self._handlers = {
-            ev.ExecuteRequested: self._execute,
+            ops.Execute: self._execute,
             ev.DependencyFetched: self._fetched,
             ev.DependencyFetchFailed: self._fetch_failed,
-            ev.TaskCompleted: self._completed,
-            ev.TaskFailed: self._failed,
-            ev.TaskStopped: self._stopped,
-            ev.CancelRequested: self._cancel,
-            ev.FreeKeys: self._free_keys,
+            ops.TaskFinished: self._completed,
+            ops.TaskErred: self._failed,
+            ops.TaskStopped: self._stopped,
+            ops.StopTask: self._cancel,
+            ops.Free: self._free_keys,
             ev.DrainRequested: self._drain,
-            ev.ReplicateRequested: self._replicate,
+            ops.Replicate: self._replicate,
         }
 
     # -- the one mutator ------------------------------------------------------------------
@@ -123,22 +123,22 @@ class WorkerState:
 
     # -- handlers -------------------------------------------------------------------------
 
-    def _execute(self, event: ev.ExecuteRequested) -> list[Action]:
+    def _execute(self, event: ops.Execute) -> list[Action]:
         key = event.key
         if key in self.tasks:
             return []  # sent again (a reconnect): the copy here stands and will report
         held = self.results.get(key)
         if held is not None and held.report is not None:
-            if isinstance(held.report, ReportReplicated):  # a copy, held here: done, untimed
-                return [ReportDone(key, held.nbytes, 0.0, 0.0, -1.0)]
+            if isinstance(held.report, ops.Replicated):  # a copy, held here: done, untimed
+                return [ops.TaskFinished(key, held.nbytes, 0.0, 0.0, -1.0)]
             return [held.report]
         if held is not None or key in self.fetches:
-            return [ReportRejected(key, f"{key} is an input held or being fetched here")]
+            return [ops.TaskRejected(key, f"{key} is an input held or being fetched here")]
         if self.closing:
-            return [ReportRejected(key, "the worker is closing")]
+            return [ops.TaskRejected(key, "the worker is closing")]
         reason = self._never_fits(event.resources)
         if reason:
-            return [ReportRejected(key, reason)]
+            return [ops.TaskRejected(key, reason)]
         dependencies = tuple(dep for dep in event.who_has if dep != key)
         # Find a source for every missing input before taking the task on, so that a task
         # that cannot be fed leaves nothing behind.
@@ -148,7 +148,7 @@ class WorkerState:
                 continue
             workers = [w for w in event.who_has[dep] if w != self.address]
             if not workers:
-                return [ReportMissingData(key, dep, tuple(event.who_has[dep]))]
+                return [ops.MissingData(key, dep, tuple(event.who_has[dep]))]
             sources[dep] = workers
         self._seq += 1
         task = WorkerTask(
@@ -173,7 +173,7 @@ class WorkerState:
             # Not asked for: drop the copy, unless it is data this worker tracks.
             return [] if key in self.results or key in self.tasks else [ReleaseResult(key)]
         if fetch.replicate:
-            report = ReportReplicated(key, event.nbytes)
+            report = ops.Replicated(key, event.nbytes)
             self.results[key] = HeldResult(event.nbytes, owned=True, report=report)
             self._input_arrived(key)
             return [report]
@@ -196,21 +196,21 @@ class WorkerState:
         del self.fetches[event.key]
         actions: list[Action] = []
         if fetch.replicate:
-            actions.append(ReportReplicateFailed(event.key, event.reason or "fetch failed"))
+            actions.append(ops.ReplicateFailed(event.key, event.reason or "fetch failed"))
         return actions + self._lose_input(event.key, tuple(fetch.tried), event.reason,
                                           event.permanent)
 
-    def _completed(self, event: ev.TaskCompleted) -> list[Action]:
+    def _completed(self, event: ops.TaskFinished) -> list[Action]:
         task = self.tasks.get(event.key)
         if task is None or task.state not in RUNNING:
             # Not started here: the stored copy belongs to nobody.
             return [] if event.key in self.results else [ReleaseResult(event.key)]
         self._free(task)
         if task.state is TaskState.CANCELLING:
-            return [ReleaseResult(task.key), ReportCancelled(task.key),
+            return [ReleaseResult(task.key), ops.TaskStopped(task.key),
                     *self._end_without_result(task)]
         duration = event.stop - event.start if event.duration is None else event.duration
-        report = ReportDone(
+        report = ops.TaskFinished(
             task.key, event.nbytes, event.start, event.stop, duration, event.peak_memory, task.gpus
         )
         self.results[task.key] = HeldResult(event.nbytes, owned=True, report=report)
@@ -218,40 +218,40 @@ class WorkerState:
         self._input_arrived(task.key)
         return actions
 
-    def _failed(self, event: ev.TaskFailed) -> list[Action]:
+    def _failed(self, event: ops.TaskErred) -> list[Action]:
         task = self.tasks.get(event.key)
         if task is None or task.state not in RUNNING:
             return []
         self._free(task)
         if task.state is TaskState.CANCELLING:
-            report: Action = ReportCancelled(task.key)
+            report: Action = ops.TaskStopped(task.key)
         else:
-            report = ReportFailed(task.key, event.exception, event.text, event.start, event.stop)
+            report = ops.TaskErred(task.key, event.exception, event.text, event.start, event.stop)
         return [report] + self._end_without_result(task)
 
-    def _stopped(self, event: ev.TaskStopped) -> list[Action]:
+    def _stopped(self, event: ops.TaskStopped) -> list[Action]:
         task = self.tasks.get(event.key)
         if task is None or task.state not in RUNNING:
             return []
         self._free(task)
         if task.state is TaskState.CANCELLING:
-            report: Action = ReportCancelled(task.key)
+            report: Action = ops.TaskStopped(task.key)
         else:
             # Stopped without being cancelled (its process died): the task failed.
             text = f"the task's process was stopped: {event.reason or 'no reason given'}"
-            report = ReportFailed(task.key, b"", text)
+            report = ops.TaskErred(task.key, b"", text)
         return [report] + self._end_without_result(task)
 
-    def _cancel(self, event: ev.CancelRequested) -> list[Action]:
+    def _cancel(self, event: ops.StopTask) -> list[Action]:
         task = self.tasks.get(event.key)
         if task is None or task.state is TaskState.CANCELLING:
             return []
         if task.state is TaskState.EXECUTING:
             task.state = TaskState.CANCELLING
-            return [StopTask(task.key)]
-        return [ReportCancelled(task.key)] + self._end_without_result(task)
+            return [KillTask(task.key)]
+        return [ops.TaskStopped(task.key)] + self._end_without_result(task)
 
-    def _free_keys(self, event: ev.FreeKeys) -> list[Action]:
+    def _free_keys(self, event: ops.Free) -> list[Action]:
         actions: list[Action] = []
         for key in event.keys:
             held = self.results.get(key)
@@ -269,32 +269,32 @@ class WorkerState:
         if self.closing:
             return []
         self.closing = True
-        actions: list[Action] = [ReportDraining()]
+        actions: list[Action] = [ops.Draining()]
         for task in sorted(self.tasks.values(), key=lambda t: t.seq):
             if task.state not in RUNNING:
-                actions.append(ReportRejected(task.key, "the worker is closing"))
+                actions.append(ops.TaskRejected(task.key, "the worker is closing"))
                 actions += self._forget(task)
         return actions
 
-    def _replicate(self, event: ev.ReplicateRequested) -> list[Action]:
+    def _replicate(self, event: ops.Replicate) -> list[Action]:
         key = event.key
         held = self.results.get(key)
         if held is not None:
             if not held.owned:  # an input fetched for a task here: keep it for the scheduler
-                report = ReportReplicated(key, held.nbytes)
+                report = ops.Replicated(key, held.nbytes)
                 self.results[key] = HeldResult(held.nbytes, owned=True, report=report)
                 return [report]
-            return [ReportReplicated(key, held.nbytes)]
+            return [ops.Replicated(key, held.nbytes)]
         fetch = self.fetches.get(key)
         if fetch is not None:  # already on its way (an input of a task here, or asked twice)
             fetch.replicate = True
             return []
         if self.closing or key in self.tasks:
             reason = "the worker is closing" if self.closing else f"{key} is computed here"
-            return [ReportReplicateFailed(key, reason)]
+            return [ops.ReplicateFailed(key, reason)]
         sources = [w for w in event.who_has if w != self.address]
         if not sources:
-            return [ReportReplicateFailed(key, "no other worker holds it")]
+            return [ops.ReplicateFailed(key, "no other worker holds it")]
         fetch = self.fetches[key] = Fetch(sources[0], sources[1:], [], event.nbytes,
                                           replicate=True)
         return [FetchDependency(key, fetch.worker, fetch.nbytes)]
@@ -376,7 +376,7 @@ class WorkerState:
             task = self.tasks.get(key)
             if task is None:
                 continue  # handed back already, as a dependent of an earlier one
-            actions.append(ReportMissingData(key, dep, tried, reason, permanent))
+            actions.append(ops.MissingData(key, dep, tried, reason, permanent))
             actions += self._end_without_result(task)
         return actions
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..resources import Resources
-from .actions import ReportDone, ReportReplicated
+from ..protocol.ops import Replicated, TaskFinished
 
 
 class TaskState(str, Enum):
@@ -54,7 +54,7 @@ class HeldResult:
 
     nbytes: int
     owned: bool
-    report: ReportDone | ReportReplicated | None = None
+    report: TaskFinished | Replicated | None = None
 
 
 @dataclass

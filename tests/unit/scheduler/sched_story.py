@@ -6,15 +6,11 @@ Every event goes through ``SchedulerState.handle`` and is followed by ``validate
 from __future__ import annotations
 
 from dsched.resources import Resources
-from dsched.scheduler import (
-    CancelConfirmed, CancelRequested, ClientDisconnected, Execute, KeysReleased, Log,
-    SchedulerState, TaskErred, TaskFinished, TaskSpec, TasksSubmitted, Tick, WorkerJoined,
-    WorkerLeft,
-)
+from dsched.scheduler import SchedulerState, actions as act, events as ev
 
 
-def task(key: str, resources: str | None = None, **kw) -> TaskSpec:
-    return TaskSpec(key=key, resources=Resources.parse(resources), **kw)
+def task(key: str, resources: str | None = None, **kw) -> ev.TaskSpec:
+    return ev.TaskSpec(key=key, resources=Resources.parse(resources), **kw)
 
 
 def addr(name: str) -> str:
@@ -22,12 +18,12 @@ def addr(name: str) -> str:
 
 
 def started(actions: list) -> list[tuple[str, str]]:
-    """(task key, worker name) of each Execute, in order."""
-    return [(a.key, a.worker.removeprefix("tcp://")) for a in actions if isinstance(a, Execute)]
+    """(task key, worker name) of each act.Execute, in order."""
+    return [(a.key, a.worker.removeprefix("tcp://")) for a in actions if isinstance(a, act.Execute)]
 
 
 def without_logs(actions: list) -> list:
-    return [a for a in actions if not isinstance(a, Log)]
+    return [a for a in actions if not isinstance(a, act.Log)]
 
 
 class Story:
@@ -47,14 +43,14 @@ class Story:
         return self
 
     def worker(self, name: str, nthreads: int = 1, resources: str | None = None) -> list:
-        return self(WorkerJoined(address=addr(name), name=name, nthreads=nthreads,
+        return self(ev.WorkerJoined(address=addr(name), name=name, nthreads=nthreads,
                                  resources=Resources.parse(resources), now=self.now))
 
     def leave(self, name: str) -> list:
-        return self(WorkerLeft(address=addr(name), now=self.now))
+        return self(ev.WorkerLeft(address=addr(name), now=self.now))
 
-    def submit(self, *specs: TaskSpec, client: str = "c") -> list:
-        return self(TasksSubmitted(client=client, tasks=specs, now=self.now))
+    def submit(self, *specs: ev.TaskSpec, client: str = "c") -> list:
+        return self(ev.TasksSubmitted(client=client, tasks=specs, now=self.now))
 
     def where(self, key: str) -> str | None:
         """The worker name ``key`` is processing on."""
@@ -64,28 +60,28 @@ class Story:
     def finish(self, key: str, worker: str | None = None, nbytes: int = 0,
                duration: float = 1.0) -> list:
         worker = worker or self.where(key)
-        return self(TaskFinished(key=key, worker=addr(worker), nbytes=nbytes,
+        return self(ev.TaskFinished(key=key, worker=addr(worker), nbytes=nbytes,
                                  start=self.now - duration, stop=self.now, now=self.now))
 
     def err(self, key: str, worker: str | None = None, text: str = "boom") -> list:
         worker = worker or self.where(key)
-        return self(TaskErred(key=key, worker=addr(worker), exception=b"pickled", text=text,
+        return self(ev.TaskErred(key=key, worker=addr(worker), exception=b"pickled", text=text,
                               now=self.now))
 
     def cancel(self, *keys: str, client: str = "c") -> list:
-        return self(CancelRequested(client=client, keys=keys, now=self.now))
+        return self(ev.CancelRequested(client=client, keys=keys, now=self.now))
 
     def confirm(self, key: str, worker: str) -> list:
-        return self(CancelConfirmed(key=key, worker=addr(worker), now=self.now))
+        return self(ev.TaskStopped(key=key, worker=addr(worker), now=self.now))
 
     def release(self, *keys: str, client: str = "c") -> list:
-        return self(KeysReleased(client=client, keys=keys, now=self.now))
+        return self(ev.KeysReleased(client=client, keys=keys, now=self.now))
 
     def disconnect(self, client: str = "c") -> list:
-        return self(ClientDisconnected(client=client, now=self.now))
+        return self(ev.ClientDisconnected(client=client, now=self.now))
 
     def tick(self) -> list:
-        return self(Tick(now=self.now))
+        return self(ev.Tick(now=self.now))
 
     def state_of(self, key: str) -> str:
         return self.state.tasks[key].state.value

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from sched_story import Story, addr, started, task
 
-from dsched.scheduler import (
-    CloseWorker, MissingData, ReportErred, ReportMoved, ReportWaiting, TaskFinished,
-    WorkerHeartbeat,
-)
+from dsched.scheduler import actions as act, events as ev
 
 
 def waiting(actions):
-    return [(a.keys, a.reason) for a in actions if isinstance(a, ReportWaiting)]
+    return [(a.keys, a.reason) for a in actions if isinstance(a, act.TaskWaiting)]
 
 
 def test_unrunnable_tasks_wait_with_distinct_reasons_until_a_fitting_worker_joins():
@@ -51,7 +48,7 @@ def test_no_worker_timeout_fails_unrunnable_tasks():
     s.at(9)
     assert s.tick() == []
     s.at(10)
-    assert s.tick() == [ReportErred(
+    assert s.tick() == [act.TaskErred(
         key="g", clients=("c",), error="no_worker",
         text="no worker could run this task for 10 s: no worker offers resource GPU")]
 
@@ -65,7 +62,7 @@ def test_no_worker_timeout_counts_from_when_the_task_became_unrunnable():
     s.at(17)
     assert s.tick() == []
     s.at(18)
-    assert sorted(a.key for a in s.tick() if isinstance(a, ReportErred)) == ["busy", "g"]
+    assert sorted(a.key for a in s.tick() if isinstance(a, act.TaskErred)) == ["busy", "g"]
 
 
 def test_a_dead_workers_tasks_go_back_to_the_queue():
@@ -84,7 +81,7 @@ def test_killed_worker_after_allowed_failures_plus_one_deaths():
     s.submit(task("t"))
     s.leave(s.where("t"))
     actions = s.leave(s.where("t"))
-    assert [(a.key, a.error) for a in actions if isinstance(a, ReportErred)] == [
+    assert [(a.key, a.error) for a in actions if isinstance(a, act.TaskErred)] == [
         ("t", "killed_worker")]
     assert "2 worker(s) died while running this task" in actions[0].text
 
@@ -120,7 +117,7 @@ def test_lost_results_still_wanted_are_recomputed_and_their_new_place_reported()
     actions = s.leave("a")
     assert started(actions) == [("x", "b")]
     # Not a second end, but the client must learn where to fetch the result now.
-    assert s.finish("x") == [ReportMoved(key="x", clients=("c",), who_has=(addr("b"),))]
+    assert s.finish("x") == [act.ResultMoved(key="x", clients=("c",), who_has=(addr("b"),))]
     assert s.state.tasks["x"].who_has == {addr("b"): None}
 
 
@@ -173,10 +170,10 @@ def test_heartbeat_timeout_removes_the_worker():
     s.worker("b")
     s.submit(task("t", workers=("a",)))
     s.at(4)
-    s(WorkerHeartbeat(address=addr("b"), now=4))
+    s(ev.WorkerHeartbeat(address=addr("b"), now=4))
     s.at(6)
     actions = s.tick()
-    assert actions[0] == CloseWorker(worker=addr("a"), reason="no heartbeat for 6 s (timeout 5 s)")
+    assert actions[0] == act.CloseWorker(worker=addr("a"), reason="no heartbeat for 6 s (timeout 5 s)")
     assert list(s.state.workers) == [addr("b")]
     assert s.state.tasks["t"].unrunnable_reason.startswith("restricted to workers a")
 
@@ -187,7 +184,7 @@ def test_results_from_a_removed_worker_are_ignored():
     s.submit(task("t"))
     s.leave("a")
     s.worker("b")
-    assert s(TaskFinished(key="t", worker=addr("a"), now=1)) == []
+    assert s(ev.TaskFinished(key="t", worker=addr("a"), now=1)) == []
     assert s.state_of("t") == "processing" and s.where("t") == "b"
 
 
@@ -198,7 +195,7 @@ def test_missing_data_recomputes_the_input_and_retries_the_task():
     s.submit(task("x", workers=("a",)))
     s.finish("x", nbytes=10)
     s.submit(task("y", dependencies=("x",), workers=("b",)))
-    actions = s(MissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
+    actions = s(ev.MissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
                             now=0))
     assert started(actions) == [("x", "a")]  # no copy of x left anywhere: compute it again
     assert s.state_of("y") == "waiting"
@@ -212,13 +209,13 @@ def test_a_result_no_worker_can_ever_send_fails_instead_of_looping():
     s.submit(task("x", workers=("a",)), task("y", dependencies=("x",), workers=("b",)))
     for attempt in range(2):
         s.finish("x", nbytes=10)
-        actions = s(MissingData(key="y", worker=addr("b"), dependency="x",
+        actions = s(ev.MissingData(key="y", worker=addr("b"), dependency="x",
                                 tried=(addr("a"),), now=0))
         assert started(actions) == [("x", "a")]  # computed again, for now
     s.finish("x", nbytes=10)
-    actions = s(MissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
+    actions = s(ev.MissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
                             now=0))
-    (error,) = [a for a in actions if isinstance(a, ReportErred)]  # x was reported already
+    (error,) = [a for a in actions if isinstance(a, act.TaskErred)]  # x was reported already
     assert error.key == "y" and error.error == "dependency"
     assert "no worker could send the result of x" in error.text
     assert s.state_of("x") == "erred" and s.state.tasks["x"].error == "unfetchable"
@@ -231,10 +228,10 @@ def test_an_input_that_cannot_travel_at_all_fails_its_dependent_at_once():
     s.worker("b")
     s.submit(task("x", workers=("a",)), task("y", dependencies=("x",), workers=("b",)))
     s.finish("x", nbytes=10)
-    actions = s(MissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
+    actions = s(ev.MissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
                             reason="cannot send the result of x: TypeError: cannot pickle",
                             permanent=True, now=0))
-    (error,) = [a for a in actions if isinstance(a, ReportErred)]
+    (error,) = [a for a in actions if isinstance(a, act.TaskErred)]
     assert error.key == "y" and error.error == "unfetchable"
     assert "its input x cannot be sent" in error.text and "cannot pickle" in error.text
     assert started(actions) == [] and s.state_of("x") == "memory"  # not computed again

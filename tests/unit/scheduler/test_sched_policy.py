@@ -5,7 +5,7 @@ from __future__ import annotations
 from sched_story import Story, started, task
 
 from dsched.resources import Resources
-from dsched.scheduler import SchedulerState, TasksSubmitted, WorkerJoined
+from dsched.scheduler import SchedulerState, events as ev
 from dsched.sim import SimTask, SimWorker, Simulation
 
 
@@ -117,13 +117,13 @@ def test_memory_tasks_go_where_most_memory_is_free():
 
 def test_a_queue_of_unplaceable_tasks_does_not_slow_other_shapes():
     state = SchedulerState()
-    state.handle(WorkerJoined(address="w", name="w", nthreads=2,
+    state.handle(ev.WorkerJoined(address="w", name="w", nthreads=2,
                               resources=Resources.parse("GPU=1"), now=0))
     gpu_tasks = [task(f"g{i}", "GPU=1") for i in range(500)]
-    state.handle(TasksSubmitted(client="c", tasks=tuple(gpu_tasks), now=0))
+    state.handle(ev.TasksSubmitted(client="c", tasks=tuple(gpu_tasks), now=0))
     looked_at = []
     find = state.placer.find
     state.placer.find = lambda t, *rest: looked_at.append(t.key) or find(t, *rest)
-    actions = state.handle(TasksSubmitted(client="c", tasks=(task("cpu"),), now=0))
+    actions = state.handle(ev.TasksSubmitted(client="c", tasks=(task("cpu"),), now=0))
     assert started(actions) == [("cpu", "w")]
     assert looked_at == ["cpu"]  # the GPU queue's head was not even looked at again

@@ -11,13 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from dsched.resources import Resources
-from dsched.scheduler import (
-    CancelConfirmed, CancelRequested, CancelTask, ClientDisconnected, CloseWorker, Execute,
-    KeysReleased, MissingData, Replicate, ReplicateFailed, ReportCancelled, ReportErred,
-    ReportFinished, ResultReplicated, RetireWorker, SchedulerState, TaskErred, TaskFinished,
-    TaskRejected, TaskSpec, TasksSubmitted, Tick, WorkerDraining, WorkerHeartbeat,
-    WorkerJoined, WorkerLeft,
-)
+from dsched.scheduler import SchedulerState, actions as act, events as ev
 
 DEMANDS = [None, None, "GPU=1", "GPU=0.5", "GPU=2", "MEMORY=4", "GPU=1 MEMORY=2", "ACCEL=1"]
 OFFERS = [None, "GPU=1", "GPU=2", "MEMORY=8", "GPU=2 MEMORY=8"]
@@ -48,24 +42,24 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.state.validate()
         closed = []
         for a in actions:
-            if isinstance(a, Execute):
+            if isinstance(a, act.Execute):
                 assert (a.worker, a.key) not in self.running, a
                 self.running[(a.worker, a.key)] = self.now
-            elif isinstance(a, CancelTask):
+            elif isinstance(a, act.StopTask):
                 del self.running[(a.worker, a.key)]
                 self.stopping.add((a.worker, a.key))
-            elif isinstance(a, (ReportFinished, ReportErred, ReportCancelled)):
+            elif isinstance(a, (act.TaskFinished, act.TaskErred, act.TaskCancelled)):
                 for client in a.clients:
                     ends = self.ends.setdefault((a.key, client), [])
                     ends.append(type(a).__name__)
                     assert len(ends) == 1, (a.key, client, ends)
-                    if isinstance(a, ReportCancelled):
+                    if isinstance(a, act.TaskCancelled):
                         assert client in self.cancellers, (a, "a cancel nobody asked for")
-            elif isinstance(a, Replicate):
+            elif isinstance(a, act.Replicate):
                 self.replicating.add((a.worker, a.key))
-            elif isinstance(a, RetireWorker):
+            elif isinstance(a, act.Retire):
                 self.retired.add(a.worker)
-            elif isinstance(a, CloseWorker):
+            elif isinstance(a, act.CloseWorker):
                 closed.append(a.worker)
         for address in closed:
             self.forget_worker(address)
@@ -87,7 +81,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.count += 1
         address = f"tcp://w{self.count}"
         self.workers.append(address)
-        self.apply(WorkerJoined(address=address, name=f"w{self.count}", nthreads=nthreads,
+        self.apply(ev.WorkerJoined(address=address, name=f"w{self.count}", nthreads=nthreads,
                                 resources=Resources.parse(offer), now=self.now))
 
     @precondition(lambda self: self.workers)
@@ -95,7 +89,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def leave(self, data):
         address = data.draw(st.sampled_from(self.workers))
         self.forget_worker(address)
-        self.apply(WorkerLeft(address=address, now=self.now))
+        self.apply(ev.WorkerLeft(address=address, now=self.now))
 
     @precondition(lambda self: len(self.keys) < 40)
     @rule(data=st.data(), n=st.integers(1, 4), client=st.sampled_from(CLIENTS))
@@ -108,7 +102,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             deps = data.draw(st.lists(st.sampled_from(known), max_size=2, unique=True)
                              if known else st.just([]))
             restrict = data.draw(st.sampled_from([None, None, None, ("w1",), ("w2", "w9")]))
-            specs.append(TaskSpec(
+            specs.append(ev.TaskSpec(
                 key=key, dependencies=tuple(deps),
                 resources=Resources.parse(data.draw(st.sampled_from(DEMANDS))),
                 priority=data.draw(st.integers(0, 2)), retries=data.draw(st.integers(0, 1)),
@@ -116,14 +110,14 @@ class SchedulerMachine(RuleBasedStateMachine):
                 wanted=data.draw(st.booleans()) or not deps,
             ))
         self.keys += [s.key for s in specs]
-        self.apply(TasksSubmitted(client=client, tasks=tuple(specs), now=self.now))
+        self.apply(ev.TasksSubmitted(client=client, tasks=tuple(specs), now=self.now))
 
     @precondition(lambda self: self.running)
     @rule(data=st.data(), nbytes=st.integers(0, 1000), duration=st.floats(0, 5))
     def finish(self, data, nbytes, duration):
         worker, key = data.draw(st.sampled_from(sorted(self.running)))
         del self.running[(worker, key)]
-        self.apply(TaskFinished(key=key, worker=worker, nbytes=nbytes, start=0.0,
+        self.apply(ev.TaskFinished(key=key, worker=worker, nbytes=nbytes, start=0.0,
                                 stop=duration, now=self.now))
 
     @precondition(lambda self: self.running)
@@ -131,7 +125,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def fail(self, data):
         worker, key = data.draw(st.sampled_from(sorted(self.running)))
         del self.running[(worker, key)]
-        self.apply(TaskErred(key=key, worker=worker, exception=b"x", text="boom", now=self.now))
+        self.apply(ev.TaskErred(key=key, worker=worker, exception=b"x", text="boom", now=self.now))
 
     @precondition(lambda self: self.running and len(self.workers) > 1)
     @rule(data=st.data())
@@ -139,21 +133,21 @@ class SchedulerMachine(RuleBasedStateMachine):
         worker, key = data.draw(st.sampled_from(sorted(self.running)))
         other = data.draw(st.sampled_from([w for w in self.workers if w != worker]))
         if (other, key) not in self.running and (other, key) not in self.stopping:
-            self.apply(TaskFinished(key=key, worker=other, now=self.now))
+            self.apply(ev.TaskFinished(key=key, worker=other, now=self.now))
 
     @precondition(lambda self: self.stopping)
     @rule(data=st.data())
     def confirm(self, data):
         worker, key = data.draw(st.sampled_from(sorted(self.stopping)))
         self.stopping.discard((worker, key))
-        self.apply(CancelConfirmed(key=key, worker=worker, now=self.now))
+        self.apply(ev.TaskStopped(key=key, worker=worker, now=self.now))
 
     @precondition(lambda self: self.running)
     @rule(data=st.data())
     def refuse(self, data):
         worker, key = data.draw(st.sampled_from(sorted(self.running)))
         del self.running[(worker, key)]
-        self.apply(TaskRejected(key=key, worker=worker, reason="no", now=self.now))
+        self.apply(ev.TaskRejected(key=key, worker=worker, reason="no", now=self.now))
 
     @precondition(lambda self: self.running)
     @rule(data=st.data())
@@ -164,13 +158,13 @@ class SchedulerMachine(RuleBasedStateMachine):
             del self.running[(worker, key)]
             dep = data.draw(st.sampled_from(deps))
             holders = tuple(self.state.tasks[dep].who_has or ())
-            self.apply(MissingData(key=key, worker=worker, dependency=dep, tried=holders,
+            self.apply(ev.MissingData(key=key, worker=worker, dependency=dep, tried=holders,
                                    now=self.now))
 
     @precondition(lambda self: self.workers)
     @rule(data=st.data())
     def drain(self, data):
-        self.apply(WorkerDraining(address=data.draw(st.sampled_from(self.workers)),
+        self.apply(ev.Draining(address=data.draw(st.sampled_from(self.workers)),
                                   now=self.now))
 
     @precondition(lambda self: self.replicating)
@@ -178,8 +172,8 @@ class SchedulerMachine(RuleBasedStateMachine):
     def replicated(self, data, ok):
         worker, key = data.draw(st.sampled_from(sorted(self.replicating)))
         self.replicating.discard((worker, key))
-        event = (ResultReplicated(key=key, worker=worker, now=self.now) if ok
-                 else ReplicateFailed(key=key, worker=worker, now=self.now))
+        event = (ev.Replicated(key=key, worker=worker, now=self.now) if ok
+                 else ev.ReplicateFailed(key=key, worker=worker, now=self.now))
         self.apply(event)
 
     @precondition(lambda self: self.retired)
@@ -187,35 +181,35 @@ class SchedulerMachine(RuleBasedStateMachine):
     def retired_leaves(self, data):
         address = data.draw(st.sampled_from(sorted(self.retired)))
         self.forget_worker(address)
-        self.apply(WorkerLeft(address=address, expected=True, now=self.now))
+        self.apply(ev.WorkerLeft(address=address, expected=True, now=self.now))
 
     @precondition(lambda self: self.keys)
     @rule(data=st.data(), client=st.sampled_from(CLIENTS))
     def cancel(self, data, client):
         key = data.draw(st.sampled_from(self.keys))
         self.cancellers.add(client)
-        self.apply(CancelRequested(client=client, keys=(key,), now=self.now))
+        self.apply(ev.CancelRequested(client=client, keys=(key,), now=self.now))
 
     @precondition(lambda self: self.keys)
     @rule(data=st.data(), client=st.sampled_from(CLIENTS))
     def release(self, data, client):
         key = data.draw(st.sampled_from(self.keys))
-        self.apply(KeysReleased(client=client, keys=(key,), now=self.now))
+        self.apply(ev.KeysReleased(client=client, keys=(key,), now=self.now))
 
     @rule(client=st.sampled_from(CLIENTS))
     def disconnect(self, client):
-        self.apply(ClientDisconnected(client=client, now=self.now))
+        self.apply(ev.ClientDisconnected(client=client, now=self.now))
 
     @precondition(lambda self: self.workers)
     @rule(data=st.data())
     def heartbeat(self, data):
         address = data.draw(st.sampled_from(self.workers))
-        self.apply(WorkerHeartbeat(address=address, now=self.now))
+        self.apply(ev.WorkerHeartbeat(address=address, now=self.now))
 
     @rule(dt=st.floats(0, 20))
     def tick(self, dt):
         self.now += dt
-        self.apply(Tick(now=self.now))
+        self.apply(ev.Tick(now=self.now))
 
     # -- once all work drains, every task has ended once ---------------------------------------
 
@@ -225,23 +219,23 @@ class SchedulerMachine(RuleBasedStateMachine):
         for _ in range(200):
             for worker, key in sorted(self.stopping):
                 self.stopping.discard((worker, key))
-                self.apply(CancelConfirmed(key=key, worker=worker, now=self.now))
+                self.apply(ev.TaskStopped(key=key, worker=worker, now=self.now))
             for worker, key in sorted(self.running):
                 if (worker, key) in self.running:
                     del self.running[(worker, key)]
-                    self.apply(TaskFinished(key=key, worker=worker, start=0, stop=1,
+                    self.apply(ev.TaskFinished(key=key, worker=worker, start=0, stop=1,
                                             now=self.now))
             for worker, key in sorted(self.replicating):
                 self.replicating.discard((worker, key))
-                self.apply(ResultReplicated(key=key, worker=worker, now=self.now))
+                self.apply(ev.Replicated(key=key, worker=worker, now=self.now))
             for address in sorted(self.retired):
                 self.forget_worker(address)
-                self.apply(WorkerLeft(address=address, expected=True, now=self.now))
+                self.apply(ev.WorkerLeft(address=address, expected=True, now=self.now))
             if self.running or self.stopping or self.replicating or self.retired:
                 continue
             if not joined:  # once every draining worker is gone, so "w1" may join
                 joined = True
-                self.apply(WorkerJoined(address="tcp://big", name="w1", nthreads=64,
+                self.apply(ev.WorkerJoined(address="tcp://big", name="w1", nthreads=64,
                                         resources=Resources.parse("GPU=64 MEMORY=64"),
                                         now=self.now))
                 continue
@@ -250,7 +244,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             if not active:
                 break
             self.now += 100
-            self.apply(Tick(now=self.now))
+            self.apply(ev.Tick(now=self.now))
         assert not self.running and not self.stopping
         for key, t in self.state.tasks.items():
             for client in t.wanted_by:

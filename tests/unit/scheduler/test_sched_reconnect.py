@@ -3,11 +3,11 @@
 from sched_story import Story, addr, started, task
 
 from dsched.resources import Resources
-from dsched.scheduler import CancelTask, FreeResults, ReportFinished, ReportMoved, WorkerJoined
+from dsched.scheduler import actions as act, events as ev
 
 
 def rejoin(story, name, nthreads=1, resources=None, held=(), running=()):
-    return story(WorkerJoined(address=addr(name), name=name, nthreads=nthreads,
+    return story(ev.WorkerJoined(address=addr(name), name=name, nthreads=nthreads,
                               resources=Resources.parse(resources), held=tuple(held),
                               running=tuple(running), now=story.now))
 
@@ -28,7 +28,7 @@ def test_a_kept_result_is_adopted_instead_of_recomputed():
 def test_a_result_no_one_needs_is_freed_on_the_worker():
     story = Story()
     actions = rejoin(story, "a", held=[("stale", 5)])
-    assert FreeResults(worker=addr("a"), keys=("stale",)) in actions
+    assert act.Free(worker=addr("a"), keys=("stale",)) in actions
 
 
 def test_a_result_recomputed_elsewhere_becomes_a_second_copy():
@@ -56,7 +56,7 @@ def test_a_task_still_running_there_is_adopted_not_run_twice():
 def test_a_running_task_the_scheduler_does_not_know_is_cancelled_there():
     story = Story()
     actions = rejoin(story, "a", running=["ghost"])
-    assert CancelTask(key="ghost", worker=addr("a")) in actions
+    assert act.StopTask(key="ghost", worker=addr("a")) in actions
 
 
 def test_an_adopted_result_is_reported_once():
@@ -66,6 +66,6 @@ def test_an_adopted_result_is_reported_once():
     story.finish("x", nbytes=3)
     story.leave("a")
     actions = rejoin(story, "a", held=[("x", 3)])
-    assert not [a for a in actions if isinstance(a, ReportFinished)]
-    assert ReportMoved(key="x", clients=("c",), who_has=(addr("a"),)) in actions
+    assert not [a for a in actions if isinstance(a, act.TaskFinished)]
+    assert act.ResultMoved(key="x", clients=("c",), who_has=(addr("a"),)) in actions
 

@@ -6,10 +6,7 @@ import pytest
 from sched_story import Story, addr, started, task
 
 from dsched.resources import Resources
-from dsched.scheduler import (
-    CancelTask, Execute, FreeResults, ReportCancelled, ReportErred, ReportFinished,
-    SchedulerState, TaskFinished,
-)
+from dsched.scheduler import SchedulerState, actions as act, events as ev
 
 
 def test_guild_gpu1_task_starts_beside_the_first_gpu0_task():
@@ -36,7 +33,7 @@ def test_execute_carries_spec_resources_and_where_the_inputs_are():
     s.submit(task("x", spec=b"f(1)"))
     s.finish("x", nbytes=100)
     actions = s.submit(task("y", "GPU=1", spec=b"g(x)", dependencies=("x",), priority=3))
-    assert actions == [Execute(
+    assert actions == [act.Execute(
         key="y", worker=addr("a"), spec=b"g(x)", resources=Resources.parse("GPU=1"),
         priority=3, who_has={"x": (addr("a"),)}, nbytes={"x": 100},
     )]
@@ -122,7 +119,7 @@ def test_cancel_a_queued_task_reports_it_at_once():
     s = Story()
     s.worker("w")
     s.submit(task("a"), task("b"))
-    assert s.cancel("b") == [ReportCancelled(key="b", clients=("c",),
+    assert s.cancel("b") == [act.TaskCancelled(key="b", clients=("c",),
                                              reason="cancelled by client c")]
     assert "b" not in s.state.tasks  # nobody wants it: forgotten
     assert started(s.finish("a")) == []
@@ -133,8 +130,8 @@ def test_cancel_running_frees_resources_only_when_the_worker_confirms():
     s.worker("w", nthreads=2, resources="GPU=1")
     s.submit(task("a", "GPU=1"), task("b", "GPU=1"))
     assert s.cancel("a") == [
-        ReportCancelled(key="a", clients=("c",), reason="cancelled by client c"),
-        CancelTask(key="a", worker=addr("w")),
+        act.TaskCancelled(key="a", clients=("c",), reason="cancelled by client c"),
+        act.StopTask(key="a", worker=addr("w")),
     ]
     assert s.state.workers[addr("w")].free == Resources.parse("GPU=0")  # still held
     assert s.state.tasks["b"].state.value == "queued"
@@ -148,7 +145,7 @@ def test_a_cancelled_task_that_finished_anyway_frees_its_thread_and_result():
     s.cancel("a")
     actions = s.finish("a", worker="w")
     assert started(actions) == [("b", "w")]
-    assert FreeResults(worker=addr("w"), keys=("a",)) in actions
+    assert act.Free(worker=addr("w"), keys=("a",)) in actions
 
 
 def test_cancel_takes_the_dependents_along():
@@ -156,8 +153,8 @@ def test_cancel_takes_the_dependents_along():
     s.worker("w")
     s.submit(task("a"), task("b", dependencies=("a",)), task("c", dependencies=("b",)))
     actions = s.cancel("a")
-    assert [a.key for a in actions if isinstance(a, ReportCancelled)] == ["a", "b", "c"]
-    assert actions[-1] == CancelTask(key="a", worker=addr("w"))
+    assert [a.key for a in actions if isinstance(a, act.TaskCancelled)] == ["a", "b", "c"]
+    assert actions[-1] == act.StopTask(key="a", worker=addr("w"))
 
 
 def test_each_task_end_is_reported_once_to_the_clients_that_want_it():
@@ -165,11 +162,11 @@ def test_each_task_end_is_reported_once_to_the_clients_that_want_it():
     s.worker("w")
     s.submit(task("a"), client="c1")
     s.submit(task("a"), client="c2")  # the same key: one task, two clients
-    assert s.finish("a") == [ReportFinished(key="a", clients=("c1", "c2"), nbytes=0,
+    assert s.finish("a") == [act.TaskFinished(key="a", clients=("c1", "c2"), nbytes=0,
                                             who_has=(addr("w"),))]
     # a client asking later is told at once
     assert s.submit(task("a"), client="c3") == [
-        ReportFinished(key="a", clients=("c3",), nbytes=0, who_has=(addr("w"),))]
+        act.TaskFinished(key="a", clients=("c3",), nbytes=0, who_has=(addr("w"),))]
 
 
 def test_released_results_are_freed_and_forgotten():
@@ -177,7 +174,7 @@ def test_released_results_are_freed_and_forgotten():
     s.worker("w")
     s.submit(task("a"))
     s.finish("a")
-    assert s.release("a") == [FreeResults(worker=addr("w"), keys=("a",))]
+    assert s.release("a") == [act.Free(worker=addr("w"), keys=("a",))]
     assert "a" not in s.state.tasks
 
 
@@ -187,7 +184,7 @@ def test_inputs_are_freed_when_the_last_dependent_finished():
     s.submit(task("a", wanted=False), task("b", dependencies=("a",)))
     s.finish("a")
     actions = s.finish("b")
-    assert FreeResults(worker=addr("w"), keys=("a",)) in actions
+    assert act.Free(worker=addr("w"), keys=("a",)) in actions
     assert s.state_of("a") == "released"  # kept while b exists, to recompute b if lost
     s.release("b")
     assert s.state.tasks == {}
@@ -198,7 +195,7 @@ def test_a_disconnected_client_releases_its_work():
     s.worker("w")
     s.submit(task("a"), task("b"))
     actions = s.disconnect()
-    assert CancelTask(key="a", worker=addr("w")) in actions
+    assert act.StopTask(key="a", worker=addr("w")) in actions
     assert s.state.tasks == {} and s.state.clients == {}
     assert s.state.workers[addr("w")].assigned == 1  # until the worker confirms
     s.confirm("a", "w")
@@ -210,7 +207,7 @@ def test_bad_submissions_err_with_a_reason():
     s.worker("w")
     actions = s.submit(task("a", dependencies=("nope",)), task("b", dependencies=("a",)),
                        task("x", dependencies=("y",)), task("y", dependencies=("x",)))
-    errs = {a.key: a for a in actions if isinstance(a, ReportErred)}
+    errs = {a.key: a for a in actions if isinstance(a, act.TaskErred)}
     assert errs["a"].error == "unknown_dependency" and "'nope'" in errs["a"].text
     assert errs["b"].error == "dependency"
     assert errs["x"].error == errs["y"].error == "cycle"
@@ -222,9 +219,9 @@ def test_an_exception_errs_the_task_and_its_dependents_with_the_payload():
     s.submit(task("a"), task("b", dependencies=("a",)))
     actions = s.err("a", text="ZeroDivisionError")
     assert actions == [
-        ReportErred(key="a", clients=("c",), error="exception", text="ZeroDivisionError",
+        act.TaskErred(key="a", clients=("c",), error="exception", text="ZeroDivisionError",
                     exception=b"pickled"),
-        ReportErred(key="b", clients=("c",), error="dependency",
+        act.TaskErred(key="b", clients=("c",), error="dependency",
                     text="dependency a failed: ZeroDivisionError", exception=b"pickled"),
     ]
 
@@ -235,7 +232,7 @@ def test_retries_rerun_a_task_that_raised():
     s.submit(task("a", retries=1))
     assert started(s.err("a")) == [("a", "w")]
     assert s.state.tasks["a"].exceptions == 1
-    assert isinstance(s.err("a")[0], ReportErred)
+    assert isinstance(s.err("a")[0], act.TaskErred)
 
 
 def test_reports_for_a_task_not_processing_on_that_worker_are_ignored():
@@ -244,10 +241,10 @@ def test_reports_for_a_task_not_processing_on_that_worker_are_ignored():
     s.worker("b")
     s.submit(task("x"))
     other = "b" if s.where("x") == "a" else "a"
-    actions = s(TaskFinished(key="x", worker=addr(other), now=0))
-    assert actions == [FreeResults(worker=addr(other), keys=("x",))]
+    actions = s(ev.TaskFinished(key="x", worker=addr(other), now=0))
+    assert actions == [act.Free(worker=addr(other), keys=("x",))]
     assert s.state_of("x") == "processing"
-    assert s(TaskFinished(key="x", worker="tcp://gone", now=0)) == []
+    assert s(ev.TaskFinished(key="x", worker="tcp://gone", now=0)) == []
 
 
 def test_resubmitting_an_erred_key_runs_it_afresh():

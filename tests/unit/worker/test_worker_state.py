@@ -3,15 +3,12 @@
 import pytest
 
 from dsched.resources import Resources
-from dsched.worker.actions import (
-    FetchDependency, ReleaseResult, ReportCancelled, ReportDone, ReportDraining, ReportFailed,
-    ReportMissingData, ReportRejected, ReportReplicated, ReportReplicateFailed, StartTask,
-    StopTask,
+from dsched.protocol.ops import (
+    Draining, Execute, Free, MissingData, Replicate, ReplicateFailed, Replicated, StopTask,
+    TaskErred, TaskFinished, TaskRejected, TaskStopped,
 )
-from dsched.worker.events import (
-    CancelRequested, DependencyFetched, DependencyFetchFailed, DrainRequested, ExecuteRequested,
-    FreeKeys, ReplicateRequested, TaskCompleted, TaskFailed, TaskStopped,
-)
+from dsched.worker.actions import FetchDependency, KillTask, ReleaseResult, StartTask
+from dsched.worker.events import DependencyFetched, DependencyFetchFailed, DrainRequested
 from dsched.worker.state import TaskState, WorkerState
 
 R = Resources.parse
@@ -26,12 +23,12 @@ def handle(state: WorkerState, *events):
 
 
 def execute(key, resources=None, priority=0, who_has=None, nbytes=None):
-    return ExecuteRequested(key, b"spec-" + key.encode(), R(resources), priority,
+    return Execute(key, b"spec-" + key.encode(), R(resources), priority,
                             who_has or {}, nbytes or {})
 
 
 def done(key, nbytes=10):
-    return TaskCompleted(key, nbytes, start=100.0, stop=101.5, peak_memory=1 << 20)
+    return TaskFinished(key, nbytes, start=100.0, stop=101.5, peak_memory=1 << 20)
 
 
 def started(actions):
@@ -43,7 +40,7 @@ def test_a_task_starts_in_a_thread_and_reports_done():
     assert handle(state, execute("x")) == [StartTask("x", b"spec-x", (), "thread", (), R(None))]
     assert state.state_of("x") is TaskState.EXECUTING
     assert handle(state, done("x")) == [
-        ReportDone("x", 10, 100.0, 101.5, 1.5, peak_memory=1 << 20)
+        TaskFinished("x", 10, 100.0, 101.5, 1.5, peak_memory=1 << 20)
     ]
     assert state.state_of("x") is TaskState.DONE
     assert state.snapshot().results == {"x": 10}
@@ -97,7 +94,7 @@ def test_halves_share_a_device_and_a_whole_request_waits_for_a_free_one():
 def test_tasks_that_can_never_run_here_are_rejected_not_queued():
     state = WorkerState(nthreads=2, resources=R("GPU=2"))
     [bad] = handle(state, execute("frac", "GPU=1.5"))
-    assert isinstance(bad, ReportRejected) and "whole number of GPUs" in bad.reason
+    assert isinstance(bad, TaskRejected) and "whole number of GPUs" in bad.reason
     [absent] = handle(state, execute("fpga", "FPGA=1"))
     assert "has no FPGA" in absent.reason
     [big] = handle(state, execute("big", "GPU=3"))
@@ -108,28 +105,28 @@ def test_tasks_that_can_never_run_here_are_rejected_not_queued():
 def test_failure_releases_everything_and_reports_the_exception():
     state = WorkerState(nthreads=1, resources=R("GPU=1"))
     handle(state, execute("x", "GPU=1"), execute("y", "GPU=0.5"))
-    actions = handle(state, TaskFailed("x", b"pickled", "Traceback ... ValueError", 1.0, 2.0))
-    assert actions[0] == ReportFailed("x", b"pickled", "Traceback ... ValueError", 1.0, 2.0)
+    actions = handle(state, TaskErred("x", b"pickled", "Traceback ... ValueError", 1.0, 2.0))
+    assert actions[0] == TaskErred("x", b"pickled", "Traceback ... ValueError", 1.0, 2.0)
     assert started(actions) == {"y": (0,)}
-    handle(state, TaskFailed("y", b"", "boom"))
+    handle(state, TaskErred("y", b"", "boom"))
     assert state.is_idle() and state.results == {}
 
 
 def test_cancel_of_a_running_task_stops_it_and_frees_only_when_it_has_stopped():
     state = WorkerState(nthreads=1, resources=R("GPU=1"))
     handle(state, execute("x", "GPU=1"), execute("next", "GPU=1"))
-    assert handle(state, CancelRequested("x")) == [StopTask("x")]
-    assert handle(state, CancelRequested("x")) == []
+    assert handle(state, StopTask("x")) == [KillTask("x")]
+    assert handle(state, StopTask("x")) == []
     assert state.ledger.holders() == {"x": (0,)}  # the process may still hold the device
     actions = handle(state, TaskStopped("x"))
-    assert actions == [ReportCancelled("x"), StartTask("next", b"spec-next", (0,), "gpu-process",
+    assert actions == [TaskStopped("x"), StartTask("next", b"spec-next", (0,), "gpu-process",
                                                        (), R("GPU=1"))]
 
 
 def test_a_cancelled_task_that_finished_first_is_still_cancelled_and_its_result_dropped():
     state = WorkerState(nthreads=1)
-    handle(state, execute("x"), CancelRequested("x"))
-    assert handle(state, done("x")) == [ReleaseResult("x"), ReportCancelled("x")]
+    handle(state, execute("x"), StopTask("x"))
+    assert handle(state, done("x")) == [ReleaseResult("x"), TaskStopped("x")]
     assert handle(state, TaskStopped("x")) == []  # the late confirmation changes nothing
     assert state.is_idle() and not state.results
 
@@ -137,8 +134,8 @@ def test_a_cancelled_task_that_finished_first_is_still_cancelled_and_its_result_
 def test_cancel_of_a_waiting_task_reports_at_once():
     state = WorkerState(nthreads=1)
     handle(state, execute("a"), execute("b"))
-    assert handle(state, CancelRequested("b")) == [ReportCancelled("b")]
-    assert handle(state, CancelRequested("unknown")) == []
+    assert handle(state, StopTask("b")) == [TaskStopped("b")]
+    assert handle(state, StopTask("unknown")) == []
     handle(state, done("a"))
     assert state.is_idle()
 
@@ -147,7 +144,7 @@ def test_a_process_that_dies_without_a_cancel_is_a_failure():
     state = WorkerState(nthreads=1)
     handle(state, execute("x"))
     [report] = handle(state, TaskStopped("x", reason="killed by signal 9"))
-    assert isinstance(report, ReportFailed) and "signal 9" in report.text
+    assert isinstance(report, TaskErred) and "signal 9" in report.text
     assert state.is_idle()
 
 
@@ -164,7 +161,7 @@ def test_inputs_are_fetched_once_from_peers_and_released_after_use():
     actions = handle(state, DependencyFetched("d", 800, "tcp://w2:1"))
     assert started(actions) == {"t1": (), "t2": ()}
     assert actions[0].dependencies == ("d",)
-    assert handle(state, done("t1")) == [ReportDone("t1", 10, 100.0, 101.5, 1.5, 1 << 20)]
+    assert handle(state, done("t1")) == [TaskFinished("t1", 10, 100.0, 101.5, 1.5, 1 << 20)]
     assert handle(state, done("t2"))[-1] == ReleaseResult("d")  # nobody here needs it now
     assert set(state.results) == {"t1", "t2"}
 
@@ -173,11 +170,11 @@ def test_an_input_on_no_reachable_worker_hands_the_task_back():
     state = WorkerState(nthreads=1)
     handle(state, execute("t", who_has={"d": ("tcp://w1:1",), "e": ("tcp://w1:1",)}))
     actions = handle(state, DependencyFetchFailed("d", "tcp://w1:1"))
-    assert actions == [ReportMissingData("t", "d", ("tcp://w1:1",))]
+    assert actions == [MissingData("t", "d", ("tcp://w1:1",))]
     # The other fetch was already under way: its data is dropped on arrival.
     assert handle(state, DependencyFetched("e", 5)) == [ReleaseResult("e")]
     assert state.is_idle()
-    assert handle(state, execute("u", who_has={"d": ()})) == [ReportMissingData("u", "d", ())]
+    assert handle(state, execute("u", who_has={"d": ()})) == [MissingData("u", "d", ())]
 
 
 def test_a_task_can_wait_for_a_result_being_computed_here():
@@ -185,24 +182,24 @@ def test_a_task_can_wait_for_a_result_being_computed_here():
     handle(state, execute("a"), execute("b", who_has={"a": ("tcp://me:1",)}))
     assert state.state_of("b") is TaskState.FETCHING and not state.fetches
     assert started(handle(state, done("a"))) == {"b": ()}
-    handle(state, TaskFailed("x-unknown", b"", ""))  # stale: ignored
-    handle(state, CancelRequested("b"))
+    handle(state, TaskErred("x-unknown", b"", ""))  # stale: ignored
+    handle(state, StopTask("b"))
     # A dependent of a task that ends without a result is handed back.
     handle(state, execute("c"), execute("d", who_has={"c": ("tcp://me:1",)}))
-    actions = handle(state, TaskFailed("c", b"", "boom"))
-    assert ReportMissingData("d", "c", ()) in actions
+    actions = handle(state, TaskErred("c", b"", "boom"))
+    assert MissingData("d", "c", ()) in actions
 
 
 def test_free_keys_releases_results_but_keeps_those_still_needed_here():
     state = WorkerState(nthreads=1)
     handle(state, execute("a"), done("a"), execute("b", who_has={"a": ()}))
     handle(state, execute("c", who_has={"a": ()}))  # waits for the one thread
-    assert handle(state, FreeKeys(("a", "nothing"))) == []
+    assert handle(state, Free(("a", "nothing"))) == []
     assert state.state_of("a") is None and "a" in state.results  # borrowed now
     handle(state, done("b"))
-    assert handle(state, done("c")) == [ReportDone("c", 10, 100.0, 101.5, 1.5, 1 << 20),
+    assert handle(state, done("c")) == [TaskFinished("c", 10, 100.0, 101.5, 1.5, 1 << 20),
                                         ReleaseResult("a")]
-    assert handle(state, FreeKeys(("b", "c"))) == [ReleaseResult("b"), ReleaseResult("c")]
+    assert handle(state, Free(("b", "c"))) == [ReleaseResult("b"), ReleaseResult("c")]
     assert state.results == {} and state.is_idle()
 
 
@@ -210,11 +207,11 @@ def test_drain_hands_back_waiting_tasks_and_lets_running_ones_finish():
     state = WorkerState(nthreads=1)
     handle(state, execute("run"), execute("wait"), execute("fetch", who_has={"d": ("w",)}))
     actions = handle(state, DrainRequested())
-    assert actions == [ReportDraining(),  # first, so the scheduler stops sending work here
-                       ReportRejected("wait", "the worker is closing"),
-                       ReportRejected("fetch", "the worker is closing")]
+    assert actions == [Draining(),  # first, so the scheduler stops sending work here
+                       TaskRejected("wait", "the worker is closing"),
+                       TaskRejected("fetch", "the worker is closing")]
     assert handle(state, DrainRequested()) == []
-    assert handle(state, execute("new")) == [ReportRejected("new", "the worker is closing")]
+    assert handle(state, execute("new")) == [TaskRejected("new", "the worker is closing")]
     handle(state, done("run"))
     assert handle(state, DependencyFetched("d", 1)) == [ReleaseResult("d")]
     assert state.is_idle()
@@ -240,36 +237,36 @@ def test_unknown_events_and_bad_construction_are_errors():
 
 def test_a_copy_asked_for_is_fetched_kept_and_reported_then_freed_like_a_result():
     state = WorkerState(nthreads=1)
-    assert handle(state, ReplicateRequested("r", ("tcp://a", "tcp://b"), 5)) == [
+    assert handle(state, Replicate("r", ("tcp://a", "tcp://b"), 5)) == [
         FetchDependency("r", "tcp://a", 5)]
     assert handle(state, DependencyFetchFailed("r", "tcp://a", "peer gone")) == [
         FetchDependency("r", "tcp://b", 5)]  # another holder, though no task here needs it
-    assert handle(state, DependencyFetched("r", 5, "tcp://b")) == [ReportReplicated("r", 5)]
+    assert handle(state, DependencyFetched("r", 5, "tcp://b")) == [Replicated("r", 5)]
     assert state.snapshot().results == {"r": 5}  # kept, and adopted again on a reconnect
     # asked to run it (the scheduler did not know the copy was here): done, untimed
-    assert handle(state, execute("r")) == [ReportDone("r", 5, 0.0, 0.0, -1.0)]
-    assert handle(state, FreeKeys(("r",))) == [ReleaseResult("r")]
+    assert handle(state, execute("r")) == [TaskFinished("r", 5, 0.0, 0.0, -1.0)]
+    assert handle(state, Free(("r",))) == [ReleaseResult("r")]
     assert state.is_idle() and state.results == {}
 
 
 def test_a_copy_that_cannot_be_fetched_is_reported_with_the_reason():
     state = WorkerState(nthreads=1)
-    handle(state, ReplicateRequested("r", ("tcp://a",)))
+    handle(state, Replicate("r", ("tcp://a",)))
     assert handle(state, DependencyFetchFailed("r", "tcp://a", "peer gone")) == [
-        ReportReplicateFailed("r", "peer gone")]
-    assert handle(state, ReplicateRequested("s", ())) == [
-        ReportReplicateFailed("s", "no other worker holds it")]
+        ReplicateFailed("r", "peer gone")]
+    assert handle(state, Replicate("s", ())) == [
+        ReplicateFailed("s", "no other worker holds it")]
     handle(state, DrainRequested())
-    assert handle(state, ReplicateRequested("t", ("tcp://a",))) == [
-        ReportReplicateFailed("t", "the worker is closing")]
+    assert handle(state, Replicate("t", ("tcp://a",))) == [
+        ReplicateFailed("t", "the worker is closing")]
 
 
 def test_an_input_being_fetched_for_a_task_is_also_kept_when_a_copy_is_asked_for():
     state = WorkerState(nthreads=1)
     handle(state, execute("t", who_has={"d": ("tcp://a",)}))
-    assert handle(state, ReplicateRequested("d", ("tcp://a",))) == []  # already on its way
+    assert handle(state, Replicate("d", ("tcp://a",))) == []  # already on its way
     actions = handle(state, DependencyFetched("d", 3, "tcp://a"))
-    assert actions[0] == ReportReplicated("d", 3) and started(actions) == {"t": ()}
+    assert actions[0] == Replicated("d", 3) and started(actions) == {"t": ()}
     handle(state, done("t"))
     assert "d" in state.results  # the task is done, but the scheduler counts this copy
 
@@ -278,11 +275,11 @@ def test_a_missing_input_is_reported_with_the_fetch_error():
     state = WorkerState(nthreads=1)
     handle(state, execute("t", who_has={"d": ("tcp://a",)}))
     assert handle(state, DependencyFetchFailed("d", "tcp://a", "over comm.max_message_size")) == [
-        ReportMissingData("t", "d", ("tcp://a",), "over comm.max_message_size")]
+        MissingData("t", "d", ("tcp://a",), "over comm.max_message_size")]
 
 
 def test_an_input_that_cannot_travel_is_not_asked_of_other_holders():
     state = WorkerState(nthreads=1)
     handle(state, execute("t", who_has={"d": ("tcp://a", "tcp://b")}))
     assert handle(state, DependencyFetchFailed("d", "tcp://a", "cannot pickle", True)) == [
-        ReportMissingData("t", "d", ("tcp://a",), "cannot pickle", True)]
+        MissingData("t", "d", ("tcp://a",), "cannot pickle", True)]

@@ -11,18 +11,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from dsched.resources import Resources
-from dsched.worker.actions import (
-    FetchDependency, ReleaseResult, ReportCancelled, ReportDone, ReportFailed, ReportMissingData,
-    ReportRejected, ReportReplicated, ReportReplicateFailed, StartTask,
+from dsched.protocol.ops import (
+    Execute, Free, MissingData, Replicate, ReplicateFailed, Replicated, StopTask, TaskErred,
+    TaskFinished, TaskRejected, TaskStopped,
 )
-from dsched.worker.events import (
-    CancelRequested, DependencyFetched, DependencyFetchFailed, DrainRequested, ExecuteRequested,
-    FreeKeys, ReplicateRequested, TaskCompleted, TaskFailed, TaskStopped,
-)
+from dsched.worker.actions import FetchDependency, ReleaseResult, StartTask
+from dsched.worker.events import DependencyFetched, DependencyFetchFailed, DrainRequested
 from dsched.worker.state import WorkerState
 
 KEYS = [f"k{i}" for i in range(10)]
-REPORTS = (ReportDone, ReportFailed, ReportCancelled, ReportRejected, ReportMissingData)
+REPORTS = (TaskFinished, TaskErred, TaskStopped, TaskRejected, MissingData)
 DEMANDS = ["", "GPU=0.25", "GPU=0.5", "GPU=0.75", "GPU=1", "GPU=2", "GPU=1.5", "GPU=3",
            "MEM=4", "MEM=10 GPU=0.5", "FOO=1"]
 PEERS = ["me", "w1", "w2"]
@@ -40,7 +38,7 @@ class WorkerMachine(RuleBasedStateMachine):
         self.copying: set[str] = set()      # copies the scheduler asked for, not yet answered
 
     def send(self, event):
-        if isinstance(event, (TaskCompleted, DependencyFetched)):
+        if isinstance(event, (TaskFinished, DependencyFetched)):
             self.stored.add(event.key)
         actions = self.state.handle(event)
         self.state.validate()
@@ -49,7 +47,7 @@ class WorkerMachine(RuleBasedStateMachine):
                 if action.key in self.open:
                     self.open.remove(action.key)
                 else:  # an answer to this very execute: refused, or already done here
-                    assert isinstance(event, ExecuteRequested) and event.key == action.key
+                    assert isinstance(event, Execute) and event.key == action.key
             elif isinstance(action, StartTask):
                 assert action.key not in self.running
                 self.running.add(action.key)
@@ -59,10 +57,10 @@ class WorkerMachine(RuleBasedStateMachine):
             elif isinstance(action, ReleaseResult):
                 assert action.key in self.stored, action
                 self.stored.remove(action.key)
-            elif isinstance(action, (ReportReplicated, ReportReplicateFailed)):
+            elif isinstance(action, (Replicated, ReplicateFailed)):
                 assert action.key in self.copying, action
                 self.copying.remove(action.key)
-        if isinstance(event, ExecuteRequested) and event.key in self.state.tasks:
+        if isinstance(event, Execute) and event.key in self.state.tasks:
             self.open.add(event.key)
         return actions
 
@@ -78,7 +76,7 @@ class WorkerMachine(RuleBasedStateMachine):
                                st.lists(st.sampled_from(PEERS), max_size=3).map(tuple),
                                max_size=2))
     def execute(self, key, demand, priority, deps):
-        self.send(ExecuteRequested(key, b"", Resources.parse(demand), priority, deps))
+        self.send(Execute(key, b"", Resources.parse(demand), priority, deps))
 
     @precondition(lambda self: self.running)
     @rule(data=st.data(), outcome=st.sampled_from(["done", "failed", "stopped"]))
@@ -86,9 +84,9 @@ class WorkerMachine(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.running)))
         self.running.remove(key)
         if outcome == "done":
-            self.send(TaskCompleted(key, 7, 0.0, 1.0))
+            self.send(TaskFinished(key, 7, 0.0, 1.0))
         elif outcome == "failed":
-            self.send(TaskFailed(key, b"", "boom", 0.0, 1.0))
+            self.send(TaskErred(key, b"", "boom", 0.0, 1.0))
         else:
             self.send(TaskStopped(key))
 
@@ -104,15 +102,15 @@ class WorkerMachine(RuleBasedStateMachine):
           holders=st.lists(st.sampled_from(PEERS), max_size=3).map(tuple))
     def replicate(self, key, holders):
         self.copying.add(key)
-        self.send(ReplicateRequested(key, holders, 3))
+        self.send(Replicate(key, holders, 3))
 
     @rule(key=st.sampled_from(KEYS))
     def cancel(self, key):
-        self.send(CancelRequested(key))
+        self.send(StopTask(key))
 
     @rule(keys=st.lists(st.sampled_from(KEYS + ["x0"]), max_size=3))
     def free(self, keys):
-        self.send(FreeKeys(tuple(keys)))
+        self.send(Free(tuple(keys)))
 
     @precondition(lambda self: not self.state.closing)
     @rule(when=st.integers(0, 9))
@@ -127,11 +125,11 @@ class WorkerMachine(RuleBasedStateMachine):
                 break
             for key in sorted(self.running):
                 self.running.remove(key)
-                self.send(TaskCompleted(key, 1, 0.0, 1.0))
+                self.send(TaskFinished(key, 1, 0.0, 1.0))
             for key, worker in sorted(self.fetching.items()):
                 del self.fetching[key]
                 self.send(DependencyFetched(key, 1, worker))
-        self.send(FreeKeys(tuple(self.state.results)))
+        self.send(Free(tuple(self.state.results)))
         assert not self.open and not self.stored and not self.copying
         assert self.state.is_idle() and not self.state.results, self.state.snapshot()
 

@@ -1,0 +1,80 @@
+"""``sched-scheduler`` as a program: from a loaded config to a running scheduler daemon.
+
+Prepares what the daemon needs before it listens (its state directory, the token, TLS), then
+runs it until a signal drains it; a daemon that cannot do its job says why in one line and
+exits non-zero (2: a setting that cannot work; 78: the port is taken). The worker's
+counterpart is ``worker/main.py``; both use ``daemon.py`` for logging, signals and systemd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+
+from ..errors import ConfigError
+from .server import Scheduler
+
+logger = logging.getLogger("dsched.scheduler")
+
+
+def prepare_state_dir(path: str) -> None:
+    """Create the state directory (mode 0700) or say in one line why it cannot be used."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        writable = os.access(path, os.W_OK | os.X_OK)
+    except OSError as error:
+        raise ConfigError(f"cannot create the state directory {path}: "
+                          f"{error.strerror or error}; choose another with --state-dir or "
+                          "scheduler.state_dir") from None
+    if not writable:
+        raise ConfigError(f"the state directory {path} is not writable by this user; choose "
+                          "another with --state-dir or scheduler.state_dir")
+
+
+def run_scheduler(cfg: dict) -> int:
+    """Run the scheduler daemon from a loaded config until it is drained; the exit status."""
+    from ..auth import ensure_token
+    from ..daemon import (EXIT_CONFIG, install_signal_handlers, notify_systemd, setup_logging,
+                          ssl_contexts)
+
+    s, c = cfg["scheduler"], cfg["comm"]
+    setup_logging(s["log_level"])
+    try:
+        prepare_state_dir(s["state_dir"])
+        token = ensure_token(token_file=s["token_file"])
+        ssl = ssl_contexts(s["tls"], server=True)
+    except ConfigError as error:
+        print(f"sched-scheduler: error: {error}", file=sys.stderr)
+        return 2
+
+    async def main() -> int:
+        scheduler = Scheduler(
+            host=s["host"], port=s["port"], token=token, ssl=ssl,
+            allowed_failures=s["allowed_failures"], no_worker_timeout=s["no_worker_timeout"],
+            heartbeat_timeout=s["heartbeat_timeout"], prefetch=s["prefetch"],
+            max_frame_size=c["max_frame_size"], max_message_size=c["max_message_size"],
+            outbox_limit=c["outbox_limit"], handshake_timeout=c["handshake_timeout"],
+        )
+        try:
+            await scheduler.start()
+        except OSError as error:
+            logger.error("Cannot listen on %s:%s: %s", s["host"], s["port"], error.strerror or error)
+            return EXIT_CONFIG
+        stopped = asyncio.Event()
+
+        async def drain() -> None:
+            try:
+                await scheduler.drain(s["drain_timeout"])
+            finally:
+                stopped.set()
+
+        install_signal_handlers(drain)
+        notify_systemd()
+        # A line on stdout for whoever started us (tests, LocalCluster): where we listen.
+        print(f"sched-scheduler listening at {scheduler.address}", flush=True)
+        await stopped.wait()
+        return 0
+
+    return asyncio.run(main())
