@@ -1,0 +1,171 @@
+"""Dask collections on a dsched client: ``compute``, ``persist`` and ``get``.
+
+Each turns collections (or the expression ``dask.compute`` hands a scheduler) into one
+optimised graph, gives every node the demand its annotations and functions add up to, and
+has the client submit the nodes as tasks, dependencies first, in as few messages as fit in a
+frame. Only the outputs get futures; the scheduler drops an intermediate result once nothing
+left to run needs it. The ``AsyncClient`` and ``Client`` methods of the same names call these.
+
+Whole-graph options (``resources``, ``priority``, ``retries``, ``workers``), given here or
+by a ``dsched.annotate`` or ``dask.annotate`` block around the call, apply to every task and
+add to the annotations of its layers. ``fusion="boundaries"`` (or the Dask config value
+``dsched.fusion``) stops fusion where demands change.
+
+Runs in the caller's thread and sends nothing itself; needs Dask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import dask
+from dask._expr import Expr, FinalizeCompute
+from dask.base import collections_to_expr, get_annotations, is_dask_collection
+from dask.core import flatten
+from dask.utils import key_split
+
+from ..client.annotate import current as dsched_annotations
+from ..client.submission import KeyMaker, TaskBuilder, task_options
+from .annotations import Annotated, Demand, GraphAnnotations
+from .execute import run_node
+from .graph import Plan, optimised_graph, with_future_inputs
+from .keys import to_dsched
+
+if TYPE_CHECKING:
+    from ..client.client import AsyncClient
+    from ..client.future import Future
+
+FUSIONS = ("dask", "boundaries")
+
+
+def compute(client: "AsyncClient", collections: Any, *, optimize_graph: bool = True,
+            traverse: bool = True, **options: Any) -> Any:
+    """A future of each collection's result (one future for one collection); other values
+    pass through as they are."""
+    singleton = not isinstance(collections, (list, tuple, set, frozenset))
+    items = [collections] if singleton else list(collections)
+    if traverse:  # collections inside plain containers run too, as one delayed value
+        items = [dask.delayed(item) if isinstance(item, (list, set, tuple, dict, Iterator))
+                 else item for item in items]
+    variables = [item for item in items if is_dask_collection(item)]
+    if not variables:
+        return items[0] if singleton else items
+    expr = FinalizeCompute(collections_to_expr(variables, optimize_graph)).optimize()
+    names = list(flatten(expr.__dask_keys__()))
+    futures = submit_expr(client, expr, names, **options)
+    found = iter(names)
+    results = [futures[next(found)] if is_dask_collection(item) else item for item in items]
+    return results[0] if singleton else results
+
+
+def persist(client: "AsyncClient", collections: Any, *, optimize_graph: bool = True,
+            **options: Any) -> Any:
+    """The collections again, backed by futures of their parts: they compute in the
+    background, serve later graphs, and are released when the collections are dropped."""
+    singleton = not isinstance(collections, (list, tuple, set, frozenset))
+    items = [collections] if singleton else list(collections)
+    bad = [type(item).__name__ for item in items if not is_dask_collection(item)]
+    if bad:
+        raise TypeError(f"persist() takes Dask collections, not {', '.join(bad)}")
+    expr = collections_to_expr(items, optimize_graph).optimize()
+    keys = _keys_of(items, expr)
+    futures = submit_expr(client, expr, [k for ks in keys for k in ks], **options)
+    results = []
+    for item, item_keys in zip(items, keys):
+        rebuild, state = item.__dask_postpersist__()
+        results.append(rebuild({key: futures[key] for key in item_keys}, *state))
+    return results[0] if singleton else results
+
+
+def _keys_of(items: list, expr: Any) -> list[list]:
+    """The output keys of each collection. A graph-backed collection's keys survive
+    optimisation (Dask may reorder those in the expression); an expression-backed one's are
+    those the optimised expression gives, in order."""
+    given = iter(expr.__dask_keys__())
+    keys = []
+    for item in items:
+        if isinstance(getattr(item, "expr", None), Expr):
+            keys.append(list(flatten(next(given))))
+        else:
+            keys.append(list(flatten(item.__dask_keys__())))
+    return keys
+
+
+def get(client: "AsyncClient", dsk: Any, keys: Any, **options: Any) -> Any:
+    """Futures of ``keys`` (a key, or nested lists of keys) of the graph or expression
+    ``dsk``, in the same structure: what ``dask.compute(..., scheduler=client)`` asks for."""
+    if not isinstance(dsk, Expr):
+        from dask._expr import LLGExpr
+
+        dsk = LLGExpr(dict(dsk))
+    wanted = list(flatten(keys)) if isinstance(keys, list) else [keys]
+    futures = submit_expr(client, dsk, wanted, **options)
+
+    def pack(item: Any) -> Any:
+        return [pack(i) for i in item] if isinstance(item, list) else futures[item]
+
+    return pack(keys)
+
+
+def submit_expr(client: "AsyncClient", expr: Any, keys: list, *, fusion: str | None = None,
+                resources: Any = None, priority: int | None = None, retries: int | None = None,
+                workers: Any = None) -> dict[Any, "Future"]:
+    """Submit the optimised expression ``expr``; a future of each Dask key in ``keys``."""
+    fusion = fusion if fusion is not None else dask.config.get("dsched.fusion", "dask")
+    if fusion not in FUSIONS:
+        raise ValueError(f"fusion must be one of {FUSIONS}, not {fusion!r}")
+    whole = _whole_graph(resources, priority, retries, workers)
+    annotations = GraphAnnotations(expr, whole)
+    plan = Plan(optimised_graph(expr, annotations if fusion == "boundaries" else None))
+    builders: dict[tuple[str, Demand], TaskBuilder] = {}
+    key_maker = KeyMaker()
+    tasks = []
+    for key, node, _ in plan.nodes():
+        demand = annotations.demand(key, node)
+        if demand.workers is not None and not demand.workers:
+            raise ValueError(f"task {key!r} joins steps annotated with workers no one worker "
+                             "is among; no worker may run it")
+        prefix = key_split(key)
+        builder = builders.get((prefix, demand))
+        if builder is None:
+            builder = builders[prefix, demand] = TaskBuilder(
+                run_node, task_options(**demand.options()), _is_input, key_maker, prefix=prefix)
+        try:
+            tasks.append(_build(builder, plan, key, node))
+        except TypeError:  # a dsched future among the arguments cannot be pickled
+            with_inputs = with_future_inputs(node)
+            if with_inputs is node:
+                raise
+            tasks.append(_build(builder, plan, key, with_inputs))
+    wanted = {key: plan.dsched_key(key) for key in keys}
+    futures = client._submit_graph(tasks, set(wanted.values()))
+    return {key: futures[dsched_key] for key, dsched_key in wanted.items()}
+
+
+def _build(builder: TaskBuilder, plan: Plan, key: Any, node: Any) -> dict:
+    inputs = [(dep, _Input(plan.dsched_key(dep))) for dep in node.dependencies]
+    return builder.build((node, inputs), {}, to_dsched(key))
+
+
+def _whole_graph(resources: Any, priority: Any, retries: Any, workers: Any) -> Annotated | None:
+    """The options for every task: those given, else the ``annotate`` blocks in force."""
+    given = {"resources": resources, "priority": priority, "retries": retries,
+             "workers": workers}
+    merged = {**get_annotations(), **dsched_annotations(),
+              **{name: value for name, value in given.items() if value is not None}}
+    return Annotated(merged, "around compute") if merged else None
+
+
+class _Input:
+    """Stands for the value of a dsched key among a node's inputs, until the task builder
+    makes it a dependency."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _is_input(value: Any) -> bool:
+    return type(value) is _Input
