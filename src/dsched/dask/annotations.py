@@ -215,8 +215,10 @@ def _scan(item: Any, keys: list | None, demands: list[Resources], depth: int) ->
         if keys is not None and item.key is not None:
             keys.append(item.key)
         func = item.func
-        if func is _execute_subgraph:
-            for inner in item.args[0].values():
+        if func is _execute_subgraph:  # a fused task: its steps, by their original keys
+            for inner_key, inner in item.args[0].items():
+                if keys is not None:
+                    keys.append(inner_key)
                 _scan(inner, keys, demands, depth + 1)
         else:
             _scan(func, keys, demands, depth + 1)

@@ -28,6 +28,7 @@ from dask.utils import key_split
 from ..client.annotate import current as dsched_annotations
 from ..client.submission import KeyMaker, TaskBuilder, task_options
 from .annotations import Annotated, Demand, GraphAnnotations
+from .default import tokenize_futures_by_key
 from .execute import run_node
 from .graph import Plan, optimised_graph, with_future_inputs
 from .keys import to_dsched
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from ..client.future import Future
 
 FUSIONS = ("dask", "boundaries")
+
+tokenize_futures_by_key()
 
 
 def compute(client: "AsyncClient", collections: Any, *, optimize_graph: bool = True,

@@ -39,15 +39,22 @@ def set_as_default(client: Any) -> bool:
     if not dask_usable():
         return False
     import dask
+
+    tokenize_futures_by_key()
+    with _lock:
+        _defaults.append([client, dask.config.get("scheduler", None)])
+        dask.config.set(scheduler=client)
+    return True
+
+
+def tokenize_futures_by_key() -> None:
+    """Dask names a call by a hash of its arguments: a future's is its key (a future cannot
+    be pickled, which is Dask's fallback)."""
     from dask.tokenize import normalize_token
 
     from ..client.future import Future
 
     normalize_token.register(Future)(lambda future: ("dsched-future", future.key))
-    with _lock:
-        _defaults.append([client, dask.config.get("scheduler", None)])
-        dask.config.set(scheduler=client)
-    return True
 
 
 def unset_default(client: Any) -> None:

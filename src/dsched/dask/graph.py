@@ -51,8 +51,7 @@ def _bounded(expr: Any, boundaries: GraphAnnotations) -> dict:
         return ensure_dict(hlg)
     if not isinstance(hlg, HighLevelGraph):
         return ensure_dict(optimizer(hlg, keys))
-    hlg = hlg.cull(set(keys))
-    kept = boundary_keys(hlg, boundaries)
+    kept = boundary_keys(hlg, boundaries)  # all blocks: the cull below drops unneeded ones
     graph = convert_legacy_graph(ensure_dict(optimizer(hlg, keys + kept)))
     return cull(graph, keys) if kept else graph
 
