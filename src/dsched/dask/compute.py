@@ -19,7 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import dask
+try:
+    import dask
+except ModuleNotFoundError as error:  # the one line a user without the extra should see
+    raise ModuleNotFoundError("Dask collections need Dask: pip install 'dsched[dask]'",
+                              name="dask") from error
 from dask._expr import Expr, FinalizeCompute
 from dask.base import collections_to_expr, get_annotations, is_dask_collection
 from dask.core import flatten
