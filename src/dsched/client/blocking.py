@@ -28,7 +28,8 @@ class Client:
 
     The token is ``token=``, else ``SCHED_TOKEN``, else ``token_file=`` or the configured token
     file. ``cluster_kwargs`` (``n_workers=``, ``threads_per_worker=``, ``resources=``) go to the
-    LocalCluster that ``Client()`` starts.
+    LocalCluster that ``Client()`` starts. Where Dask is installed the client is Dask's
+    scheduler until it closes, unless ``set_as_default=False`` (see ``docs/dask.md``).
     """
 
     asynchronous = False

@@ -1,10 +1,9 @@
 """``requires``: a resource demand declared on a function itself.
 
-``@dsched.requires(GPU=1)`` says that a function needs those resources wherever it runs. A
-task that calls it asks for them: submitted alone, or in a Dask graph where optimisation has
-fused it with other steps or wrapped it (``map_partitions`` passes it to a helper). The
-function comes back unchanged apart from one attribute, so it imports, pickles and calls as
-before.
+``@dsched.requires(GPU=1)`` says that a function needs those resources wherever it runs in
+a Dask graph: the task that calls it asks for them, alone or fused with other steps or wrapped
+(``map_partitions`` passes it to a helper). The function comes back unchanged apart from one
+attribute, so it imports, pickles and calls as before.
 
 Pure: no I/O, and no Dask import.
 """
