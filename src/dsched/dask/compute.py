@@ -128,7 +128,7 @@ def submit_expr(client: "AsyncClient", expr: Any, keys: list, *, fusion: str | N
     builders: dict[tuple[str, Demand], TaskBuilder] = {}
     key_maker = KeyMaker()
     tasks = []
-    for key, node, _ in plan.nodes():
+    for key, node in plan.nodes():
         demand = annotations.demand(key, node)
         if demand.workers is not None and not demand.workers:
             raise ValueError(f"task {key!r} joins steps annotated with workers no one worker "

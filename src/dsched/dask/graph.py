@@ -86,8 +86,6 @@ class Plan:
     def __init__(self, graph: dict):
         self.graph = graph
         self.targets = _alias_targets(graph)
-        self.external = {d for node in graph.values() for d in node.dependencies
-                         if d not in graph}
 
     def dsched_key(self, key: Any) -> str:
         """The dsched key that holds the value of Dask key ``key`` (an alias's target's; a
@@ -97,11 +95,10 @@ class Plan:
             return to_dsched(key)
         if isinstance(key, str):
             return key
-        raise KeyError(f"the graph needs {key!r}, which is neither in it nor a future's key")
+        raise ValueError(f"the graph needs {key!r}, which is neither in it nor a future's key")
 
-    def nodes(self) -> list[tuple[Any, GraphNode, list]]:
-        """(key, node, dependency keys) of every node that is no alias, each after its
-        dependencies."""
+    def nodes(self) -> list[tuple[Any, GraphNode]]:
+        """(key, node) of every node that is no alias, each after its dependencies."""
         graph, targets = self.graph, self.targets
         dependencies = {k: {targets.get(d, d) for d in node.dependencies}
                         for k, node in graph.items() if k not in targets}
@@ -115,10 +112,10 @@ class Plan:
         ready = [(priority(k), i, k) for i, (k, n) in enumerate(waiting.items()) if n == 0]
         heapq.heapify(ready)
         ordered = []
-        count = len(ready)
+        count = len(waiting)  # past every index used above: ties never reach the keys
         while ready:
             _, _, key = heapq.heappop(ready)
-            ordered.append((key, graph[key], sorted(dependencies[key], key=str)))
+            ordered.append((key, graph[key]))
             for dependent in dependents.get(key, ()):
                 if dependent in waiting:
                     waiting[dependent] -= 1
@@ -126,9 +123,8 @@ class Plan:
                         count += 1
                         heapq.heappush(ready, (priority(dependent), count, dependent))
         if len(ordered) < len(dependencies):  # a cycle: send the rest for the scheduler to fail
-            done = {key for key, _, _ in ordered}
-            ordered.extend((k, graph[k], sorted(dependencies[k], key=str))
-                           for k in dependencies if k not in done)
+            done = {key for key, _ in ordered}
+            ordered.extend((k, graph[k]) for k in dependencies if k not in done)
         return ordered
 
 
