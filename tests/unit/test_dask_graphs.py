@@ -53,7 +53,8 @@ def tasks_of(client) -> list[dict]:
 
 def functions_in(task: dict) -> set[str]:
     """The names of the functions a task's node calls, fused steps and wrapped ones included."""
-    (node, _), _ = serialize.loads(task["spec"][1])
+    (node_bytes, _), _ = serialize.loads(task["spec"][1])
+    node = serialize.loads(node_bytes)
     names: set[str] = set()
 
     def walk(item, depth=0):
@@ -276,6 +277,24 @@ def test_a_graph_larger_than_a_frame_goes_in_parts_dependencies_first(client):
     assert {k for op in releases for k in op["keys"]} == held
 
 
+def test_a_big_graph_is_sent_in_batches_as_it_is_built(client, monkeypatch):
+    from dsched.dask import compute
+
+    monkeypatch.setattr(compute, "STREAM_TASKS", 10)
+    future = client.compute((da.ones((160,), chunks=4) + 1).sum())
+    ops = sent(client)
+    submits = [op for op in ops if op["op"] == "submit"]
+    assert len(submits) >= 4 and all(len(op["tasks"]) <= 10 for op in submits)
+    first_seen = {t["key"]: i for i, op in enumerate(submits) for t in op["tasks"]}
+    needed_later = {d for i, op in enumerate(submits) for t in op["tasks"]
+                    for d in t.get("dependencies", ()) if first_seen[d] < i}
+    wanted = {t["key"] for op in submits for t in op["tasks"] if t["wanted"]}
+    assert needed_later and wanted == needed_later | {future.key}
+    releases = {k for op in ops if op["op"] == "release" for k in op["keys"]}
+    assert releases == needed_later
+    assert ops.index(next(op for op in ops if op["op"] == "release")) > ops.index(submits[-1])
+
+
 def test_keys_the_client_holds_are_not_sent_again(client):
     z = dask.delayed(inc)(dask.delayed(double)(1))
     first = client.compute(z)
@@ -310,3 +329,35 @@ def test_a_future_inside_a_delayed_call_becomes_a_dependency(client):
     (task,) = [t for t in tasks_of(client) if t["key"] != future.key]
     assert task["dependencies"] == [future.key]
     assert dask.base.tokenize(future) == dask.base.tokenize(future)
+
+
+# -- how a node travels -----------------------------------------------------------------------
+
+
+def test_a_node_takes_the_standard_pickler_unless_only_cloudpickle_can_send_it(monkeypatch):
+    import operator
+    import pickle
+    import sys
+
+    import cloudpickle
+
+    from dsched.dask.execute import dumps_node, run_node
+
+    plain = Task("k", operator.add, TaskRef("a"), 1)
+    data, standard = dumps_node(plain)
+    assert standard and run_node(data, [("a", 41)]) == 42
+    assert not dumps_node(plain, standard=False)[1]
+    local = Task("k", lambda a: a * 2, TaskRef("a"))  # refused by the standard pickler
+    data, standard = dumps_node(local)
+    assert not standard and run_node(data, [("a", 4)]) == 8
+    main_function = Task("k", inc, TaskRef("a"))  # of __main__: a worker has another one
+    monkeypatch.setattr(inc, "__module__", "__main__")
+    monkeypatch.setitem(sys.modules["__main__"].__dict__, "inc", inc)
+    data, standard = dumps_node(main_function)
+    assert not standard and b"__main__" in pickle.dumps(main_function)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        monkeypatch.setattr(double, "__module__", __name__)
+        assert not dumps_node(Task("k", double, TaskRef("a")))[1]
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])

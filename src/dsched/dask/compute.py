@@ -33,7 +33,7 @@ from ..client.annotate import current as dsched_annotations
 from ..client.submission import KeyMaker, TaskBuilder, task_options
 from .annotations import Annotated, Demand, GraphAnnotations
 from .default import tokenize_futures_by_key
-from .execute import run_node
+from .execute import dumps_node, run_node
 from .graph import Plan, optimised_graph, with_future_inputs
 from .keys import to_dsched
 
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from ..client.future import Future
 
 FUSIONS = ("dask", "boundaries")
+#: Tasks built before a batch is sent: workers start on a big graph while the rest is built.
+STREAM_TASKS = 200
 
 tokenize_futures_by_key()
 
@@ -125,34 +127,73 @@ def submit_expr(client: "AsyncClient", expr: Any, keys: list, *, fusion: str | N
     whole = _whole_graph(resources, priority, retries, workers)
     annotations = GraphAnnotations(expr, whole)
     plan = Plan(optimised_graph(expr, annotations if fusion == "boundaries" else None))
-    builders: dict[tuple[str, Demand], TaskBuilder] = {}
-    key_maker = KeyMaker()
-    tasks = []
-    for key, node in plan.nodes():
-        demand = annotations.demand(key, node)
-        if demand.workers is not None and not demand.workers:
-            raise ValueError(f"task {key!r} joins steps annotated with workers no one worker "
-                             "is among; no worker may run it")
+    nodes = plan.nodes()
+    demands = [_demand(annotations, key, node) for key, node in nodes]  # errors before sending
+    wanted = {key: plan.dsched_key(key) for key in keys}
+    outputs = set(wanted.values())
+    last_needed = {}  # dsched key -> index of the last node that needs it
+    for index, (_, node) in enumerate(nodes):
+        for dependency in node.dependencies:
+            last_needed[plan.dsched_key(dependency)] = index
+    tasks = _TaskMaker(plan)
+    futures: dict[str, "Future"] = {}
+    holds = []
+    batch: list[dict] = []
+    for index, ((key, node), demand) in enumerate(zip(nodes, demands)):
+        batch.append(tasks.build(key, node, demand))
+        if len(batch) == STREAM_TASKS or index == len(nodes) - 1:
+            # Sent while the rest is built, so workers start early; a result a later batch
+            # needs is held by a future until that batch is in.
+            later = {t["key"] for t in batch if last_needed.get(t["key"], -1) > index}
+            sent = client._submit_graph(batch, later | {t["key"] for t in batch
+                                                        if t["key"] in outputs})
+            holds.extend(sent.pop(name) for name in later - outputs)
+            futures.update(sent)
+            batch = []
+    if outputs - futures.keys():  # outputs that are futures already (a persisted part)
+        futures.update(client._submit_graph([], outputs - futures.keys()))
+    del holds  # released after every batch is queued
+    return {key: futures[dsched_key] for key, dsched_key in wanted.items()}
+
+
+def _demand(annotations: GraphAnnotations, key: Any, node: Any) -> Demand:
+    demand = annotations.demand(key, node)
+    if demand.workers is not None and not demand.workers:
+        raise ValueError(f"task {key!r} joins steps annotated with workers no one worker is "
+                         "among; no worker may run it")
+    return demand
+
+
+class _TaskMaker:
+    """Builds the task of each node, with one TaskBuilder per prefix and demand (each pickles
+    ``run_node`` once)."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.builders: dict[tuple[str, Demand], TaskBuilder] = {}
+        self.key_maker = KeyMaker()
+        self.by_value: set[str] = set()  # prefixes whose nodes only cloudpickle can send
+
+    def build(self, key: Any, node: Any, demand: Demand) -> dict:
         prefix = key_split(key)
-        builder = builders.get((prefix, demand))
+        builder = self.builders.get((prefix, demand))
         if builder is None:
-            builder = builders[prefix, demand] = TaskBuilder(
-                run_node, task_options(**demand.options()), _is_input, key_maker, prefix=prefix)
+            builder = self.builders[prefix, demand] = TaskBuilder(
+                run_node, task_options(**demand.options()), _is_input, self.key_maker,
+                prefix=prefix)
+        standard = prefix not in self.by_value
         try:
-            tasks.append(_build(builder, plan, key, node))
+            node_bytes, standard = dumps_node(node, standard)
         except TypeError:  # a dsched future among the arguments cannot be pickled
             with_inputs = with_future_inputs(node)
             if with_inputs is node:
                 raise
-            tasks.append(_build(builder, plan, key, with_inputs))
-    wanted = {key: plan.dsched_key(key) for key in keys}
-    futures = client._submit_graph(tasks, set(wanted.values()))
-    return {key: futures[dsched_key] for key, dsched_key in wanted.items()}
-
-
-def _build(builder: TaskBuilder, plan: Plan, key: Any, node: Any) -> dict:
-    inputs = [(dep, _Input(plan.dsched_key(dep))) for dep in node.dependencies]
-    return builder.build((node, inputs), {}, to_dsched(key))
+            node = with_inputs
+            node_bytes, standard = dumps_node(node, standard)
+        if not standard:  # the layer's other nodes hold the same functions: skip the try
+            self.by_value.add(prefix)
+        inputs = [(dep, _Input(self.plan.dsched_key(dep))) for dep in node.dependencies]
+        return builder.build((node_bytes, inputs), {}, to_dsched(key))
 
 
 def _whole_graph(resources: Any, priority: Any, retries: Any, workers: Any) -> Annotated | None:
