@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import io
+import pickle
 
 import pytest
 
@@ -54,7 +56,9 @@ def tasks_of(client) -> list[dict]:
 def functions_in(task: dict) -> set[str]:
     """The names of the functions a task's node calls, fused steps and wrapped ones included."""
     (node_bytes, _), _ = serialize.loads(task["spec"][1])
-    node = serialize.loads(node_bytes)
+    unpickler = pickle.Unpickler(io.BytesIO(node_bytes))
+    unpickler.persistent_load = serialize.loads(task["spec"][0])._function
+    node = unpickler.load()
     names: set[str] = set()
 
     def walk(item, depth=0):
@@ -334,30 +338,40 @@ def test_a_future_inside_a_delayed_call_becomes_a_dependency(client):
 # -- how a node travels -----------------------------------------------------------------------
 
 
-def test_a_node_takes_the_standard_pickler_unless_only_cloudpickle_can_send_it(monkeypatch):
+def test_functions_that_travel_by_value_go_once_per_graph_in_the_task_function(monkeypatch):
     import operator
     import pickle
     import sys
 
     import cloudpickle
 
-    from dsched.dask.execute import dumps_node, run_node
+    from dsched.dask.execute import NodePickler, RunNode
 
-    plain = Task("k", operator.add, TaskRef("a"), 1)
-    data, standard = dumps_node(plain)
-    assert standard and run_node(data, [("a", 41)]) == 42
-    assert not dumps_node(plain, standard=False)[1]
-    local = Task("k", lambda a: a * 2, TaskRef("a"))  # refused by the standard pickler
-    data, standard = dumps_node(local)
-    assert not standard and run_node(data, [("a", 4)]) == 8
-    main_function = Task("k", inc, TaskRef("a"))  # of __main__: a worker has another one
-    monkeypatch.setattr(inc, "__module__", "__main__")
-    monkeypatch.setitem(sys.modules["__main__"].__dict__, "inc", inc)
-    data, standard = dumps_node(main_function)
-    assert not standard and b"__main__" in pickle.dumps(main_function)
+    pickler = NodePickler()
+    plain = pickler.dumps(Task("k", operator.add, TaskRef("a"), 1))
+    assert pickler.functions == [] and RunNode()(plain, [("a", 41)]) == 42
+    square = lambda a: a * a  # noqa: E731 - the standard pickler refuses lambdas
+    nodes = [pickler.dumps(Task(("k", i), square, TaskRef("a"))) for i in range(3)]
+    assert len(pickler.functions) == 1  # one copy, however many nodes call it
+    run = pickle.loads(pickle.dumps(RunNode(tuple(pickler.functions))))  # as a worker gets it
+    assert [run(node, [("a", 3)]) for node in nodes] == [9, 9, 9]
+    monkeypatch.setattr(inc, "__module__", "__main__")  # a worker's __main__ is another
+    of_main = pickler.dumps(Task("k", inc, TaskRef("a")))
+    assert len(pickler.functions) == 2 and b"__main__" not in of_main
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     try:
-        monkeypatch.setattr(double, "__module__", __name__)
-        assert not dumps_node(Task("k", double, TaskRef("a")))[1]
+        pickler.dumps(Task("k", double, TaskRef("a")))
+        assert len(pickler.functions) == 3
     finally:
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    run = RunNode(tuple(pickler.functions))
+    assert run(of_main, [("a", 1)]) == 2
+
+
+def test_a_task_function_is_the_same_bytes_for_every_task_of_a_batch(client):
+    def shift(block):  # a local function: travels by value
+        return block - 1
+
+    client.compute(da.ones((40,), chunks=4).map_blocks(shift).sum())
+    functions = {t["spec"][0] for t in tasks_of(client)}
+    assert len(functions) == 1

@@ -33,7 +33,7 @@ from ..client.annotate import current as dsched_annotations
 from ..client.submission import KeyMaker, TaskBuilder, task_options
 from .annotations import Annotated, Demand, GraphAnnotations
 from .default import tokenize_futures_by_key
-from .execute import dumps_node, run_node
+from .execute import NodePickler, RunNode
 from .graph import Plan, optimised_graph, with_future_inputs
 from .keys import to_dsched
 
@@ -135,17 +135,18 @@ def submit_expr(client: "AsyncClient", expr: Any, keys: list, *, fusion: str | N
     for index, (_, node) in enumerate(nodes):
         for dependency in node.dependencies:
             last_needed[plan.dsched_key(dependency)] = index
-    tasks = _TaskMaker(plan)
+    maker = _TaskMaker(plan)
     futures: dict[str, "Future"] = {}
     holds = []
-    batch: list[dict] = []
+    batch: list[tuple[Any, Any, Demand]] = []
     for index, ((key, node), demand) in enumerate(zip(nodes, demands)):
-        batch.append(tasks.build(key, node, demand))
+        batch.append((key, node, demand))
         if len(batch) == STREAM_TASKS or index == len(nodes) - 1:
             # Sent while the rest is built, so workers start early; a result a later batch
             # needs is held by a future until that batch is in.
-            later = {t["key"] for t in batch if last_needed.get(t["key"], -1) > index}
-            sent = client._submit_graph(batch, later | {t["key"] for t in batch
+            tasks = maker.build(batch)
+            later = {t["key"] for t in tasks if last_needed.get(t["key"], -1) > index}
+            sent = client._submit_graph(tasks, later | {t["key"] for t in tasks
                                                         if t["key"] in outputs})
             holds.extend(sent.pop(name) for name in later - outputs)
             futures.update(sent)
@@ -165,35 +166,38 @@ def _demand(annotations: GraphAnnotations, key: Any, node: Any) -> Demand:
 
 
 class _TaskMaker:
-    """Builds the task of each node, with one TaskBuilder per prefix and demand (each pickles
-    ``run_node`` once)."""
+    """Builds the tasks of a graph's nodes, batch by batch: one TaskBuilder per prefix and
+    demand, whose function (a RunNode) carries the graph's functions that travel by value."""
 
     def __init__(self, plan: Plan):
         self.plan = plan
-        self.builders: dict[tuple[str, Demand], TaskBuilder] = {}
         self.key_maker = KeyMaker()
-        self.by_value: set[str] = set()  # prefixes whose nodes only cloudpickle can send
+        self.pickler = NodePickler()
 
-    def build(self, key: Any, node: Any, demand: Demand) -> dict:
-        prefix = key_split(key)
-        builder = self.builders.get((prefix, demand))
-        if builder is None:
-            builder = self.builders[prefix, demand] = TaskBuilder(
-                run_node, task_options(**demand.options()), _is_input, self.key_maker,
-                prefix=prefix)
-        standard = prefix not in self.by_value
-        try:
-            node_bytes, standard = dumps_node(node, standard)
-        except TypeError:  # a dsched future among the arguments cannot be pickled
-            with_inputs = with_future_inputs(node)
-            if with_inputs is node:
-                raise
-            node = with_inputs
-            node_bytes, standard = dumps_node(node, standard)
-        if not standard:  # the layer's other nodes hold the same functions: skip the try
-            self.by_value.add(prefix)
-        inputs = [(dep, _Input(self.plan.dsched_key(dep))) for dep in node.dependencies]
-        return builder.build((node_bytes, inputs), {}, to_dsched(key))
+    def build(self, batch: list[tuple[Any, Any, Demand]]) -> list[dict]:
+        pickled = []
+        for key, node, demand in batch:
+            try:
+                node_bytes = self.pickler.dumps(node)
+            except TypeError:  # a dsched future among the arguments cannot be pickled
+                with_inputs = with_future_inputs(node)
+                if with_inputs is node:
+                    raise
+                node, node_bytes = with_inputs, self.pickler.dumps(with_inputs)
+            pickled.append((key, node, node_bytes, demand))
+        run = RunNode(tuple(self.pickler.functions))
+        builders: dict[tuple[str, Demand], TaskBuilder] = {}
+        tasks = []
+        for key, node, node_bytes, demand in pickled:
+            prefix = key_split(key)
+            builder = builders.get((prefix, demand))
+            if builder is None:
+                builder = builders[prefix, demand] = TaskBuilder(
+                    run, task_options(**demand.options()), _is_input, self.key_maker,
+                    prefix=prefix)
+            inputs = [(dep, _Input(self.plan.dsched_key(dep))) for dep in node.dependencies]
+            tasks.append(builder.build((node_bytes, inputs), {}, to_dsched(key)))
+        return tasks
 
 
 def _whole_graph(resources: Any, priority: Any, retries: Any, workers: Any) -> Annotated | None:
