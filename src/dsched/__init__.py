@@ -1,13 +1,15 @@
 """dsched: a resource-aware distributed task scheduler.
 
-The public API: Client, AsyncClient, LocalCluster, Future, annotate, wait, as_completed,
-progress, get_gpu_ids and config.
+The public API: Client, AsyncClient, LocalCluster, Future, annotate, requires, wait,
+as_completed, progress, get_gpu_ids and config. Dask collections run on a Client through
+``dsched.dask`` (the ``dask`` extra); importing dsched never imports Dask.
 """
 
 from . import config
 from .client import (ALL_COMPLETED, FIRST_COMPLETED, AsyncClient, CancelledError, Client, Future,
                      LocalCluster, SchedulerLostError, TaskFailedError, annotate, as_completed,
                      progress, wait)
+from .dask.requires import requires
 from .errors import ResourceSpecError, SchedError, TaskExit
 from .gpu_ids import get_gpu_ids
 from .resources import Resources, parse_resources
@@ -18,5 +20,5 @@ __all__ = [
     "ALL_COMPLETED", "AsyncClient", "CancelledError", "Client", "FIRST_COMPLETED", "Future",
     "LocalCluster", "ResourceSpecError", "Resources", "SchedError", "SchedulerLostError",
     "TaskExit", "TaskFailedError", "annotate", "as_completed", "config", "get_gpu_ids", "parse_resources",
-    "progress", "wait",
+    "progress", "requires", "wait",
 ]

@@ -153,6 +153,15 @@ class Resources(Mapping[str, int]):
             units[name] = left
         return Resources(units)
 
+    def __or__(self, other: "Resources") -> "Resources":
+        """The largest quantity of each name: what one task needs to run the steps of both."""
+        if not other._units:
+            return self
+        units = dict(self._units)
+        for name, value in other._units.items():
+            units[name] = max(units.get(name, 0), value)
+        return Resources(units)
+
     def missing_names(self, offered: Iterable[str]) -> list[str]:
         """Names demanded here (non-zero) that are not among ``offered``, sorted."""
         offered = set(offered)

@@ -8,8 +8,8 @@ address -> the test scheduler's (``dsched.config.set`` accepts Dask's ``distribu
 prefix, so the config block runs as written). The
 token reaches ``Client(address)`` through ``SCHED_TOKEN``, as it would on a cluster.
 
-Not run: the "Resources with collections" blocks (``da.read_zarr``, ``map_blocks``,
-``dd.read_parquet``): dsched has no array or dataframe collections.
+The "Resources with collections" blocks (``map_blocks``, ``map_partitions``) run in
+``test_dask_seed.py``, on Dask's own collections.
 """
 
 from __future__ import annotations

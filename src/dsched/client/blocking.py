@@ -13,6 +13,7 @@ import concurrent.futures
 import threading
 from typing import Any, Callable, Iterable
 
+from ..dask.default import set_as_default as become_dask_default, unset_default
 from ..errors import SchedError
 from .client import AsyncClient
 from .settings import resolve_token
@@ -27,19 +28,22 @@ class Client:
 
     The token is ``token=``, else ``SCHED_TOKEN``, else ``token_file=`` or the configured token
     file. ``cluster_kwargs`` (``n_workers=``, ``threads_per_worker=``, ``resources=``) go to the
-    LocalCluster that ``Client()`` starts.
+    LocalCluster that ``Client()`` starts. Where Dask is installed the client is Dask's
+    scheduler until it closes, unless ``set_as_default=False`` (see ``docs/dask.md``).
     """
 
     asynchronous = False
 
     def __new__(cls, address: Any = None, *, asynchronous: bool = False, **kwargs: Any):
         if asynchronous:
+            kwargs.pop("set_as_default", None)
             return AsyncClient(address, **kwargs)
         return super().__new__(cls)
 
     def __init__(self, address: str | LocalCluster | None = None, *, asynchronous: bool = False,
                  token: str | None = None, token_file: str | None = None, ssl: Any = None,
-                 name: str = "client", timeout: float | None = None, **cluster_kwargs: Any):
+                 name: str = "client", timeout: float | None = None, set_as_default: bool = True,
+                 **cluster_kwargs: Any):
         self._async = AsyncClient(address, token=token, token_file=token_file, ssl=ssl,
                                   name=name, timeout=timeout, **cluster_kwargs)
         self._async.asynchronous = False
@@ -52,6 +56,8 @@ class Client:
         except BaseException:
             self._stop_loop()
             raise
+        if set_as_default:
+            become_dask_default(self)
 
     def _run(self, coroutine: Any, timeout: float | None = None) -> Any:
         if self._loop.is_closed():
@@ -77,6 +83,22 @@ class Client:
     def gather(self, futures: Any, errors: str = "raise", timeout: float | None = None) -> Any:
         """The results of futures, in the same structure; raises the first task error."""
         return self._run(self._async.gather(futures, errors), timeout)
+
+    def compute(self, collections: Any, sync: bool = False, **options: Any) -> Any:
+        """Futures of the results of Dask collections (the results, with ``sync=True``)."""
+        futures = self._async.compute(collections, **options)
+        return self.gather(futures) if sync else futures
+
+    def persist(self, collections: Any, **options: Any) -> Any:
+        """Dask collections backed by futures of their parts; see ``docs/dask.md``."""
+        return self._async.persist(collections, **options)
+
+    def get(self, dsk: Any, keys: Any, **options: Any) -> Any:
+        """The values of ``keys`` of a Dask graph or expression: ``dask.compute(x,
+        scheduler=client)`` and ``dask.config.set(scheduler=client)`` call this."""
+        from ..dask.compute import get
+
+        return self.gather(get(self._async, dsk, keys, **options))
 
     def cancel(self, futures: Any) -> None:
         """Cancel tasks not yet ended, and the tasks depending on them."""
@@ -112,6 +134,7 @@ class Client:
         """Cancel pending tasks, disconnect, and stop the LocalCluster ``Client()`` started."""
         if self._loop.is_closed():
             return
+        unset_default(self)
         try:
             if self._async.status != "closed":
                 self._run(self._async.close(), timeout)

@@ -308,6 +308,52 @@ class AsyncClient:
             self._enqueue(ops.Submit(tasks=tuple(tasks)))
         return futures
 
+    def _submit_graph(self, tasks: list[dict], wanted: set[str]) -> dict[str, Future]:
+        """Submit built tasks, each after its dependencies, in as few ops as fit in a frame;
+        a future of each ``wanted`` key. Other tasks go with ``"wanted": False`` (the
+        scheduler keeps them while a dependent needs them); one whose dependents follow in a
+        later op is held by a future until they are queued. Tasks behind keys this client
+        already holds are not sent again."""
+        self._check_running()
+        limit = self._limits["max_frame_size"]
+        sizes = {task["key"]: task_size(task, limit) for task in tasks}
+
+        def known(key: str) -> bool:
+            state = self._states.get(key)
+            return state is not None and state.status not in (FutureStatus.cancelled,
+                                                              FutureStatus.lost)
+
+        needed = {key for key in wanted if not known(key)}
+        for task in reversed(tasks):  # only what a wanted key not yet known depends on
+            if task["key"] in needed:
+                needed.update(d for d in task.get("dependencies", ()) if not known(d))
+        unknown = sorted(key for key in needed if key not in sizes)
+        if unknown:
+            raise ValueError(f"the graph depends on {unknown[:3]}, which neither it nor a "
+                             "future of this client holds")
+        futures = {key: self._future(key)[0] for key in wanted}
+        parts: list[list[dict]] = [[]]
+        size, part_of, holds = 0, {}, []
+        for task in (task for task in tasks if task["key"] in needed):
+            if parts[-1] and size + sizes[task["key"]] > limit // 4:
+                parts.append([])
+                size = 0
+            for dep in task.get("dependencies", ()):
+                if part_of.get(dep, len(parts)) < len(parts) - 1 and dep not in futures:
+                    futures[dep] = self._future(dep)[0]
+                    holds.append(dep)
+            part_of[task["key"]] = len(parts) - 1
+            parts[-1].append(task)
+            size += sizes[task["key"]]
+        for part in parts:
+            for task in part:
+                task["wanted"] = task["key"] in futures
+            if part:
+                self._enqueue({"op": "submit", "tasks": part})
+        for key in holds:  # queued after the submits: released once their dependents are in
+            del futures[key]
+        return futures
+
     def _cancel_now(self, futures: Iterable[Future] | Future) -> None:
         if isinstance(futures, Future):
             futures = [futures]
@@ -329,6 +375,26 @@ class AsyncClient:
     async def cancel(self, futures: Iterable[Future] | Future) -> None:
         """Cancel tasks not yet ended, and the tasks depending on them."""
         self._cancel_now(futures)
+
+    # -- Dask collections (dsched.dask; needs the dask extra) -------------------------------
+
+    def compute(self, collections: Any, **options: Any) -> Any:
+        """Futures of the results of Dask collections; see ``docs/dask.md``."""
+        from ..dask.compute import compute
+
+        return compute(self, collections, **options)
+
+    def persist(self, collections: Any, **options: Any) -> Any:
+        """Dask collections backed by futures of their parts; see ``docs/dask.md``."""
+        from ..dask.compute import persist
+
+        return persist(self, collections, **options)
+
+    async def get(self, dsk: Any, keys: Any, **options: Any) -> Any:
+        """The values of ``keys`` of a Dask graph or expression (Dask's scheduler API)."""
+        from ..dask.compute import get
+
+        return await self.gather(get(self, dsk, keys, **options))
 
     # -- reports from the scheduler ---------------------------------------------------------
 

@@ -156,6 +156,8 @@ class Future:
     """
 
     __slots__ = ("key", "_client", "_state", "__weakref__")
+    #: Dask takes an object with this flag and a ``key`` as a value computed already.
+    __dask_future__ = True
 
     def __init__(self, key: str, client: "AsyncClient", state: FutureState):
         # Made only by the client, which has already counted this reference in ``state``.
