@@ -14,6 +14,7 @@ da = pytest.importorskip("dask.array")
 np = pytest.importorskip("numpy")
 
 import dsched  # noqa: E402
+from dsched.protocol import ops  # noqa: E402
 from deadline import wait_until  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -106,7 +107,7 @@ def test_a_graph_larger_than_a_frame_is_sent_in_parts(cluster, monkeypatch):
                             lambda op: (sent.append(op), enqueue(op))[1])
         x = da.arange(4000, chunks=4)
         assert ((x + 1) * 2).sum().compute() == 2 * sum(range(1, 4001))
-        assert sum(1 for op in sent if isinstance(op, dict) and op["op"] == "submit") > 3
+        assert sum(1 for op in sent if isinstance(op, ops.Submit)) > 3
         wait_until(lambda: nothing_left(client), what="every part's tasks released")
 
 

@@ -9,7 +9,6 @@ dataframe from a parquet file the test writes.
 
 from __future__ import annotations
 
-import os
 import sys
 import uuid
 

@@ -316,7 +316,7 @@ class AsyncClient:
         already holds are not sent again."""
         self._check_running()
         limit = self._limits["max_frame_size"]
-        sizes = {task["key"]: task_size(task, limit) for task in tasks}
+        sizes = {task["key"]: task_size(task, self._limits["max_message_size"]) for task in tasks}
 
         def known(key: str) -> bool:
             state = self._states.get(key)
@@ -349,7 +349,7 @@ class AsyncClient:
             for task in part:
                 task["wanted"] = task["key"] in futures
             if part:
-                self._enqueue({"op": "submit", "tasks": part})
+                self._enqueue(ops.Submit(tasks=tuple(part)))
         for key in holds:  # queued after the submits: released once their dependents are in
             del futures[key]
         return futures
