@@ -1,7 +1,7 @@
 """Configuration: the defaults, the TOML file, ``SCHED_*`` environment variables, overrides.
 
-Holds the one table of defaults (:data:`DEFAULTS`) and the type of every key, and merges the
-layers, each over the one before: defaults, then the file, then the environment, then
+Takes every setting's default and kind from ``settings.py``, where each is declared once, and
+merges the layers, each over the one before: defaults, then the file, then the environment, then
 :class:`set` (in-process), then the command line (``load(overrides=...)``). ``set()`` wins over
 the environment and the file, as ``dask.config.set`` does, because code that sets it in-process
 (a LocalCluster, a test, a notebook) means it for that block; the command line wins over
@@ -32,17 +32,13 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+import tomllib
 
-from .config_kinds import KINDS as _KINDS
+from . import settings
 from .config_kinds import Bad as _Bad
 from .config_kinds import resource_table as _resource_table
 from .errors import ConfigError, ResourceSpecError
 
-MiB = 2**20
 #: The last place looked for a config file (a module attribute so tests can move it).
 SYSTEM_CONFIG = Path("/etc/sched/config.toml")
 #: SCHED_* variables that are not settings: the config file, the token, and what a worker
@@ -51,59 +47,9 @@ RESERVED_ENV = ("SCHED_CONFIG", "SCHED_TOKEN", "SCHED_WORKER_NAME", "SCHED_TASK_
                 "SCHED_FAKE_NVML", "SCHED_NANNY_PID", "SCHED_PREVIOUS_EXIT",
                 "SCHED_LOCAL_DIRECTORY")
 
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "scheduler": {
-        "host": "0.0.0.0",  # all interfaces: remote workers must reach it; the token guards it
-        "port": 8786,
-        "dashboard_port": 8787,  # None = no dashboard
-        "state_dir": None,  # journal and token; None = $XDG_STATE_HOME/sched (~/.local/state/sched)
-        "token_file": None,  # None = <state_dir>/token, created with mode 0600 on first start
-        "tls": {"cert": None, "key": None, "ca": None, "require_client_cert": False},
-        "allowed_failures": 3,  # worker deaths a task may be executing on before it fails
-        "no_worker_timeout": None,  # seconds a task no worker can run waits; None = for ever
-        "heartbeat_timeout": 60.0,  # seconds without a heartbeat before a worker is removed
-        "drain_timeout": 60.0,  # seconds SIGTERM lets running tasks finish before stopping
-        "prefetch": 2,  # resource-free tasks a worker may hold beyond its free threads
-        "log_level": "info",
-    },
-    "worker": {
-        "scheduler_address": None,  # used when sched-worker is given no address
-        "host": "0.0.0.0",  # interface of the port that serves results to peers and clients
-        "port": 0,  # that port; 0 = any free one
-        "resources": {},  # open table of case-sensitive names: {"GPU": 2, "MEMORY": 1e11}
-        "nthreads": None,  # None = the CPUs this process may run on
-        "nanny": True,  # run the worker process(es) under a nanny that restarts them
-        "nworkers": 1,  # worker processes under one nanny, each with all of `resources`
-        "name": None,  # None = chosen from host and port
-        "gpus": "auto",  # "auto" (NVML, within CUDA_VISIBLE_DEVICES), "none", or [0, 1]/UUIDs
-        "memory_limit": "auto",  # "auto" = memory / nworkers; None; bytes; "4GiB"; fraction 0-1
-        "local_directory": None,  # None = a directory under the system temp dir
-        "heartbeat_interval": 2.0,
-        "reconnect_backoff_min": 0.5,  # seconds before the first reconnect; doubles each try
-        "reconnect_backoff_max": 30.0,
-        "drain_timeout": 60.0,  # seconds SIGTERM lets running tasks finish before killing them
-        "death_timeout": None,  # seconds without a scheduler before exiting; None = never
-        "token_file": None,  # None = the scheduler's token file on this machine
-        "tls": {"cert": None, "key": None, "ca": None},
-        "log_level": "info",
-    },
-    "comm": {
-        "max_frame_size": 256 * MiB,  # checked before any allocation
-        # One message (a result, a task's arguments), however many frames it takes: big enough
-        # for any result worth moving over the network, small enough that a bug asking to send
-        # more fails with this key's name rather than exhausting a peer's memory.
-        "max_message_size": 4 * 1024 * MiB,
-        "outbox_limit": 512 * MiB,  # bytes queued for one peer before it is disconnected
-        "connect_timeout": 10.0,
-        "handshake_timeout": 10.0,
-    },
-    "client": {
-        "scheduler_address": None,  # None: Client() starts a LocalCluster, `sched` uses localhost
-        "connect_timeout": 30.0,
-        "token_file": None,  # None = the scheduler's token file on this machine
-        "tls": {"cert": None, "key": None, "ca": None},
-    },
-}
+#: The defaults, and the kind of every key, from the declarations in ``settings.py``.
+DEFAULTS: dict[str, dict[str, Any]] = settings.defaults()
+_KINDS: dict[str, dict[str, Any]] = settings.kinds()
 
 
 _RESOURCES = ("worker", "resources")

@@ -15,6 +15,7 @@ import sys
 from typing import Any, Awaitable, Callable
 
 from .auth import client_ssl_context, server_ssl_context
+from .settings import TlsConfig
 
 EXIT_AT_ONCE = 128 + signal.SIGTERM
 #: Refused by the scheduler, or given a configuration that cannot work (sysexits' EX_CONFIG):
@@ -30,17 +31,16 @@ def setup_logging(level: str) -> None:
     )
 
 
-def ssl_contexts(tls: dict[str, Any], *, server: bool) -> Any:
+def ssl_contexts(tls: TlsConfig, *, server: bool) -> Any:
     """An SSLContext from a config's ``tls`` table, or None when TLS is not configured."""
-    cert, key, ca = tls.get("cert"), tls.get("key"), tls.get("ca")
     if server:
-        if not cert:
+        if not tls.cert:
             return None
-        return server_ssl_context(cert, key, ca=ca,
-                                  require_client_cert=bool(tls.get("require_client_cert")))
-    if not ca:
+        return server_ssl_context(tls.cert, tls.key, ca=tls.ca,
+                                  require_client_cert=getattr(tls, "require_client_cert", False))
+    if not tls.ca:
         return None
-    return client_ssl_context(ca=ca, cert=cert, key=key)
+    return client_ssl_context(ca=tls.ca, cert=tls.cert, key=tls.key)
 
 
 def install_signal_handlers(drain: Callable[[], Awaitable[None]], *,

@@ -136,8 +136,9 @@ def test_the_address_it_gives_clients_is_one_they_can_connect_to():
     from types import SimpleNamespace
 
     from dsched.scheduler.server import Scheduler
+    from dsched.settings import CommConfig, SchedulerConfig
 
-    scheduler = Scheduler(host="0.0.0.0", port=0, token="t")
+    scheduler = Scheduler(SchedulerConfig(host="0.0.0.0", port=0), CommConfig(), token="t")
     scheduler.listener = SimpleNamespace(host="0.0.0.0", port=8786)  # as if listening
     host, port = scheduler.address.rsplit(":", 1)
     assert port == "8786" and host not in ("0.0.0.0", "")

@@ -11,7 +11,8 @@ import pytest
 from deadline import wait_until_async
 from dsched.comm import listen
 from dsched.resources import Resources
-from dsched.worker.server import Worker, WorkerSettings
+from dsched.settings import CommConfig, WorkerConfig
+from dsched.worker.server import Worker, WorkerSetup
 
 TOKEN = "register-test-token"
 
@@ -37,20 +38,21 @@ class StandInScheduler:
         await self.answer(comm, len(self.registers))
 
 
-async def run_worker(scheduler: StandInScheduler, tmp_path, **settings):
+async def run_worker(scheduler: StandInScheduler, tmp_path, name=None, **setup):
     listener = await listen("127.0.0.1", 0, scheduler.serve, token=TOKEN,
                             accept_roles={"worker"})
-    worker = Worker(WorkerSettings(
-        scheduler_address=listener.address, token=TOKEN, nthreads=1, resources=Resources.parse({}),
-        host="127.0.0.1", local_directory=str(tmp_path), reconnect_min=0.05, reconnect_max=0.1,
-        **settings))
+    config = WorkerConfig(scheduler_address=listener.address, host="127.0.0.1", name=name,
+                          local_directory=str(tmp_path), reconnect_backoff_min=0.05,
+                          reconnect_backoff_max=0.1)
+    worker = Worker(config, CommConfig(), WorkerSetup(token=TOKEN, nthreads=1,
+                                                      resources=Resources.parse({}), **setup))
     await worker.start()
     return listener, worker
 
 
 async def test_how_the_previous_process_ended_is_told_to_the_first_scheduler_only(tmp_path):
     async def welcome_then_drop_once(comm, n):
-        await comm.send({"op": "registered"})
+        await comm.send({"op": "registered", "address": "127.0.0.1:1"})
         if n == 1:
             await comm.close("scheduler restarting")
         else:
@@ -74,7 +76,7 @@ async def test_how_the_previous_process_ended_is_told_to_the_first_scheduler_onl
 
 async def test_a_first_process_says_nothing_of_a_previous_one(tmp_path):
     async def welcome(comm, n):
-        await comm.send({"op": "registered"})
+        await comm.send({"op": "registered", "address": "127.0.0.1:1"})
         async for _ in comm:
             pass
 

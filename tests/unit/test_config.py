@@ -410,3 +410,24 @@ def test_set_accepts_dasks_distributed_prefix_so_seed_code_runs_unchanged():
     with config.set({"distributed.worker.resources.GPU": 2}):
         assert config.get("worker.resources") == {"GPU": 2}
     assert config.get("worker.resources") == {}
+
+
+def test_the_configuration_reference_in_docs_is_up_to_date():
+    from pathlib import Path
+
+    from dsched.reference import PAGES
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    for name, page in PAGES.items():
+        assert (docs / name).read_text() == page(), (
+            f"docs/{name} is stale: run python -m dsched.reference")
+
+
+def test_every_setting_is_declared_with_a_kind_a_default_that_passes_it_and_a_help():
+    from dsched import settings
+
+    keys = list(settings.reference())
+    assert len(keys) == len({key for key, *_ in keys}) > 40
+    for key, env, default, text in keys:
+        assert text and text[0].isupper() and env == "SCHED_" + key.upper().replace(".", "__")
+        assert config.check_value(key, default) == default, key

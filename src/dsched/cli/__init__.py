@@ -14,6 +14,7 @@ import click
 from .. import config
 from ..errors import ConfigError, ResourceSpecError
 from ..resources import Resources
+from ..settings import help_of
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -60,14 +61,6 @@ class ResourceSpec(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
-def default_of(key: str) -> Any:
-    """The built-in default of a dotted key, for help texts (never reads a file)."""
-    node: Any = config.DEFAULTS
-    for part in key.split("."):
-        node = node[part]
-    return node
-
-
 def config_option() -> Decorator:
     return click.option(
         "--config", "config_file", metavar="FILE",
@@ -80,19 +73,16 @@ def log_level_option(section: str) -> Decorator:
     return click.option(
         "--log-level", type=click.Choice(["debug", "info", "warning", "error", "critical"],
                                          case_sensitive=False),
-        help=f"Logging level [{section}.log_level; default {default_of(section + '.log_level')}].",
+        help=help_of(f"{section}.log_level"),
     )
 
 
 def tls_options(section: str) -> Decorator:
     """--tls-cert, --tls-key and --tls-ca for the ``tls`` table of ``section``."""
     options = [
-        click.option("--tls-cert", metavar="FILE",
-                     help=f"TLS certificate (PEM) [{section}.tls.cert]."),
-        click.option("--tls-key", metavar="FILE",
-                     help=f"TLS private key (PEM) [{section}.tls.key]."),
-        click.option("--tls-ca", metavar="FILE",
-                     help=f"CA certificate to check the peer's certificate [{section}.tls.ca]."),
+        click.option("--tls-cert", metavar="FILE", help=help_of(f"{section}.tls.cert")),
+        click.option("--tls-key", metavar="FILE", help=help_of(f"{section}.tls.key")),
+        click.option("--tls-ca", metavar="FILE", help=help_of(f"{section}.tls.ca")),
     ]
 
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:

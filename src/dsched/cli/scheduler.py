@@ -9,7 +9,8 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import (CONTEXT_SETTINGS, build_config, config_option, default_of, log_level_option,
+from ..settings import help_of
+from . import (CONTEXT_SETTINGS, build_config, config_option, log_level_option,
                tls_options)
 
 
@@ -20,23 +21,13 @@ def run_scheduler(cfg: dict) -> int:
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.option("--host", metavar="HOST",
-              help="Interface to listen on "
-              f"[scheduler.host; default {default_of('scheduler.host')}].")
-@click.option("--port", type=click.IntRange(0, 65535),
-              help="Port for workers and clients, 0 for any free one "
-              f"[scheduler.port; default {default_of('scheduler.port')}].")
+@click.option("--host", metavar="HOST", help=help_of("scheduler.host"))
+@click.option("--port", type=click.IntRange(0, 65535), help=help_of("scheduler.port"))
 @click.option("--dashboard-port", type=click.IntRange(0, 65535),
-              help="Port of the dashboard, API and metrics (reserved: the dashboard is not "
-              "built yet) "
-              f"[scheduler.dashboard_port; default {default_of('scheduler.dashboard_port')}].")
-@click.option("--token-file", metavar="FILE",
-              help="Shared token file; created (mode 0600) when missing "
-              "[scheduler.token_file; default STATE_DIR/token].")
+              help=help_of("scheduler.dashboard_port"))
+@click.option("--token-file", metavar="FILE", help=help_of("scheduler.token_file"))
 @tls_options("scheduler")
-@click.option("--state-dir", metavar="DIR",
-              help="Directory of the job journal and token "
-              "[scheduler.state_dir; default ~/.local/state/sched].")
+@click.option("--state-dir", metavar="DIR", help=help_of("scheduler.state_dir"))
 @config_option()
 @log_level_option("scheduler")
 @click.version_option(__version__, prog_name="sched-scheduler")

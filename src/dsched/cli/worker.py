@@ -11,7 +11,8 @@ from typing import Any
 import click
 
 from .. import __version__
-from . import (CONTEXT_SETTINGS, ConfigValue, build_config, config_option, default_of,
+from ..settings import help_of
+from . import (CONTEXT_SETTINGS, ConfigValue, build_config, config_option,
                log_level_option, tls_options)
 
 
@@ -24,35 +25,19 @@ def run_worker(cfg: dict) -> int:
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("scheduler_address", required=False)
 @click.option("--resources", type=ConfigValue("worker.resources", "NAME=VALUE ..."),
-              help='Abstract resources this worker offers, e.g. "GPU=2 MEMORY=100e9"; replaces '
-              "the config's table [worker.resources; default: none, plus GPU=<count> found].")
-@click.option("--nthreads", type=click.IntRange(min=1),
-              help="Tasks run at once [worker.nthreads; default: the CPUs this process may use].")
-@click.option("--nanny/--no-nanny", default=None,
-              help="Run the worker process(es) under a nanny that restarts one that dies "
-              f"[worker.nanny; default {default_of('worker.nanny')}].")
-@click.option("--nworkers", type=click.IntRange(min=1),
-              help="Worker processes under one nanny, each with all the resources given "
-              f"[worker.nworkers; default {default_of('worker.nworkers')}].")
-@click.option("--name", help="Worker name [worker.name; default: from host and port].")
-@click.option("--host", metavar="HOST",
-              help="Interface of the port serving results to peers and clients "
-              f"[worker.host; default {default_of('worker.host')}].")
-@click.option("--port", type=click.IntRange(0, 65535),
-              help="That port, 0 for any free one "
-              f"[worker.port; default {default_of('worker.port')}].")
+              help=help_of("worker.resources", "; replaces the config's whole table"))
+@click.option("--nthreads", type=click.IntRange(min=1), help=help_of("worker.nthreads"))
+@click.option("--nanny/--no-nanny", default=None, help=help_of("worker.nanny"))
+@click.option("--nworkers", type=click.IntRange(min=1), help=help_of("worker.nworkers"))
+@click.option("--name", help=help_of("worker.name"))
+@click.option("--host", metavar="HOST", help=help_of("worker.host"))
+@click.option("--port", type=click.IntRange(0, 65535), help=help_of("worker.port"))
 @click.option("--gpus", type=ConfigValue("worker.gpus", "auto|none|0,1,..."),
-              help="GPUs to use: auto (found by NVML), none, or device indices or UUIDs "
-              f"[worker.gpus; default {default_of('worker.gpus')}].")
+              help=help_of("worker.gpus"))
 @click.option("--memory-limit", type=ConfigValue("worker.memory_limit", "auto|none|SIZE|FRACTION"),
-              help="Memory limit, reported to the scheduler (not yet enforced): auto, none, "
-              "bytes ('4GiB') or a fraction of the machine's "
-              f"[worker.memory_limit; default {default_of('worker.memory_limit')}].")
-@click.option("--local-directory", metavar="DIR",
-              help="Scratch directory [worker.local_directory; default: under the temp dir].")
-@click.option("--token-file", metavar="FILE",
-              help="Shared token file "
-              "[worker.token_file; default: the scheduler's on this machine].")
+              help=help_of("worker.memory_limit"))
+@click.option("--local-directory", metavar="DIR", help=help_of("worker.local_directory"))
+@click.option("--token-file", metavar="FILE", help=help_of("worker.token_file"))
 @tls_options("worker")
 @config_option()
 @log_level_option("worker")

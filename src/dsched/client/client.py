@@ -26,10 +26,11 @@ from ..errors import (
 )
 from ..peers import PeerPool
 from ..protocol import ops
+from ..settings import TlsConfig, build
 from .future import PENDING, Future, FutureState, FutureStatus
 from .reports import TASK_REPORTS, apply_task_report
 from .results import MISSING, fetch_results, substitute_present, wait_all
-from .settings import comm_limits, resolve_token
+from .settings import comm_config, resolve_token
 from .submission import KeyMaker, TaskBuilder, is_bulk, map_keys, task_options, task_size
 
 logger = logging.getLogger("dsched.client")
@@ -89,7 +90,8 @@ class AsyncClient:
         self._requests: dict[int, asyncio.Future] = {}
         self._next_id = 0
         self.comm: Comm | None = None
-        self._limits = comm_limits()
+        self._comm = comm_config()
+        self._limits = self._comm.limits()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._reader: asyncio.Task | None = None
         self._peers: PeerPool | None = None
@@ -142,7 +144,7 @@ class AsyncClient:
         if self._ssl is None:
             from ..daemon import ssl_contexts
 
-            self._ssl = ssl_contexts(config.get("client.tls"), server=False)
+            self._ssl = ssl_contexts(build(TlsConfig, config.get("client.tls")), server=False)
         try:
             self.comm = await connect(address, role="client", name=self.name, token=self._token,
                                       ssl=self._ssl, timeout=self._timeout, **self._limits)
@@ -505,7 +507,9 @@ class AsyncClient:
 
     async def _fetch(self, states: list[FutureState]) -> dict[str, Any]:
         assert self._peers is not None
-        return await fetch_results(self._peers, states, self._timeout,
+        rate = self._comm.transfer_rate
+        return await fetch_results(self._peers, states,
+                                   timeout_for=lambda nbytes: self._timeout + nbytes / rate,
                                    still_running=lambda: self.status == "running",
                                    request_bytes=self._limits["max_frame_size"] // 4)
 

@@ -53,8 +53,8 @@ async def wait_all(states: list[FutureState], fail_fast: bool) -> None:
     await done
 
 
-async def fetch_results(peers: PeerPool, states: list[FutureState], timeout: float,
-                        still_running: Callable[[], bool],
+async def fetch_results(peers: PeerPool, states: list[FutureState],
+                        timeout_for: Callable[[int], float], still_running: Callable[[], bool],
                         request_bytes: int = REQUEST_BYTES) -> dict[str, Any]:
     """The results of finished ``states`` straight from the workers holding them: few requests
     per worker (each at most ``request_bytes`` of results), retrying other holders (and new ones
@@ -68,7 +68,7 @@ async def fetch_results(peers: PeerPool, states: list[FutureState], timeout: flo
     while True:
         requests = _requests(wanted, attempt, request_bytes)
         replies = await asyncio.gather(
-            *(peers.get_data(worker, tuple(keys), timeout + nbytes / 10e6)
+            *(peers.get_data(worker, tuple(keys), timeout_for(nbytes))
               for worker, keys, nbytes in requests),
             return_exceptions=True)
         for reply in replies:

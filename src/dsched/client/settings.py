@@ -1,4 +1,4 @@
-"""What a client takes from the configuration: its token and its connection limits.
+"""What a client takes from the configuration: its token and its connection settings.
 
 Read once per client, when it is made; never in a hot path (``config.get`` may read the
 config file).
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .. import config
 from ..auth import load_token
+from ..settings import CommConfig, build
 
 
 def resolve_token(token: str | None, token_file: str | None) -> str:
@@ -15,8 +16,6 @@ def resolve_token(token: str | None, token_file: str | None) -> str:
     return load_token(token, token_file=token_file or config.get("client.token_file"))
 
 
-def comm_limits() -> dict[str, int]:
-    """The frame, message and outbox limits from the config, for this process's connections."""
-    return {"max_frame_size": config.get("comm.max_frame_size"),
-            "max_message_size": config.get("comm.max_message_size"),
-            "outbox_limit": config.get("comm.outbox_limit")}
+def comm_config() -> CommConfig:
+    """The [comm] settings in force, for this process's connections."""
+    return build(CommConfig, config.get("comm"))

@@ -49,6 +49,7 @@ async def connect(
     max_message_size: int = MAX_MESSAGE_SIZE,
     outbox_limit: int = OUTBOX_LIMIT,
     inbox_limit: int = INBOX_LIMIT,
+    close_timeout: float = CLOSE_TIMEOUT,
 ) -> Comm:
     """Connect, handshake and authenticate both ways; ``timeout`` covers all three.
 
@@ -64,7 +65,8 @@ async def connect(
         return FrameStream(handshake, max_frame_size=max_frame_size,
                            max_message_size=max_message_size, outbox_limit=outbox_limit,
                            inbox_limit=inbox_limit,
-                           handshake_timeout=max(deadline - loop.time(), 0.001))
+                           handshake_timeout=max(deadline - loop.time(), 0.001),
+                           close_timeout=close_timeout)
 
     try:
         _, connection = await asyncio.wait_for(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from ..errors import CommClosedError, LocalProtocolError, RemoteProtocolError
 from ..protocol import PeerInfo
+from ..settings import CommConfig
 from ..protocol.messages import Batch, Chunk, close_op, encode_ops
 
 from .quiet import Limited
@@ -26,16 +27,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger("dsched.comm")
 _malformed = Limited(logger)  # peers that send what we cannot accept
 
-#: Seconds a peer has to finish the handshake (TCP connect and TLS included, for connect()).
-HANDSHAKE_TIMEOUT = 10.0
-#: Bytes of fire-and-forget writes that may wait for a slow peer before it is disconnected.
-OUTBOX_LIMIT = 64 * 2**20
-#: Bytes of received messages not yet consumed before we stop reading from the socket...
-INBOX_LIMIT = 64 * 2**20
-#: ...or this many batches, whichever comes first (small batches cost more than their bytes).
+# The defaults of the limits, as declared once in settings.py (see there what each means).
+_DEFAULT = CommConfig()
+HANDSHAKE_TIMEOUT = _DEFAULT.handshake_timeout
+OUTBOX_LIMIT = _DEFAULT.outbox_limit
+INBOX_LIMIT = _DEFAULT.inbox_limit
+CLOSE_TIMEOUT = _DEFAULT.close_timeout
+#: Received batches not yet consumed before reading pauses (beside ``INBOX_LIMIT`` bytes):
+#: small batches cost more than their bytes.
 INBOX_MAX_BATCHES = 1024
-#: Seconds close() waits for the peer to take our last bytes before it aborts.
-CLOSE_TIMEOUT = 5.0
 #: Bytes handed to the transport at a time: what it cannot send at once it may copy.
 WRITE_PIECE = 2**20
 

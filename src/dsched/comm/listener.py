@@ -130,6 +130,7 @@ async def listen(
     outbox_limit: int = OUTBOX_LIMIT,
     inbox_limit: int = INBOX_LIMIT,
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
+    close_timeout: float = CLOSE_TIMEOUT,
 ) -> Listener:
     """Listen on ``host:port`` (0 for any free port); ``await handler(comm)`` runs per peer."""
     # Built once here so that bad arguments fail now, not on every connection.
@@ -142,7 +143,8 @@ async def listen(
         connection = FrameStream(handshake, max_frame_size=max_frame_size,
                                  max_message_size=max_message_size,
                                  outbox_limit=outbox_limit, inbox_limit=inbox_limit,
-                                 handshake_timeout=handshake_timeout)
+                                 handshake_timeout=handshake_timeout,
+                                 close_timeout=close_timeout)
         listener._accepted(connection)
         return connection
 

@@ -17,7 +17,8 @@ class FrameStream(asyncio.BufferedProtocol):
     """The asyncio protocol under a Comm: runs the handshake, then turns bytes into batches."""
 
     def __init__(self, handshake: Handshake, *, max_frame_size: int, max_message_size: int,
-                 outbox_limit: int, inbox_limit: int, handshake_timeout: float):
+                 outbox_limit: int, inbox_limit: int, handshake_timeout: float,
+                 close_timeout: float = CLOSE_TIMEOUT):
         self.loop = asyncio.get_running_loop()
         self.handshake = handshake
         self.ready: asyncio.Future[Comm] = self.loop.create_future()
@@ -29,6 +30,7 @@ class FrameStream(asyncio.BufferedProtocol):
         self._outbox_limit = outbox_limit
         self._inbox_limit = inbox_limit
         self._handshake_timeout = handshake_timeout
+        self._close_timeout = close_timeout
         self._handshake_buffer = bytearray(4096)
         self._decoder = MessageDecoder(max_frame_size, max_message_size=max_message_size)
         self._transport: asyncio.Transport | None = None
@@ -189,7 +191,7 @@ class FrameStream(asyncio.BufferedProtocol):
         """Close after the buffered bytes are sent, but abort a peer that will not take them."""
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
-            self._close_timer = self.loop.call_later(CLOSE_TIMEOUT, self.abort)
+            self._close_timer = self.loop.call_later(self._close_timeout, self.abort)
 
     def abort(self) -> None:
         if self._transport is not None:

@@ -14,6 +14,7 @@ import os
 import sys
 
 from ..errors import ConfigError
+from ..settings import CommConfig, SchedulerConfig, build
 from .server import Scheduler
 
 logger = logging.getLogger("dsched.scheduler")
@@ -39,34 +40,29 @@ def run_scheduler(cfg: dict) -> int:
     from ..daemon import (EXIT_CONFIG, install_signal_handlers, notify_systemd, setup_logging,
                           ssl_contexts)
 
-    s, c = cfg["scheduler"], cfg["comm"]
-    setup_logging(s["log_level"])
+    config = build(SchedulerConfig, cfg["scheduler"])
+    setup_logging(config.log_level)
     try:
-        prepare_state_dir(s["state_dir"])
-        token = ensure_token(token_file=s["token_file"])
-        ssl = ssl_contexts(s["tls"], server=True)
+        prepare_state_dir(config.state_dir)
+        token = ensure_token(token_file=config.token_file)
+        ssl = ssl_contexts(config.tls, server=True)
     except ConfigError as error:
         print(f"sched-scheduler: error: {error}", file=sys.stderr)
         return 2
 
     async def main() -> int:
-        scheduler = Scheduler(
-            host=s["host"], port=s["port"], token=token, ssl=ssl,
-            allowed_failures=s["allowed_failures"], no_worker_timeout=s["no_worker_timeout"],
-            heartbeat_timeout=s["heartbeat_timeout"], prefetch=s["prefetch"],
-            max_frame_size=c["max_frame_size"], max_message_size=c["max_message_size"],
-            outbox_limit=c["outbox_limit"], handshake_timeout=c["handshake_timeout"],
-        )
+        scheduler = Scheduler(config, build(CommConfig, cfg["comm"]), token=token, ssl=ssl)
         try:
             await scheduler.start()
         except OSError as error:
-            logger.error("Cannot listen on %s:%s: %s", s["host"], s["port"], error.strerror or error)
+            logger.error("Cannot listen on %s:%s: %s", config.host, config.port,
+                         error.strerror or error)
             return EXIT_CONFIG
         stopped = asyncio.Event()
 
         async def drain() -> None:
             try:
-                await scheduler.drain(s["drain_timeout"])
+                await scheduler.drain(config.drain_timeout)
             finally:
                 stopped.set()
 

@@ -19,17 +19,13 @@ from ..comm.addresses import reachable_host
 from ..errors import CommClosedError, RemoteProtocolError
 from ..protocol import ops
 from ..protocol.messages import any_out_of_band
+from ..settings import CommConfig, SchedulerConfig
 from . import actions as act
 from . import events as ev
 from .state import SchedulerState
 from .views import processing_count, task_counts, waiting, who_has, worker_info
 
 logger = logging.getLogger("dsched.scheduler")
-
-#: Seconds between the clock's ticks (heartbeat timeouts, refusal back-offs, estimates).
-TICK_INTERVAL = 0.5
-#: Seconds a worker has, once connected, to send its register op.
-REGISTER_TIMEOUT = 30.0
 
 # -- what workers and clients say, as events -----------------------------------------------
 
@@ -99,20 +95,14 @@ TO_CLIENTS: dict[type, Callable[[Any], Any]] = {
 class Scheduler:
     """The daemon around one ``SchedulerState``: ``start()``, then serve until ``drain()``."""
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 8786, token: str,
-                 ssl: Any = None, allowed_failures: int = 3,
-                 no_worker_timeout: float | None = None, heartbeat_timeout: float = 60.0,
-                 prefetch: int = 2, max_frame_size: int | None = None,
-                 max_message_size: int | None = None, outbox_limit: int | None = None,
-                 handshake_timeout: float | None = None):
-        self.host, self.requested_port, self.token, self.ssl = host, port, token, ssl
-        self.state = SchedulerState(allowed_failures=allowed_failures,
-                                    no_worker_timeout=no_worker_timeout,
-                                    heartbeat_timeout=heartbeat_timeout, prefetch=prefetch)
-        self.limits = {k: v for k, v in (("max_frame_size", max_frame_size),
-                                         ("max_message_size", max_message_size),
-                                         ("outbox_limit", outbox_limit),
-                                         ("handshake_timeout", handshake_timeout)) if v}
+    def __init__(self, config: SchedulerConfig, comm: CommConfig, *, token: str,
+                 ssl: Any = None):
+        self.config, self.comm_config, self.token, self.ssl = config, comm, token, ssl
+        self.state = SchedulerState(allowed_failures=config.allowed_failures,
+                                    max_rejections=config.max_rejections,
+                                    no_worker_timeout=config.no_worker_timeout,
+                                    heartbeat_timeout=config.heartbeat_timeout,
+                                    prefetch=config.prefetch)
         self.workers: dict[str, Comm] = {}
         self.clients: dict[str, Comm] = {}
         self.listener: Listener | None = None
@@ -132,9 +122,11 @@ class Scheduler:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self.listener = await listen(self.host, self.requested_port, self._serve, token=self.token,
+        config, comm = self.config, self.comm_config
+        self.listener = await listen(config.host, config.port, self._serve, token=self.token,
                                      ssl=self.ssl, role="scheduler", name="scheduler",
-                                     accept_roles={"worker", "client"}, **self.limits)
+                                     accept_roles={"worker", "client"},
+                                     handshake_timeout=comm.handshake_timeout, **comm.limits())
         self._ticker = asyncio.ensure_future(self._tick())
         logger.info("Scheduler listening at %s", self.address)
 
@@ -168,7 +160,7 @@ class Scheduler:
 
     async def _serve_worker(self, comm: Comm) -> None:
         try:
-            batch = await asyncio.wait_for(comm.recv(), REGISTER_TIMEOUT)
+            batch = await asyncio.wait_for(comm.recv(), self.config.register_timeout)
             first = ops.decode(batch[0])
             if type(first) is not ops.Register:
                 raise ops.BadOp(f"a worker's first op must be register, not {first.OP}")
@@ -295,7 +287,7 @@ class Scheduler:
 
     async def _tick(self) -> None:
         while True:
-            await asyncio.sleep(TICK_INTERVAL)
+            await asyncio.sleep(self.config.tick_interval)
             try:
                 self._handle(ev.Tick(now=self.now()))
             except Exception:  # a bug in one tick must not stop the clock

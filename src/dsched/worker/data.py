@@ -16,22 +16,19 @@ from ..comm import Comm
 from ..errors import CommClosedError, LocalProtocolError, RemoteProtocolError
 from ..peers import PeerPool
 from ..protocol import Payload, ops
+from ..settings import CommConfig
 from .events import DependencyFetched, DependencyFetchFailed
 
 logger = logging.getLogger("dsched.worker")
 
 
-def transfer_timeout(nbytes: int) -> float:
-    """How long a fetch of ``nbytes`` may take: a minute, plus time at a slow 10 MB/s."""
-    return 60.0 + nbytes / 10e6
-
-
 class Data:
     """``values`` by key: the results computed here and the inputs fetched for tasks here."""
 
-    def __init__(self, peers: PeerPool):
+    def __init__(self, peers: PeerPool, comm: CommConfig):
         self.values: dict[str, Any] = {}
         self.peers = peers
+        self.comm = comm
 
     # -- serving ------------------------------------------------------------------------------
 
@@ -90,7 +87,8 @@ class Data:
                     nbytes: int) -> DependencyFetched | DependencyFetchFailed:
         """Fetch ``key`` from ``worker`` and keep it; what happened, as an event."""
         try:
-            reply = await self.peers.get_data(worker, (key,), timeout=transfer_timeout(nbytes))
+            reply = await self.peers.get_data(worker, (key,),
+                                              timeout=self.comm.transfer_timeout_for(nbytes))
         except Exception as error:  # the peer is gone or slow: try another holder
             return DependencyFetchFailed(key, worker, str(error))
         payload = reply.data.get(key)

@@ -27,6 +27,7 @@ from .gpus import (GpuDevice, detect_gpus, gpus_option, ledger_devices, resource
                    split_gpus)
 from .lifeline import die_with_parent
 from .nanny import PREVIOUS_EXIT_ENV
+from ..settings import CommConfig, WorkerConfig, build
 
 logger = logging.getLogger("dsched.worker")
 
@@ -63,35 +64,36 @@ def run_worker(cfg: dict) -> int:
     """Run a nanny over ``nworkers`` worker processes, or one worker here; the exit status."""
     from ..daemon import setup_logging
 
-    w = cfg["worker"]
-    setup_logging(w["log_level"])
+    w = build(WorkerConfig, cfg["worker"])
+    setup_logging(w.log_level)
     # Read once, and kept from the tasks, which inherit this process's environment.
     nanny = os.environ.pop(NANNY_ENV, None)
     previous_exit = os.environ.pop(PREVIOUS_EXIT_ENV, None) or None
     if nanny:
         die_with_parent(int(nanny))
     try:
-        if w["nanny"] and not nanny:
-            return _run_nanny(cfg, detect_gpus(select=gpus_text(w["gpus"])).devices)
-        if w["nworkers"] > 1:
+        if w.nanny and not nanny:
+            return _run_nanny(w, cfg, detect_gpus(select=gpus_text(w.gpus)).devices)
+        if w.nworkers > 1:
             raise ConfigError("--nworkers needs the nanny: drop --no-nanny "
                               "(or worker.nanny = false)")
         # The nanny has said what it found; "none" from it may mean "none found".
-        quiet = nanny and gpus_text(w["gpus"]) == "none"
-        devices = () if quiet else detect_gpus(select=gpus_text(w["gpus"])).devices
-        return _run_one(cfg, devices, supervised=bool(nanny), previous_exit=previous_exit)
+        quiet = nanny and gpus_text(w.gpus) == "none"
+        devices = () if quiet else detect_gpus(select=gpus_text(w.gpus)).devices
+        return _run_one(w, build(CommConfig, cfg["comm"]), devices, supervised=bool(nanny),
+                        previous_exit=previous_exit)
     except (ResourceSpecError, ConfigError) as error:
         print(f"sched-worker: error: {error}", file=sys.stderr)
         return 2
 
 
-def _credentials(w: dict) -> tuple[str, Any, Any]:
+def _credentials(w: WorkerConfig) -> tuple[str, Any, Any]:
     """The token and the client and server TLS contexts, or a ConfigError saying what is wrong."""
     from ..auth import load_token
     from ..daemon import ssl_contexts
 
-    return (load_token(token_file=w["token_file"]), ssl_contexts(w["tls"], server=False),
-            ssl_contexts({**w["tls"], "require_client_cert": False}, server=True))
+    return (load_token(token_file=w.token_file), ssl_contexts(w.tls, server=False),
+            ssl_contexts(w.tls, server=True))
 
 
 def _advertised(resources: Resources, devices) -> tuple[Resources, tuple[int, ...]]:
@@ -100,32 +102,21 @@ def _advertised(resources: Resources, devices) -> tuple[Resources, tuple[int, ..
     return resources, ledger_devices(resources, devices)
 
 
-def _run_one(cfg: dict, devices: tuple[GpuDevice, ...], *, supervised: bool,
-             previous_exit: str | None) -> int:
+def _run_one(w: WorkerConfig, comm: CommConfig, devices: tuple[GpuDevice, ...], *,
+             supervised: bool, previous_exit: str | None) -> int:
     from ..daemon import EXIT_CONFIG, install_signal_handlers
-    from .server import Worker, WorkerSettings
+    from .server import Worker, WorkerSetup
 
-    w, c = cfg["worker"], cfg["comm"]
     token, ssl_client, ssl_server = _credentials(w)
-    resources, indices = _advertised(Resources.parse(w["resources"]), devices)
-    used = tuple(device for device in devices if device.index in indices)
-    settings = WorkerSettings(
-        scheduler_address=w["scheduler_address"], token=token,
-        nthreads=w["nthreads"] or default_nthreads(), resources=resources, gpus=used,
-        ledger_indices=indices if devices else None, name=w["name"], host=w["host"],
-        port=w["port"],
-        memory_limit=memory_limit(w["memory_limit"], 1),
-        local_directory=w["local_directory"], heartbeat_interval=w["heartbeat_interval"],
-        reconnect_min=w["reconnect_backoff_min"], reconnect_max=w["reconnect_backoff_max"],
-        drain_timeout=w["drain_timeout"], death_timeout=w["death_timeout"],
-        connect_timeout=c["connect_timeout"],
-        comm_limits={"max_frame_size": c["max_frame_size"],
-                     "max_message_size": c["max_message_size"], "outbox_limit": c["outbox_limit"]},
-        ssl_client=ssl_client, ssl_server=ssl_server, previous_exit=previous_exit,
-    )
+    resources, indices = _advertised(Resources.parse(w.resources), devices)
+    setup = WorkerSetup(
+        token=token, nthreads=w.nthreads or default_nthreads(), resources=resources,
+        gpus=tuple(device for device in devices if device.index in indices),
+        ledger_indices=indices if devices else None, memory_limit=memory_limit(w.memory_limit, 1),
+        ssl_client=ssl_client, ssl_server=ssl_server, previous_exit=previous_exit)
 
     async def main() -> int:
-        worker = Worker(settings)
+        worker = Worker(w, comm, setup)
         try:
             await worker.start()
         except OSError as error:  # a port taken, a scratch directory that cannot be made
@@ -148,46 +139,45 @@ def _run_one(cfg: dict, devices: tuple[GpuDevice, ...], *, supervised: bool,
     return asyncio.run(main())
 
 
-def _run_nanny(cfg: dict, devices: tuple[GpuDevice, ...]) -> int:
+def _run_nanny(w: WorkerConfig, cfg: dict, devices: tuple[GpuDevice, ...]) -> int:
     from ..daemon import install_signal_handlers
     from .nanny import Nanny
 
-    w = cfg["worker"]
-    n = w["nworkers"]
+    n = w.nworkers
     _credentials(w)
-    resources = Resources.parse(w["resources"])
+    resources = Resources.parse(w.resources)
     shares = split_gpus(list(devices), n)
     for share in shares:
         _advertised(resources, share)
     env = {**os.environ, **_settings_env(cfg), NANNY_ENV: str(os.getpid())}
-    limit = memory_limit(w["memory_limit"], n)
+    limit = memory_limit(w.memory_limit, n)
     commands = []
     for i, share in enumerate(shares):
-        command = [sys.executable, "-m", "dsched.cli.worker", w["scheduler_address"],
+        command = [sys.executable, "-m", "dsched.cli.worker", w.scheduler_address,
                    "--no-nanny", "--gpus", gpus_option(share),
-                   "--log-level", w["log_level"], "--host", w["host"],
+                   "--log-level", w.log_level, "--host", w.host,
                    # A fixed port is the first of a range: process i serves on port + i.
-                   "--port", str(w["port"] + i if w["port"] else 0),
+                   "--port", str(w.port + i if w.port else 0),
                    "--memory-limit", str(limit) if limit else "none"]
         if resources:
             command += ["--resources", str(resources)]
-        if w["nthreads"]:
-            command += ["--nthreads", str(w["nthreads"])]
-        if w["name"]:
-            command += ["--name", w["name"] if n == 1 else f"{w['name']}-{i}"]
-        for option, key in (("--token-file", "token_file"), ("--local-directory", "local_directory")):
-            if w[key]:
-                command += [option, str(w[key])]
-        for part in ("cert", "key", "ca"):
-            if w["tls"].get(part):
-                command += [f"--tls-{part}", str(w["tls"][part])]
+        if w.nthreads:
+            command += ["--nthreads", str(w.nthreads)]
+        if w.name:
+            command += ["--name", w.name if n == 1 else f"{w.name}-{i}"]
+        for option, value in (("--token-file", w.token_file),
+                              ("--local-directory", w.local_directory),
+                              ("--tls-cert", w.tls.cert), ("--tls-key", w.tls.key),
+                              ("--tls-ca", w.tls.ca)):
+            if value:
+                command += [option, str(value)]
         commands.append((f"worker-{i}", command, env))
 
     async def main() -> int:
-        nanny = Nanny(commands, stop_deadline=w["drain_timeout"] + 5)
+        nanny = Nanny(commands, stop_deadline=w.drain_timeout + 5)
 
         async def drain() -> None:
-            await nanny.stop(deadline=w["drain_timeout"] + 5)
+            await nanny.stop(deadline=w.drain_timeout + 5)
 
         install_signal_handlers(drain, at_once=nanny.kill)
         return await nanny.run()
@@ -201,13 +191,17 @@ def _settings_env(cfg: dict) -> dict[str, str]:
     The nanny's config may come from a ``--config`` file that the processes it starts would
     not read; handing them the merged values keeps every process on the nanny's config.
     """
-    w = cfg["worker"]
-    env = {f"SCHED_WORKER__{key.upper()}": _literal(w[key]) for key in (
-        "heartbeat_interval", "reconnect_backoff_min", "reconnect_backoff_max",
-        "drain_timeout", "death_timeout")}
+    env = {f"SCHED_WORKER__{key.upper()}": _literal(value)
+           for key, value in cfg["worker"].items() if key not in _AS_OPTIONS}
     env.update({f"SCHED_COMM__{key.upper()}": _literal(value)
                 for key, value in cfg["comm"].items()})
     return env
+
+
+#: The worker settings the nanny gives its processes as options; the rest go as variables.
+_AS_OPTIONS = frozenset((
+    "scheduler_address", "nanny", "nworkers", "gpus", "log_level", "host", "port",
+    "memory_limit", "resources", "nthreads", "name", "token_file", "local_directory", "tls"))
 
 
 def _literal(value) -> str:

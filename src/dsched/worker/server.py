@@ -16,7 +16,7 @@ import os
 import shutil
 import socket
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
@@ -28,6 +28,7 @@ from ..gpu_ids import TASK_GPUS_ENV
 from ..peers import PeerPool
 from ..protocol import ops
 from ..resources import Resources
+from ..settings import CommConfig, WorkerConfig
 from . import actions as act
 from . import events as ev
 from .data import Data
@@ -47,39 +48,31 @@ LOCAL_DIRECTORY_ENV = "SCHED_LOCAL_DIRECTORY"
 _TO_STATE = frozenset((ops.Execute, ops.StopTask, ops.Free, ops.Replicate))
 
 
-@dataclass
-class WorkerSettings:
-    """What one worker process runs with (already validated by config and the CLI)."""
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What one worker process runs with beyond its settings, found or resolved at start: the
+    token and TLS contexts, its threads, what it offers (the GPUs found included) and the
+    devices behind its ``GPU`` resource (None: abstract ``GPU=N``, devices ``0..N-1``), its
+    memory limit in bytes, and how its previous process ended (from its nanny)."""
 
-    scheduler_address: str
     token: str
     nthreads: int
     resources: Resources
     gpus: tuple[GpuDevice, ...] = ()
     ledger_indices: tuple[int, ...] | None = None
-    name: str | None = None
-    host: str = ""
-    port: int = 0
     memory_limit: int | None = None
-    local_directory: str | None = None
-    heartbeat_interval: float = 2.0
-    reconnect_min: float = 0.5
-    reconnect_max: float = 30.0
-    drain_timeout: float = 60.0
-    death_timeout: float | None = None
-    connect_timeout: float = 10.0
-    comm_limits: dict = field(default_factory=dict)  # max_frame/message_size, outbox_limit
     ssl_client: Any = None
     ssl_server: Any = None
-    previous_exit: str | None = None  # how this worker's last process ended (from its nanny)
+    previous_exit: str | None = None
 
 
 class Worker:
     """One worker process: ``await start()``, then it serves until ``stopped`` is set (by a
     drain, a refusal or a failure); ``await close()`` releases everything."""
 
-    def __init__(self, settings: WorkerSettings):
-        self.settings = s = settings
+    def __init__(self, config: WorkerConfig, comm: CommConfig, setup: WorkerSetup):
+        self.config, self.comm_config, self.setup = config, comm, setup
+        s = setup
         self.state = WorkerState(s.nthreads, s.resources, gpus=s.ledger_indices)
         self.threads = ThreadRunner(s.nthreads)
         # GPU children start from the environment the worker was given; the worker process
@@ -87,18 +80,19 @@ class Worker:
         self.gpu_children = GpuProcessPool(base_env=dict(os.environ))
         self._publish("CUDA_VISIBLE_DEVICES", "", children=False)
         self._publish(TASK_GPUS_ENV, "", children=False)
-        self.name = s.name or ""
+        self.name = config.name or ""
         self.address = ""
         self.stopped = asyncio.Event()
         self.draining = False
-        self.data = Data(PeerPool(limits=s.comm_limits, role="worker", name=self.name or "worker",
-                                  token=s.token, ssl=s.ssl_client, timeout=s.connect_timeout))
+        self.data = Data(PeerPool(limits=comm.limits(), role="worker", name=self.name or "worker",
+                                  token=s.token, ssl=s.ssl_client, timeout=comm.connect_timeout),
+                         comm)
         self.session = SchedulerSession(
-            s.scheduler_address, token=s.token, ssl=s.ssl_client, limits=s.comm_limits,
+            config.scheduler_address, token=s.token, ssl=s.ssl_client, limits=comm.limits(),
             name=lambda: self.name or "worker", register=self._register, on_op=self._on_op,
-            heartbeat=self._heartbeat, heartbeat_interval=s.heartbeat_interval,
-            reconnect_min=s.reconnect_min, reconnect_max=s.reconnect_max,
-            connect_timeout=s.connect_timeout, death_timeout=s.death_timeout,
+            heartbeat=self._heartbeat, heartbeat_interval=config.heartbeat_interval,
+            reconnect_min=config.reconnect_backoff_min, reconnect_max=config.reconnect_backoff_max,
+            connect_timeout=comm.connect_timeout, death_timeout=config.death_timeout,
             stopped=self.stopped)
         self._previous_exit = s.previous_exit  # told to the first scheduler only
         self._retired = asyncio.Event()  # the scheduler says a draining worker may leave
@@ -123,15 +117,17 @@ class Worker:
     async def start(self) -> None:
         """Make the scratch directory and listen on the data port (OSError if either cannot
         be done), then start talking to the scheduler."""
-        s = self.settings
+        config, comm = self.config, self.comm_config
         # A private scratch directory per worker process, removed when the worker stops.
-        if s.local_directory:
-            os.makedirs(s.local_directory, exist_ok=True)
-        self.local_directory = tempfile.mkdtemp(prefix="sched-worker-", dir=s.local_directory)
+        if config.local_directory:
+            os.makedirs(config.local_directory, exist_ok=True)
+        self.local_directory = tempfile.mkdtemp(prefix="sched-worker-", dir=config.local_directory)
         self._publish(LOCAL_DIRECTORY_ENV, self.local_directory)
-        self.listener = await listen(s.host or "0.0.0.0", s.port, self.data.serve, token=s.token,
-                                     ssl=s.ssl_server, role="worker", name=self.name or "worker",
-                                     accept_roles={"worker", "client"}, **s.comm_limits)
+        self.listener = await listen(config.host, config.port, self.data.serve,
+                                     token=self.setup.token, ssl=self.setup.ssl_server,
+                                     role="worker", name=self.name or "worker",
+                                     accept_roles={"worker", "client"},
+                                     handshake_timeout=comm.handshake_timeout, **comm.limits())
         self._supervisor = asyncio.ensure_future(self._supervise())
 
     async def _supervise(self) -> None:
@@ -183,10 +179,10 @@ class Worker:
             return
         self.draining = True
         logger.info("Draining: no new tasks; waiting up to %.0fs for running ones",
-                    self.settings.drain_timeout)
+                    self.config.drain_timeout)
         self._handle(ev.DrainRequested())
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.drain_timeout
+        deadline = loop.time() + self.config.drain_timeout
 
         def done() -> bool:
             return self.state.is_idle() and (self._retired.is_set()
@@ -208,13 +204,13 @@ class Worker:
     def _register(self) -> ops.Register:
         """The register op for a (re)connection: who this worker is and what it holds."""
         if not self.address:
-            host = self.settings.host
+            host = self.config.host
             if host in WILDCARD_HOSTS:
-                host = local_ip_towards(self.settings.scheduler_address)
+                host = local_ip_towards(self.config.scheduler_address)
             self.address = f"{host}:{self.listener.port}"
             self.name = self.name or self.address
             self._publish(WORKER_NAME_ENV, self.name)  # tasks may read which worker runs them
-        s = self.settings
+        s = self.setup
         snapshot = self.state.snapshot()
         previous_exit, self._previous_exit = self._previous_exit, None
         return ops.Register(
@@ -233,11 +229,11 @@ class Worker:
             raise ops.BadOp(f"{op.OP} is not an op the scheduler sends a worker")
 
     def _heartbeat(self) -> ops.Heartbeat:
-        usage = gpu_usage(tuple(gpu.index for gpu in self.settings.gpus))
+        usage = gpu_usage(tuple(gpu.index for gpu in self.setup.gpus))
         return ops.Heartbeat(
             cpu=self._process.cpu_percent(), memory=self._process.memory_info().rss,
-            memory_limit=self.settings.memory_limit, gpus=tuple(vars(u) for u in usage),
-            executing=self.settings.nthreads - self.state.free_threads)
+            memory_limit=self.setup.memory_limit, gpus=tuple(vars(u) for u in usage),
+            executing=self.setup.nthreads - self.state.free_threads)
 
     # -- decisions and actions --------------------------------------------------------------
 

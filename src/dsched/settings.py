@@ -1,0 +1,262 @@
+"""Every setting, declared once: its section and name, kind, default and help.
+
+A section is a frozen dataclass whose fields are the settings (``setting(default, kind,
+help)``); a nested table (``tls``) is a section of its own. From these declarations come the
+defaults and the checks that ``config.py`` merges the file, the environment and the command
+line with; the frozen config objects each daemon is built from (``SchedulerConfig``,
+``WorkerConfig``, ``CommConfig``, ``ClientConfig``); the command line's help texts
+(``help_of``); and the configuration reference, ``docs/configuration.md`` (``reference``,
+checked by a test).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from typing import Any, Callable, Iterator
+
+from . import config_kinds as k
+from .protocol.framing import MAX_FRAME_SIZE, MAX_MESSAGE_SIZE
+
+MiB = 2**20
+
+
+def setting(default: Any, kind: Callable[[Any], Any], help: str) -> Any:
+    """A field of a section: its default, the kind that checks a value, and its help."""
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default),
+                     metadata={"kind": kind, "help": help})
+    return field(default=default, metadata={"kind": kind, "help": help})
+
+
+def table(section: type, help: str) -> Any:
+    """A field that is a nested section (a TOML table)."""
+    return field(default_factory=section, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    cert: str | None = setting(None, k.nullable(k.path), "TLS certificate (PEM)")
+    key: str | None = setting(None, k.nullable(k.path), "Its private key (PEM)")
+    ca: str | None = setting(None, k.nullable(k.path),
+                             "CA certificate that the peer's certificate must be signed by")
+
+
+@dataclass(frozen=True)
+class ServerTlsConfig(TlsConfig):
+    require_client_cert: bool = setting(
+        False, k.flag, "Clients and workers must present a certificate signed by the CA")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    host: str = setting("0.0.0.0", k.text,
+                        "Interface to listen on; all of them by default, since remote workers "
+                        "must reach it (the token guards it)")
+    port: int = setting(8786, k.port, "Port for workers and clients; 0 for any free one")
+    dashboard_port: int | None = setting(8787, k.nullable(k.port),
+                                         "Port of the dashboard, API and metrics (reserved: "
+                                         "not served yet)")
+    state_dir: str | None = setting(None, k.nullable(k.path),
+                                    "Directory of the token file; none: "
+                                    "$XDG_STATE_HOME/sched (~/.local/state/sched)")
+    token_file: str | None = setting(None, k.nullable(k.path),
+                                     "Shared token file, created (mode 0600) when missing; "
+                                     "none: STATE_DIR/token")
+    tls: ServerTlsConfig = table(ServerTlsConfig, "TLS for workers and clients")
+    allowed_failures: int = setting(3, k.integer(0),
+                                    "Worker deaths a task may be executing on before it fails "
+                                    "(it fails on one more)")
+    max_rejections: int = setting(5, k.integer(0),
+                                  "Times workers may refuse a task (each refusal waits longer "
+                                  "before the next try) before it fails with the reason")
+    no_worker_timeout: float | None = setting(
+        None, k.nullable(k.seconds), "Seconds a task that no connected worker can run waits before "
+        "it fails with the reason; none: for ever (a worker may join)")
+    heartbeat_timeout: float = setting(60.0, k.seconds,
+                                       "Seconds without a heartbeat before a worker is removed "
+                                       "and its tasks run elsewhere")
+    drain_timeout: float = setting(60.0, k.seconds,
+                                   "Seconds SIGTERM lets running tasks finish before the "
+                                   "scheduler stops")
+    prefetch: int = setting(2, k.integer(0),
+                            "Resource-free tasks a worker may hold beyond its free threads "
+                            "(raise it for many tiny tasks)")
+    tick_interval: float = setting(0.5, k.seconds,
+                                   "Seconds between clock ticks: heartbeat timeouts, refusal "
+                                   "back-offs and duration estimates are looked at this often")
+    register_timeout: float = setting(30.0, k.seconds,
+                                      "Seconds a connected worker has to register")
+    log_level: str = setting("info", k.log_level, "Logging level")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    scheduler_address: str | None = setting(None, k.nullable(k.text),
+                                            "Scheduler to connect to (host:k.port), when "
+                                            "sched-worker is given none")
+    host: str = setting("0.0.0.0", k.text,
+                        "Interface of the port that serves results to peers and clients")
+    port: int = setting(0, k.port, "That port; 0 for any free one (with --nworkers, the first "
+                        "of a range)")
+    resources: dict = setting({}, k.resource_table,
+                              'Abstract resources this worker offers, e.g. "GPU=2 '
+                              'MEMORY=100e9"; plus GPU=<count> of the GPUs found')
+    nthreads: int | None = setting(None, k.nullable(k.integer(1)),
+                                   "Tasks run at once; none: the CPUs this process may use")
+    nanny: bool = setting(True, k.flag, "Run the worker processes under a nanny that restarts "
+                          "one that dies")
+    nworkers: int = setting(1, k.integer(1), "Worker processes under one nanny, each with all "
+                            "the resources given")
+    name: str | None = setting(None, k.nullable(k.text), "Worker name; none: from host and port")
+    gpus: Any = setting("auto", k.gpus, "GPUs to use: auto (found by NVML), none, or device "
+                        "indices or UUIDs")
+    memory_limit: Any = setting("auto", k.nullable(k.memory_limit),
+                                "Memory limit reported to the scheduler (not enforced): auto "
+                                "(the machine's divided by nworkers), none, bytes ('4GiB') or a "
+                                "fraction of the machine's")
+    local_directory: str | None = setting(None, k.nullable(k.path),
+                                          "Scratch directory; none: under the temp dir")
+    heartbeat_interval: float = setting(2.0, k.seconds, "Seconds between heartbeats")
+    reconnect_backoff_min: float = setting(0.5, k.seconds, "Seconds before the first reconnect; "
+                                           "doubles with each try")
+    reconnect_backoff_max: float = setting(30.0, k.seconds, "The longest wait between reconnects")
+    drain_timeout: float = setting(60.0, k.seconds, "Seconds SIGTERM lets running tasks finish "
+                                   "before they are stopped")
+    death_timeout: float | None = setting(None, k.nullable(k.seconds),
+                                          "Seconds without a scheduler before exiting; none: "
+                                          "never")
+    token_file: str | None = setting(None, k.nullable(k.path),
+                                     "Shared token file; none: the scheduler's on this machine")
+    tls: TlsConfig = table(TlsConfig, "TLS towards the scheduler and peers")
+    log_level: str = setting("info", k.log_level, "Logging level")
+
+
+@dataclass(frozen=True)
+class CommConfig:
+    max_frame_size: int = setting(MAX_FRAME_SIZE, k.size,
+                                  "Largest frame; checked before any allocation")
+    max_message_size: int = setting(
+        MAX_MESSAGE_SIZE, k.size,
+        "Largest message (a result, a task's arguments), however many frames it takes: big "
+        "enough for any result worth moving, small enough that a runaway fails with this key's "
+        "name rather than exhausting a peer's memory")
+    outbox_limit: int = setting(512 * MiB, k.size,
+                                "Bytes of small messages that may wait for a slow peer before "
+                                "it is disconnected")
+    inbox_limit: int = setting(64 * MiB, k.size,
+                               "Bytes received and not yet handled before reading pauses")
+    connect_timeout: float = setting(10.0, k.seconds, "Seconds to connect and authenticate")
+    handshake_timeout: float = setting(10.0, k.seconds,
+                                       "Seconds a connecting peer has to authenticate")
+    close_timeout: float = setting(5.0, k.seconds,
+                                   "Seconds a closing connection waits for the peer to take "
+                                   "its last bytes")
+    transfer_timeout: float = setting(60.0, k.seconds,
+                                      "Seconds a fetch of a result may take, plus one per "
+                                      "transfer_rate bytes of it")
+    transfer_rate: int = setting(10_000_000, k.size,
+                                 "Bytes per second a fetch is assumed to make at the least")
+
+    def limits(self) -> dict[str, Any]:
+        """The keyword arguments of ``comm.connect`` and ``comm.listen`` (the timeout of
+        ``connect`` aside, which is the caller's)."""
+        return {"max_frame_size": self.max_frame_size,
+                "max_message_size": self.max_message_size,
+                "outbox_limit": self.outbox_limit, "inbox_limit": self.inbox_limit,
+                "close_timeout": self.close_timeout}
+
+    def transfer_timeout_for(self, nbytes: int) -> float:
+        """How long fetching a result of ``nbytes`` may take."""
+        return self.transfer_timeout + nbytes / self.transfer_rate
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    scheduler_address: str | None = setting(None, k.nullable(k.text),
+                                            "Scheduler to connect to; none: Client() starts a "
+                                            "LocalCluster, sched uses 127.0.0.1:8786")
+    connect_timeout: float = setting(30.0, k.seconds, "Seconds to connect, and to wait for an "
+                                     "answer")
+    token_file: str | None = setting(None, k.nullable(k.path),
+                                     "Shared token file; none: the scheduler's on this machine")
+    tls: TlsConfig = table(TlsConfig, "TLS towards the scheduler and workers")
+
+
+#: The sections, by name, as they appear in the file and in SCHED_<SECTION>__<KEY>.
+SECTIONS: dict[str, type] = {"scheduler": SchedulerConfig, "worker": WorkerConfig,
+                             "comm": CommConfig, "client": ClientConfig}
+
+
+def defaults(section: type = None) -> dict[str, Any]:  # type: ignore[assignment]
+    """The defaults as a nested dict (of one section, or of all)."""
+    if section is None:
+        return {name: defaults(cls) for name, cls in SECTIONS.items()}
+    return {f.name: defaults(f.default_factory) if _is_table(f) else _default(f)
+            for f in fields(section)}
+
+
+def kinds(section: type = None) -> dict[str, Any]:  # type: ignore[assignment]
+    """The kind of every setting, as a nested dict shaped like ``defaults()``."""
+    if section is None:
+        return {name: kinds(cls) for name, cls in SECTIONS.items()}
+    return {f.name: kinds(f.default_factory) if _is_table(f) else f.metadata["kind"]
+            for f in fields(section)}
+
+
+def build(section: type, values: dict[str, Any]) -> Any:
+    """The frozen config object of ``section`` from merged, checked values."""
+    return section(**{f.name: build(f.default_factory, values[f.name]) if _is_table(f)
+                      else values[f.name] for f in fields(section)})
+
+
+def help_of(key: str, more: str = "") -> str:
+    """A setting's help (and ``more``) and default, as the command line's help shows them."""
+    f = _field(key)
+    return f"{f.metadata['help']}{more} [{key}; default {shown(_default(f))}]"
+
+
+def shown(value: Any) -> str:
+    """A default as a user would write it in the file (TOML) or on the command line."""
+    if value is None or value == {}:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def reference() -> Iterator[tuple[str, str, Any, str]]:
+    """(key, environment variable, default, help) of every setting, section by section."""
+    def walk(section: type, prefix: str) -> Iterator[tuple[str, str, Any, str]]:
+        for f in fields(section):
+            key = f"{prefix}.{f.name}"
+            if _is_table(f):
+                yield from walk(f.default_factory, key)
+            else:
+                env = "SCHED_" + key.upper().replace(".", "__")
+                yield key, env, _default(f), f.metadata["help"]
+
+    for name, section in SECTIONS.items():
+        yield from walk(section, name)
+
+
+def _is_table(f: Any) -> bool:
+    return f.default_factory is not MISSING and is_dataclass(f.default_factory)
+
+
+def _default(f: Any) -> Any:
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def _field(key: str) -> Any:
+    section_name, *path = key.split(".")
+    section: Any = SECTIONS[section_name]
+    for i, name in enumerate(path):
+        f = {f.name: f for f in fields(section)}[name]
+        if i == len(path) - 1:
+            return f
+        section = f.default_factory
+    raise KeyError(key)
