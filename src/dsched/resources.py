@@ -23,6 +23,9 @@ SCALE = 10_000
 MAX_QUANTITY = 10**14
 #: The resource that counts a worker's interchangeable GPU devices.
 GPU = "GPU"
+#: A resource named ``gpu<N>`` stands for the one device N (as a worker offering
+#: ``gpu0=1 gpu1=1`` declares): a task granted it is pinned to that device.
+_DEVICE_NAME = re.compile(r"gpu(\d+)")
 #: The most GPUs one worker may offer: far above any machine, low enough that a typo such as
 #: GPU=1e7 is an error instead of ten million device records.
 MAX_GPUS = 1024
@@ -181,6 +184,18 @@ EMPTY = Resources()
 
 
 # -- the GPU rules: what a task may ask for and what a worker may offer ----------------------
+
+
+def device_index(name: str) -> int | None:
+    """The device a resource name stands for (``gpu1`` -> 1), or None for any other name."""
+    match = _DEVICE_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def named_devices(resources: Resources) -> tuple[int, ...]:
+    """The devices that ``gpu<N>`` names with a non-zero quantity stand for, in order."""
+    return tuple(sorted(index for name in resources.names()
+                        if (index := device_index(name)) is not None))
 
 
 def gpu_request_error(units: int) -> str:

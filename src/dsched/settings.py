@@ -88,6 +88,12 @@ class SchedulerConfig:
                                    "back-offs and duration estimates are looked at this often")
     register_timeout: float = setting(30.0, k.seconds,
                                       "Seconds a connected worker has to register")
+    recovery_timeout: float = setting(60.0, k.seconds,
+                                      "After a restart, seconds to wait for the workers that held "
+                                      "assigned or running jobs before jobs are dispatched again")
+    lease_margin: float = setting(60.0, k.seconds,
+                                  "Seconds past a vanished worker's job lease before its running "
+                                  "jobs are declared lost (covers delays and clock drift)")
     log_level: str = setting("info", k.log_level, "Logging level")
 
 
@@ -124,6 +130,17 @@ class WorkerConfig:
     reconnect_backoff_max: float = setting(30.0, k.seconds, "The longest wait between reconnects")
     drain_timeout: float = setting(60.0, k.seconds, "Seconds SIGTERM lets running tasks finish "
                                    "before they are stopped")
+    job_kill_grace: float = setting(10.0, k.seconds,
+                                    "Seconds between SIGTERM and SIGKILL when a job is cancelled, "
+                                    "runs past its time limit or outlives its lease")
+    job_lease: float = setting(1800.0, k.seconds,
+                               "Seconds a worker cut off from the scheduler lets its jobs run "
+                               "before it kills them (the scheduler waits this long, plus a "
+                               "margin, before it declares them lost)")
+    job_directory: str | None = setting(None, k.nullable(k.path),
+                                        "Where job attempt records and logs are kept; none: "
+                                        "sched-jobs/NAME under local_directory or the temp dir "
+                                        "(give workers a stable --name)")
     death_timeout: float | None = setting(None, k.nullable(k.seconds),
                                           "Seconds without a scheduler before exiting; none: "
                                           "never")

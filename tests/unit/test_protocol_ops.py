@@ -18,10 +18,13 @@ SAMPLES = [
                  resources=Resources.parse("GPU=2 MEMORY=100e9"),
                  gpus=({"index": 0, "uuid": "GPU-1", "name": "H100", "memory_total": 80},),
                  pid=123, host="gpu-a", memory_limit=2**34, held={"x": 10}, running=("y",),
-                 previous_exit="was killed by signal 11 (SIGSEGV)"),
+                 previous_exit="was killed by signal 11 (SIGSEGV)",
+                 attempts=({"key": "job-3.1", "outcome": "completed", "exit_code": 0},),
+                 job_lease=600.0),
     ops.Registered(address="10.0.0.1:4000"),
     ops.Heartbeat(cpu=12.5, memory=2**30, memory_limit=None,
-                  gpus=({"index": 0, "utilization": 40},), executing=3),
+                  gpus=({"index": 0, "utilization": 40},), executing=3, sent=812.25),
+    ops.Lease(sent=812.25),
     ops.Execute(key="inc-1", spec=(b"\x80\x05fn", BIG), resources=Resources.parse("GPU=0.5"),
                 priority=2, who_has={"d": ("10.0.0.2:4000",)}, nbytes={"d": 8}),
     ops.StopTask(key="inc-1"),
@@ -54,6 +57,22 @@ SAMPLES = [
     ops.Reply(id=3, value={"workers": {}, "tasks": {"memory": 2}}),
     ops.Error(reason="malformed op", id=5, keys=("a",)),
     ops.GetData(id=9, keys=("x",)),
+    ops.Execute(key="job-7.2", spec=(b"", b""), resources=Resources.parse("gpu0=1"),
+                job={"command": ["python", "train.py"], "env": {"LR": "0.1"}, "cwd": "/data",
+                     "time_limit": 3600.0}),
+    ops.AttemptStarted(key="job-7.2", pid=4242, log="/scratch/jobs/job-7.2.log", gpus=(0,),
+                       started=1700000000.0),
+    ops.AttemptEnded(key="job-7.2", outcome="failed", exit_code=3, error="", log="/x.log",
+                     started=1700000000.0, ended=1700000060.0),
+    ops.AttemptAck(keys=("job-7.2",)),
+    ops.SubmitJobs(id=11, jobs=({"submission": "s1", "command": ["true"]},)),
+    ops.QueryJobs(id=12, jobs=(7,), states=("running",), offset=0, limit=50),
+    ops.CancelJobs(id=13, jobs=(7, 8)),
+    ops.ReleaseJobs(id=14, jobs=(9,)),
+    ops.WatchJobs(jobs=(7,)),
+    ops.JobEnded(job={"id": 7, "state": "completed", "exit_code": 0}),
+    ops.GetLog(id=15, key="job-7.2", offset=100, limit=4096),
+    ops.Log(id=15, data=b"epoch 1\n", size=108, ended=True),
     ops.Data(id=9, data={"x": BIG}, missing=("y",), errors={"z": "cannot pickle"}, more=True),
 ]
 
@@ -78,7 +97,8 @@ def test_every_op_round_trips_through_the_wire(op):
     if isinstance(op, ops.Data):  # a large payload arrives as a view of the received buffer
         assert bytes(back.data["x"]) == BIG and back.missing == op.missing
     elif isinstance(op, ops.Execute):
-        assert bytes(back.spec[1]) == BIG and back.who_has == op.who_has
+        assert bytes(back.spec[1]) == bytes(op.spec[1]) and back.who_has == op.who_has
+        assert back.job == op.job
     else:
         assert back == op
 

@@ -224,7 +224,8 @@ _KINDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any] | None]] = {
     "dict[str, int]": (_str_int, None),
     "dict[str, str]": (_str_str, None), "dict[str, bytes]": (_str_bytes, None),
     "dict[str, tuple[str, ...]]": (_str_strs, lambda m: {k: list(v) for k, v in m.items()}),
-    "dict": (_map, None), "tuple[dict, ...]": (_maps, list), "Any": (_any, None),
+    "dict": (_map, None), "dict | None": (_optional(_map), None),
+    "tuple[dict, ...]": (_maps, list), "Any": (_any, None),
     "Resources": (_resources, lambda r: r.to_wire()), "Spec": (_spec, _spec_to_wire),
     "tuple[Task, ...]": (_tasks, lambda tasks: [_task_to_wire(t) for t in tasks]),
 }
@@ -306,7 +307,9 @@ def decode(d: Mapping[str, Any]) -> Any:
 class Register:
     """A worker's first op: who it is, what it offers, and what it kept from an earlier session
     (``held`` results by size, ``running`` tasks). ``previous_exit`` says how its previous
-    process ended, when its nanny restarted it after a crash."""
+    process ended, when its nanny restarted it after a crash. ``attempts``: the job attempts
+    it knows of, each an AttemptStarted (still running) or AttemptEnded (not yet acknowledged)
+    as on the wire; ``job_lease``: its ``worker.job_lease``."""
 
     name: str
     address: str
@@ -319,6 +322,8 @@ class Register:
     held: dict[str, int] = field(default_factory=dict)
     running: tuple[str, ...] = ()
     previous_exit: str | None = None
+    attempts: tuple[dict, ...] = ()
+    job_lease: float = 1800.0
 
 
 @op("registered")
@@ -328,16 +333,30 @@ class Registered:
 
 @op("heartbeat")
 class Heartbeat:
+    """Load, memory and GPU use; ``sent``: the worker's monotonic clock when it sent this,
+    echoed back in a Lease."""
+
     cpu: float = 0.0
     memory: int = 0
     memory_limit: int | None = None
     gpus: tuple[dict, ...] = ()
     executing: int = 0
+    sent: float = 0.0
+
+
+@op("lease")
+class Lease:
+    """The scheduler heard the heartbeat the worker sent at ``sent`` (its own clock): the
+    worker's jobs may run until ``sent + job_lease`` without hearing more."""
+
+    sent: float
 
 
 @op("execute")
 class Execute:
-    """Run ``key`` now; ``who_has`` names the workers holding each input, ``nbytes`` sizes."""
+    """Run ``key`` now; ``who_has`` names the workers holding each input, ``nbytes`` sizes.
+    A shell-command job's attempt carries ``job`` (its command, ``env``, ``cwd``,
+    ``time_limit``; see ``dsched.jobs``) and an empty ``spec``."""
 
     key: str
     spec: Spec
@@ -345,6 +364,7 @@ class Execute:
     priority: int = 0
     who_has: dict[str, tuple[str, ...]] = field(default_factory=dict)
     nbytes: dict[str, int] = field(default_factory=dict)
+    job: dict | None = None
 
 
 @op("stop-task")
@@ -483,6 +503,44 @@ class TaskWaiting:
     reason: str | None = None
 
 
+# -- attempts of shell-command jobs, between a worker and the scheduler ----------------------
+
+
+@op("attempt-started")
+class AttemptStarted:
+    """The attempt ``key`` (``job-<id>.<attempt>``) runs: recorded on the worker's disk, its
+    process group led by ``pid``, its output going to ``log`` on that worker."""
+
+    key: str
+    pid: int
+    log: str
+    gpus: tuple[int, ...] = ()
+    started: float = 0.0
+
+
+@op("attempt-ended")
+class AttemptEnded:
+    """The attempt ``key`` ended: ``outcome`` is ``completed``, ``failed`` (non-zero exit, or
+    it could not start), ``timeout``, ``cancelled`` or ``lost`` (killed when the worker lost the
+    scheduler for longer than its lease, or its worker process died under it). The worker
+    keeps this until the scheduler acknowledges it (``AttemptAck``)."""
+
+    key: str
+    outcome: str
+    exit_code: int | None = None
+    error: str = ""
+    log: str = ""
+    started: float | None = None
+    ended: float = 0.0
+
+
+@op("attempt-ack")
+class AttemptAck:
+    """The scheduler has recorded how these attempts ended: the worker may forget them."""
+
+    keys: tuple[str, ...]
+
+
 # -- a client and the scheduler -----------------------------------------------------------------
 
 
@@ -522,6 +580,57 @@ class WhoHas:
     keys: tuple[str, ...]
 
 
+@op("submit-jobs")
+class SubmitJobs:
+    """Queue shell-command jobs (``dsched.jobs.JobSpec`` as dicts); answered, once the
+    journal holds them, by a Reply whose value lists their ids in order."""
+
+    id: int
+    jobs: tuple[dict, ...]
+
+
+@op("query-jobs")
+class QueryJobs:
+    """Jobs by id (``jobs``; none: all) and state (``states``; none: any), newest first, from
+    ``offset``, at most ``limit``; answered by a Reply: ``{"jobs": [...], "total": n}``."""
+
+    id: int
+    jobs: tuple[int, ...] = ()
+    states: tuple[str, ...] = ()
+    offset: int = 0
+    limit: int = 1000
+
+
+@op("cancel-jobs")
+class CancelJobs:
+    """Answered by a Reply mapping each id (as text) to what became of it."""
+
+    id: int
+    jobs: tuple[int, ...]
+
+
+@op("release-jobs")
+class ReleaseJobs:
+    """Let held jobs be dispatched; answered like CancelJobs."""
+
+    id: int
+    jobs: tuple[int, ...]
+
+
+@op("watch-jobs")
+class WatchJobs:
+    """Tell this client (JobEnded) when each of ``jobs`` ends, or at once if it has."""
+
+    jobs: tuple[int, ...]
+
+
+@op("job-ended")
+class JobEnded:
+    """To a client: how a job ended (``job``: the job as ``sched status --json`` shows it)."""
+
+    job: dict
+
+
 @op("reply")
 class Reply:
     """The answer to the request ``id``."""
@@ -540,6 +649,28 @@ class Error:
 
 
 # -- a worker's data port -----------------------------------------------------------------------
+
+
+@op("get-log")
+class GetLog:
+    """Up to ``limit`` bytes of the log of the attempt ``key`` from ``offset``; answered by Log."""
+
+    id: int
+    key: str
+    offset: int = 0
+    limit: int = 1 << 20
+
+
+@op("log")
+class Log:
+    """The bytes of a log from the offset asked; ``size``: its length now; ``ended``: the
+    attempt has ended (nothing more will be written); ``error``: why there is none."""
+
+    id: int
+    data: bytes = b""
+    size: int = 0
+    ended: bool = False
+    error: str = ""
 
 
 @op("get-data")

@@ -21,8 +21,9 @@ from .task import QUEUED, Task
 ShapeKey = tuple  # (Resources, frozenset[str] | None)
 
 
-def is_gpu_name(name: str) -> bool:
-    """GPU demands are placed best-fit (``GPU``, ``gpu0``, ``GPU_A100`` ...)."""
+def placed_best_fit(name: str) -> bool:
+    """Demands of scarce devices are placed best-fit, to keep whole workers free for big
+    requests: any name that starts with GPU, in any case (``GPU``, ``gpu0``, ``GPU_A100``)."""
     return name[:3].upper() == "GPU"
 
 
@@ -55,7 +56,7 @@ class ShapeQueue:
         self.names = tuple(sorted(resources.names()))
         self.empty = not self.names
         self.multi = len(self.names) > 1
-        gpus = [n for n in self.names if is_gpu_name(n)]
+        gpus = [n for n in self.names if placed_best_fit(n)]
         if gpus:
             self.primary = gpus[0]
         elif self.names:
