@@ -1,4 +1,4 @@
-"""Fetching results from workers: how workers and clients ask a worker's data port.
+"""Fetching results (and job logs) from workers: how workers and clients ask a data port.
 
 A :class:`PeerPool` keeps one authenticated connection per worker address and matches each
 ``Data`` reply to its ``GetData`` request by id, so many fetches share one connection at
@@ -33,11 +33,12 @@ class _Peer:
         try:
             async for d in self.comm:
                 reply = ops.decode(d)
-                if type(reply) is not ops.Data:
+                kind = type(reply)
+                if kind is not ops.Data and kind is not ops.Log:
                     raise ops.BadOp(f"a data port answered with {reply.OP}")
                 if reply.id not in self.waiting:
                     continue  # the request has given up
-                if reply.more:
+                if kind is ops.Data and reply.more:
                     self.parts.setdefault(reply.id, []).append(reply)
                     continue
                 waiter = self.waiting.pop(reply.id)
@@ -100,12 +101,22 @@ class PeerPool:
     async def get_data(self, address: str, keys: tuple[str, ...],
                        timeout: float | None = None) -> ops.Data:
         """Ask the worker at ``address`` for the results of ``keys``; its whole answer."""
+        return await self._ask(address, lambda i: ops.GetData(id=i, keys=keys), timeout)
+
+    async def get_log(self, address: str, key: str, offset: int = 0, limit: int = 1 << 20,
+                      timeout: float | None = None) -> ops.Log:
+        """Ask the worker at ``address`` for the log of the job attempt ``key`` from
+        ``offset`` (at most ``limit`` bytes)."""
+        return await self._ask(
+            address, lambda i: ops.GetLog(id=i, key=key, offset=offset, limit=limit), timeout)
+
+    async def _ask(self, address: str, request, timeout: float | None):
         peer = await self._peer(address)
         request_id = next(self._ids)
         waiter = asyncio.get_running_loop().create_future()
         peer.waiting[request_id] = waiter
         try:
-            peer.comm.write_nowait(ops.GetData(id=request_id, keys=keys).to_wire())
+            peer.comm.write_nowait(request(request_id).to_wire())
             return await asyncio.wait_for(waiter, timeout)
         finally:
             peer.waiting.pop(request_id, None)

@@ -59,7 +59,7 @@ class SchedulerConfig:
                                          "Port of the dashboard, API and metrics (reserved: "
                                          "not served yet)")
     state_dir: str | None = setting(None, k.nullable(k.path),
-                                    "Directory of the token file; none: "
+                                    "Directory of the token file and the job journal; none: "
                                     "$XDG_STATE_HOME/sched (~/.local/state/sched)")
     token_file: str | None = setting(None, k.nullable(k.path),
                                      "Shared token file, created (mode 0600) when missing; "

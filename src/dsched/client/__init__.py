@@ -6,10 +6,11 @@ from ..errors import SchedulerLostError, TaskFailedError
 from .client import AsyncClient
 from .cluster import LocalCluster
 from .future import CancelledError, Future
+from .jobs import JobFailed, JobFuture, JobResult
 from .waiting import ALL_COMPLETED, FIRST_COMPLETED, as_completed, progress, wait
 
 __all__ = [
     "ALL_COMPLETED", "AsyncClient", "CancelledError", "Client", "FIRST_COMPLETED", "Future",
-    "LocalCluster", "SchedulerLostError", "TaskFailedError", "annotate", "as_completed",
+    "JobFailed", "JobFuture", "JobResult", "LocalCluster", "SchedulerLostError", "TaskFailedError", "annotate", "as_completed",
     "progress", "wait",
 ]

@@ -19,6 +19,7 @@ from .client import AsyncClient
 from .settings import resolve_token
 from .cluster import LocalCluster
 from .future import Future
+from .jobs import JobFuture
 
 __all__ = ["Client", "resolve_token"]
 
@@ -103,6 +104,33 @@ class Client:
     def cancel(self, futures: Any) -> None:
         """Cancel tasks not yet ended, and the tasks depending on them."""
         self._async._cancel_now(futures)
+
+    # -- shell-command jobs (docs/jobs.md) ---------------------------------------------------
+
+    def submit_command(self, command: Any, **options: Any) -> JobFuture:
+        """Queue a shell-command job; see :meth:`AsyncClient.submit_command`."""
+        return self._async.submit_command(command, **options)
+
+    def watch_jobs(self, jobs: Iterable[int]) -> list[JobFuture]:
+        """Futures of jobs submitted before (by any client), by number."""
+        return self._run(self._async.watch_jobs(jobs))
+
+    def jobs(self, jobs: Iterable[int] = (), states: Iterable[str] = (), offset: int = 0,
+             limit: int = 1000) -> dict:
+        """Jobs by number and state, newest first; see :meth:`AsyncClient.jobs`."""
+        return self._run(self._async.jobs(jobs, states, offset, limit))
+
+    def cancel_jobs(self, jobs: Iterable[int]) -> dict:
+        """Cancel jobs, queued or running; what became of each."""
+        return self._run(self._async.cancel_jobs(jobs))
+
+    def release_jobs(self, jobs: Iterable[int]) -> dict:
+        """Let held jobs run; what became of each."""
+        return self._run(self._async.release_jobs(jobs))
+
+    def job_log(self, job: int, offset: int = 0, limit: int = 1 << 20) -> Any:
+        """Bytes of a job's log from its worker; see :meth:`AsyncClient.job_log`."""
+        return self._run(self._async.job_log(job, offset, limit))
 
     def scheduler_info(self) -> dict:
         """Workers (resources total, used and free, threads, GPUs) and task counts by state."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import itertools
 import logging
 import threading
 from typing import Any, Callable, Iterable
@@ -27,7 +28,9 @@ from ..errors import (
 from ..peers import PeerPool
 from ..protocol import ops
 from ..settings import TlsConfig, build
+from ..jobs import job_key
 from .future import PENDING, Future, FutureState, FutureStatus
+from .jobs import JobDesk, JobFuture, _Submitting, job_spec
 from .reports import TASK_REPORTS, apply_task_report
 from .results import MISSING, fetch_results, substitute_present, wait_all
 from .settings import comm_config, resolve_token
@@ -88,7 +91,8 @@ class AsyncClient:
         self._outgoing: collections.deque = collections.deque()
         self._flush_scheduled = False
         self._requests: dict[int, asyncio.Future] = {}
-        self._next_id = 0
+        self._ids = itertools.count(1)  # request ids, from any thread
+        self._jobs = JobDesk(self)
         self.comm: Comm | None = None
         self._comm = comm_config()
         self._limits = self._comm.limits()
@@ -168,6 +172,7 @@ class AsyncClient:
         self.status = "closing"
         for state in list(self._states.values()):
             state.finish(FutureStatus.cancelled, reason="the client was closed")
+        self._jobs.lost(SchedError("the client was closed before the job ended"))
         if self.comm is not None:
             await self.comm.close("client closing")
         if self._reader is not None:
@@ -245,7 +250,7 @@ class AsyncClient:
                 if released:
                     self._send(ops.Release(keys=tuple(released)))
                     released = []
-                self._send(item)
+                self._send(self._jobs.sent(item) if type(item) is _Submitting else item)
         if released:
             self._send(ops.Release(keys=tuple(released)))
 
@@ -378,6 +383,55 @@ class AsyncClient:
         """Cancel tasks not yet ended, and the tasks depending on them."""
         self._cancel_now(futures)
 
+    # -- shell-command jobs (docs/jobs.md) ---------------------------------------------------
+
+    def submit_command(self, command: Any, **options: Any) -> JobFuture:
+        """Queue a shell-command job: ``command`` (a list of arguments, or a string split as
+        a shell would) runs on a worker with ``resources`` free, in a process group of its own.
+        Options: ``resources``, ``name``, ``priority``, ``retries`` (reruns after a non-zero
+        exit), ``after_ok``/``after_any`` (job numbers or JobFutures), ``time_limit``
+        (seconds, or "2h"), ``hold``, ``env``, ``cwd`` (none: the worker's), ``requeue`` (run
+        it again if its worker is lost while it runs). The future's result is a JobResult."""
+        self._check_running()
+        return self._jobs.submit(job_spec(command, **options))
+
+    async def watch_jobs(self, jobs: Iterable[int]) -> list[JobFuture]:
+        """Futures of jobs submitted before (by any client), by number."""
+        self._check_running()
+        self._flush()
+        return [self._jobs.watch(job) for job in jobs]
+
+    async def jobs(self, jobs: Iterable[int] = (), states: Iterable[str] = (), offset: int = 0,
+                   limit: int = 1000) -> dict:
+        """Jobs by number (none: all) and state (none: any), newest first: ``{"jobs": [each
+        as ``sched status --json`` shows it], "total": n, "counts": {state: n}}``."""
+        return await self._request(lambda i: ops.QueryJobs(
+            id=i, jobs=tuple(jobs), states=tuple(states), offset=offset, limit=limit))
+
+    async def cancel_jobs(self, jobs: Iterable[int]) -> dict:
+        """Cancel jobs, queued or running; what became of each (by number, as text)."""
+        return await self._request(lambda i: ops.CancelJobs(id=i, jobs=tuple(jobs)))
+
+    async def release_jobs(self, jobs: Iterable[int]) -> dict:
+        """Let held jobs run; what became of each (by number, as text)."""
+        return await self._request(lambda i: ops.ReleaseJobs(id=i, jobs=tuple(jobs)))
+
+    async def job_log(self, job: int, offset: int = 0, limit: int = 1 << 20) -> ops.Log:
+        """Bytes of the log of a job's latest attempt from ``offset``, read from its worker:
+        a Log with ``data``, ``size`` (the log's length now) and ``ended``."""
+        found = (await self.jobs([job]))["jobs"]
+        if not found:
+            raise SchedError(f"no job {job}")
+        view = found[0]
+        if not view["address"] or not view["log"]:
+            raise SchedError(f"job {job} has no log yet: it is {view['state']}")
+        assert self._peers is not None
+        log = await self._peers.get_log(view["address"], job_key(job, view["attempt"]), offset,
+                                        limit, self._timeout)
+        if log.error:
+            raise SchedError(f"the log of job {job}: {log.error}")
+        return log
+
     # -- Dask collections (dsched.dask; needs the dask extra) -------------------------------
 
     def compute(self, collections: Any, **options: Any) -> Any:
@@ -426,12 +480,18 @@ class AsyncClient:
             states = list(self._states.values())
         for state in states:
             state.finish(FutureStatus.lost, exception=lost, reason=reason)
+        self._jobs.lost(lost)
 
     def _on_op(self, d: dict) -> None:
         op = ops.decode(d)
         kind = type(op)
         if kind in TASK_REPORTS:
             apply_task_report(self._states, op)
+        elif kind is ops.JobEnded:
+            self._jobs.on_ended(op)
+        elif (kind is ops.Reply or (kind is ops.Error and op.id is not None)) \
+                and self._jobs.on_reply(op):
+            pass
         elif kind is ops.Reply or (kind is ops.Error and op.id is not None):
             request = self._requests.pop(op.id, None)
             if request is not None and not request.done():
@@ -453,8 +513,7 @@ class AsyncClient:
         """Send the request ``make(id)`` and return the value of its reply."""
         self._check_running()
         self._flush()  # after everything queued before it
-        self._next_id += 1
-        request_id = self._next_id
+        request_id = next(self._ids)
         waiter = self.loop.create_future()
         self._requests[request_id] = waiter
         self._send(make(request_id))

@@ -1,9 +1,11 @@
 """The actions ``SchedulerState.handle`` returns: what the async shell must now do.
 
 Each is a small frozen dataclass; the shell carries them out in order. Messages to workers
-(Execute, StopTask, Free, CloseWorker), reports to clients (each task end is
+(Execute, StopTask, Free, CloseWorker, AttemptAck), reports to clients (each task end is
 reported once: TaskFinished, TaskErred or TaskCancelled; TaskWaiting when the reason
-a queued task cannot run changes) and Log records for the ``logging`` module.
+a queued task cannot run changes; JobsReply and JobEnded for jobs), JournalWrite, which
+comes first in a call's actions and must be committed before any of the others is carried
+out, and Log records for the ``logging`` module.
 
 Pure data: no I/O, no logic.
 """
@@ -30,7 +32,8 @@ class Execute:
     """Run ``key`` on ``worker`` now: it holds a free thread and ``resources`` for it.
 
     ``who_has`` maps each dependency key to the addresses of the workers holding it and
-    ``nbytes`` gives each one's size, so the worker fetches its inputs from its peers.
+    ``nbytes`` gives each one's size, so the worker fetches its inputs from its peers. The
+    attempt of a shell-command job carries ``job``, what to run (see ``Job.payload``).
     """
 
     key: str
@@ -40,6 +43,7 @@ class Execute:
     priority: int = 0
     who_has: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: NO_INPUTS)
     nbytes: Mapping[str, int] = field(default_factory=lambda: NO_INPUTS)
+    job: Mapping | None = None
 
 
 @_frozen
@@ -76,6 +80,14 @@ class Retire:
     still needed is held elsewhere now (or cannot be moved)."""
 
     worker: str
+
+
+@_frozen
+class AttemptAck:
+    """``worker`` may forget how the job attempts ``keys`` ended: the journal holds it."""
+
+    worker: str
+    keys: tuple[str, ...]
 
 
 @_frozen
@@ -119,8 +131,8 @@ class TaskErred:
     ``killed_worker`` (workers died running it), ``no_worker`` (``no_worker_timeout``),
     ``unfetchable`` (its result could never be sent to the workers that needed it),
     ``rejected`` (workers kept refusing it),
-    ``dependency`` (an input failed; ``exception`` is that input's), ``unknown_dependency``
-    or ``cycle`` (the submission was wrong).
+    ``dependency`` (an input failed; ``exception`` is that input's), ``unknown_dependency``,
+    ``cycle`` or ``reserved_key`` (the submission was wrong).
     """
 
     key: str
@@ -150,6 +162,38 @@ class TaskWaiting:
     reason: str | None
 
 
+@_frozen
+class JobsReply:
+    """The answer to a client's job request ``request``: ``value``, or ``error`` (nothing
+    was done)."""
+
+    client: str
+    request: int
+    value: object = None
+    error: str = ""
+
+
+@_frozen
+class JobEnded:
+    """Job ``job`` (its view) ended; ``clients`` asked to hear of it."""
+
+    clients: tuple[str, ...]
+    job: Mapping
+
+
+# -- to the journal ---------------------------------------------------------------------------
+
+
+@_frozen
+class JournalWrite:
+    """Commit ``rows`` (each the whole row of one job) to the journal before any other action
+    of the same ``handle`` call is carried out. ``causes`` say why (``submit``, ``dispatch``,
+    ``start``, ``end``, ...): the crash tests stop the scheduler around some of them."""
+
+    rows: tuple[Mapping, ...]
+    causes: frozenset[str]
+
+
 # -- to the log ---------------------------------------------------------------------------
 
 
@@ -169,12 +213,12 @@ class Log:
 DEBUG, INFO, WARNING = 10, 20, 30
 
 Action = Union[
-    Execute, StopTask, Free, Replicate, Retire, CloseWorker, TaskFinished,
-    ResultMoved, TaskErred, TaskCancelled, TaskWaiting, Log,
+    Execute, StopTask, Free, Replicate, Retire, AttemptAck, CloseWorker, TaskFinished,
+    ResultMoved, TaskErred, TaskCancelled, TaskWaiting, JobsReply, JobEnded, JournalWrite, Log,
 ]
 
 __all__ = [
-    "Action", "StopTask", "CloseWorker", "Execute", "Free", "Log", "NO_INPUTS",
+    "Action", "AttemptAck", "JobEnded", "JobsReply", "JournalWrite", "StopTask", "CloseWorker", "Execute", "Free", "Log", "NO_INPUTS",
     "Replicate", "TaskCancelled", "TaskErred", "TaskFinished", "ResultMoved",
     "TaskWaiting", "Retire",
 ]

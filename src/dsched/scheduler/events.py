@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Union
 
+from ..jobs import JobSpec
+from ..protocol import ops
 from ..resources import EMPTY, Resources
 
 _frozen = dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,7 +55,9 @@ class WorkerJoined:
     tasks it is still executing. The scheduler adopts what it still needs and has the
     worker drop the rest, so no work is done twice. ``previous_exit`` says how the worker's
     previous process under the same name ended, when its nanny restarted it after a crash
-    ("killed by signal 11 (SIGSEGV)").
+    ("killed by signal 11 (SIGSEGV)"). ``attempts``: the job attempts it knows (running, or
+    ended and not yet acknowledged), as ``AttemptStarted``/``AttemptEnded`` ops on the wire;
+    ``job_lease``: how long it lets jobs run when cut off from the scheduler.
     """
 
     address: str
@@ -64,6 +68,8 @@ class WorkerJoined:
     held: tuple[tuple[str, int], ...] = ()
     running: tuple[str, ...] = ()
     previous_exit: str | None = None
+    attempts: tuple[Mapping[str, Any], ...] = ()
+    job_lease: float = 1800.0
     now: float
 
 
@@ -181,6 +187,24 @@ class ReplicateFailed:
     now: float
 
 
+@_frozen
+class AttemptStarted:
+    """``worker`` started a job attempt (``report``: what it said)."""
+
+    worker: str
+    report: ops.AttemptStarted
+    now: float
+
+
+@_frozen
+class AttemptEnded:
+    """A job attempt ended on ``worker`` (``report``: how)."""
+
+    worker: str
+    report: ops.AttemptEnded
+    now: float
+
+
 # -- clients ------------------------------------------------------------------------------
 
 
@@ -220,6 +244,55 @@ class ClientDisconnected:
     now: float
 
 
+@_frozen
+class JobsSubmitted:
+    """``client`` submits shell-command jobs in its request ``request``; ``at``: the wall
+    clock then (shown as the submit time)."""
+
+    client: str
+    request: int
+    jobs: tuple[JobSpec, ...]
+    at: float = 0.0
+    now: float
+
+
+@_frozen
+class JobsCancelled:
+    """``client`` cancels the jobs ``jobs`` (queued or running alike)."""
+
+    client: str
+    request: int
+    jobs: tuple[int, ...]
+    now: float
+
+
+@_frozen
+class JobsReleased:
+    """``client`` lets the held jobs ``jobs`` run."""
+
+    client: str
+    request: int
+    jobs: tuple[int, ...]
+    now: float
+
+
+@_frozen
+class JobsWatched:
+    """``client`` wants to hear when each of ``jobs`` ends."""
+
+    client: str
+    jobs: tuple[int, ...]
+    now: float
+
+
+@_frozen
+class JobsLoaded:
+    """At start, before anything else: the jobs of the journal, each as its row."""
+
+    rows: tuple[Mapping[str, Any], ...]
+    now: float
+
+
 # -- the clock ----------------------------------------------------------------------------
 
 
@@ -232,12 +305,14 @@ class Tick:
 
 Event = Union[
     WorkerJoined, WorkerHeartbeat, Draining, WorkerLeft, TaskFinished, TaskErred,
-    TaskStopped, TaskRejected, MissingData, Replicated, ReplicateFailed,
-    TasksSubmitted, CancelRequested, KeysReleased, ClientDisconnected, Tick,
+    TaskStopped, TaskRejected, MissingData, Replicated, ReplicateFailed, AttemptStarted,
+    AttemptEnded, TasksSubmitted, CancelRequested, KeysReleased, ClientDisconnected,
+    JobsSubmitted, JobsCancelled, JobsReleased, JobsWatched, JobsLoaded, Tick,
 ]
 
 __all__ = [
-    "TaskStopped", "CancelRequested", "ClientDisconnected", "Event", "KeysReleased",
+    "AttemptEnded", "AttemptStarted", "JobsCancelled", "JobsLoaded", "JobsReleased",
+    "JobsSubmitted", "JobsWatched", "TaskStopped", "CancelRequested", "ClientDisconnected", "Event", "KeysReleased",
     "MissingData", "ReplicateFailed", "Replicated", "TaskErred", "TaskFinished",
     "TaskRejected", "TaskSpec", "TasksSubmitted", "Tick", "Draining", "WorkerHeartbeat",
     "WorkerJoined", "WorkerLeft",

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..resources import EMPTY, Resources
+from ..jobs import parse_job_key
+from ..resources import Resources
 from .actions import DEBUG, INFO, TaskCancelled, TaskErred, TaskFinished, ResultMoved
 from .events import TaskSpec
 from .outbox import Outbox
@@ -28,6 +29,8 @@ from .worker import WorkerInfo
 
 #: Submission order fits below this; priority is scaled above it in ``Task.order``.
 _ORDER_SHIFT = 48
+#: The spec of a task the worker does not run as a function (a job's attempt).
+_NO_SPEC = (b"", b"")
 
 
 class TaskGraph:
@@ -44,7 +47,6 @@ class TaskGraph:
         self.retrying: dict[Task, None] = {}
         #: Tasks that may have become releasable; ``drain_releases`` looks at each.
         self.release_work: list[Task] = []
-        self._shapes: dict[frozenset, Resources] = {}
         self._seq = 0
 
     # -- submission -----------------------------------------------------------------------------
@@ -58,12 +60,18 @@ class TaskGraph:
             if key in seen:
                 continue
             seen.add(key)
+            if key.startswith("job-") and parse_job_key(key) is not None:
+                self.out.actions.append(TaskErred(
+                    key=key, clients=(client,), error="reserved_key",
+                    text="keys of the form job-<id>.<attempt> name the attempts of "
+                         "shell-command jobs: choose another key"))
+                continue
             old = tasks.get(key)
             if old is not None and old.state is not ERRED:
                 if spec.wanted:
                     self.want(old, client)
                 continue
-            resources = self._shape_of(spec.resources)
+            resources = self.placer.queue.shape(spec.resources)
             restrict = frozenset(spec.workers) if spec.workers else None
             t = Task(
                 key, spec.spec, resources, spec.priority, self._next_order(spec.priority),
@@ -126,19 +134,31 @@ class TaskGraph:
             if not t.wanted_by:
                 self.release_work.append(t)
 
-    def _shape_of(self, resources) -> Resources:
-        """One Resources object per distinct demand: the queue index then hits on identity
-        instead of comparing equal vectors (and an empty demand is always EMPTY)."""
-        if resources is None:
-            return EMPTY
-        units = resources.to_wire()
-        key = frozenset(units.items())
-        shape = self._shapes.get(key)
-        if shape is None:
-            if len(self._shapes) > 10_000:
-                self._shapes.clear()
-            shape = self._shapes[key] = EMPTY if resources.is_empty() else resources
-        return shape
+    def add(self, key: str, resources: Resources, priority: int, client: str,
+            prefix: str) -> Task:
+        """A task without inputs or dependents, wanted by ``client``, not yet queued: the
+        attempt of a job (the job book queues or books it)."""
+        t = Task(key, _NO_SPEC, self.placer.queue.shape(resources), priority,
+                 self._next_order(priority), 0, None, prefix)
+        t.wanted_by = (client,)
+        self.clients.setdefault(client, {})[key] = None
+        self.tasks[key] = t
+        return t
+
+    def drop(self, t: Task) -> None:
+        """Forget ``t`` (made by ``add``): out of the queue, or stopped where it runs (unless
+        that worker is gone, or has said it ended)."""
+        if t.state is QUEUED or t.processing_on in self.workers:
+            self.leave_active(t)
+        t.state = RELEASED
+        if self.tasks.get(t.key) is t:
+            del self.tasks[t.key]
+        for client in t.wanted_by:
+            keys = self.clients[client]
+            del keys[t.key]
+            if not keys:
+                del self.clients[client]
+        t.wanted_by = ()
 
     def want(self, t: Task, client: str) -> None:
         if client in t.wanted_by:

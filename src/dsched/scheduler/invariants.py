@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..resources import EMPTY
+from ..jobs import JobState
+from .job import ON_WORKER
 from .task import ACTIVE, ERRED, MEMORY, PROCESSING, QUEUED, RELEASED, WAITING, TaskState
 
 if TYPE_CHECKING:
@@ -23,6 +25,7 @@ def check(s: SchedulerState) -> None:
     _check_queue(s)
     _check_index(s)
     _check_quiescent(s)
+    _check_jobs(s)
 
 
 def _check_workers(s: SchedulerState) -> None:
@@ -115,7 +118,8 @@ def _check_queue(s: SchedulerState) -> None:
             assert t.state is QUEUED and (t.resources, t.restrict) == key, (q, t)
         assert q.heap[0][1] is live[0] and q.head_order == live[0].order, q
         heads.append((q.head_order, q.qid, q))
-        assert q.reason == s.placer.reasons.of(q), (q, q.reason)
+        judged = s.placer.reasons.of(q)
+        assert (q.reason_kind, q.reason) == (judged or (None, None)), (q, q.reason)
         assert (q.reason is not None) == (q.fifo is not None), q
     assert sorted(heads) == rq.heads, "heads"
     assert len(rq.by_id) == len(rq.queues)
@@ -180,3 +184,40 @@ def _check_quiescent(s: SchedulerState) -> None:
     r = backfill.reservation
     if r is not None:
         assert r.task.state is QUEUED and s.workers.get(r.worker.address) is r.worker, r
+
+
+def _check_jobs(s: SchedulerState) -> None:
+    book = s.jobs
+    connected = {w.name: w for w in s.workers.values()}
+    on_worker = {}
+    for job_id, job in book.jobs.items():
+        assert job.id == job_id and book.by_submission[job.spec.submission] == job_id, job
+        t = job.task
+        if t is not None:
+            assert t.job is job and t.key == job.key and s.tasks.get(t.key) is t, job
+            assert job.state in (JobState.queued, JobState.assigned, JobState.running), job
+            assert job.state is not JobState.queued or t.state is QUEUED, (job, t)
+            assert not job.cancelling, job
+        if job.state in ON_WORKER:
+            on_worker.setdefault(job.worker, set()).add(job_id)
+            w = connected.get(job.worker)
+            if job_id in book.limbo:
+                assert job.deadline is not None and t is None, job
+                assert w is None, f"{job} in limbo while its worker is connected"
+            else:
+                assert w is not None, f"{job} on {job.worker}, which is not connected"
+                assert t is not None and w.processing.get(t.key) is t or (
+                    job.cancelling and job.key in w.stopping), job
+        else:
+            assert job_id not in book.limbo and job.deadline is None, job
+            assert not job.cancelling, job
+        if job.state is JobState.queued and t is None:
+            assert job.wait is not None, f"{job} is queued, in no queue, with no reason"
+        if job.ended or job.state is JobState.held:
+            assert t is None, job
+    assert on_worker == {name: set(ids) for name, ids in book.on_worker.items()}, (
+        on_worker, book.on_worker)
+    assert not book.recovering or s.recovery.awaited, "recovering with nobody awaited"
+    for key, t in s.tasks.items():
+        if t.job is not None:
+            assert t.job.task is t, t

@@ -1,7 +1,7 @@
 """``sched-scheduler`` as a program: from a loaded config to a running scheduler daemon.
 
-Prepares what the daemon needs before it listens (its state directory, the token, TLS), then
-runs it until a signal drains it; a daemon that cannot do its job says why in one line and
+Prepares what the daemon needs before it listens (its state directory, the token, TLS, the
+job journal, whose jobs it loads), then runs it until a signal drains it; a daemon that cannot do its job says why in one line and
 exits non-zero (2: a setting that cannot work; 78: the port is taken). The worker's
 counterpart is ``worker/main.py``; both use ``daemon.py`` for logging, signals and systemd.
 """
@@ -12,9 +12,11 @@ import asyncio
 import logging
 import os
 import sys
+import time
 
 from ..errors import ConfigError
 from ..settings import CommConfig, SchedulerConfig, build
+from .journal import FILENAME as JOURNAL, Journal
 from .server import Scheduler
 
 logger = logging.getLogger("dsched.scheduler")
@@ -46,12 +48,23 @@ def run_scheduler(cfg: dict) -> int:
         prepare_state_dir(config.state_dir)
         token = ensure_token(token_file=config.token_file)
         ssl = ssl_contexts(config.tls, server=True)
+        journal = Journal(os.path.join(config.state_dir, JOURNAL))
     except ConfigError as error:
         print(f"sched-scheduler: error: {error}", file=sys.stderr)
         return 2
 
     async def main() -> int:
-        scheduler = Scheduler(config, build(CommConfig, cfg["comm"]), token=token, ssl=ssl)
+        scheduler = Scheduler(config, build(CommConfig, cfg["comm"]), token=token, ssl=ssl,
+                              journal=journal)
+        try:
+            started = time.perf_counter()
+            loaded = scheduler.load_jobs()
+        except ConfigError as error:
+            print(f"sched-scheduler: error: {error}", file=sys.stderr)
+            return 2
+        if loaded:
+            logger.info("Loaded %d job(s) from the journal in %.2f s", loaded,
+                        time.perf_counter() - started)
         try:
             await scheduler.start()
         except OSError as error:
@@ -70,7 +83,14 @@ def run_scheduler(cfg: dict) -> int:
         notify_systemd()
         # A line on stdout for whoever started us (tests, LocalCluster): where we listen.
         print(f"sched-scheduler listening at {scheduler.address}", flush=True)
-        await stopped.wait()
+        waiting = asyncio.ensure_future(stopped.wait())
+        await asyncio.wait((waiting, scheduler.fatal), return_when=asyncio.FIRST_COMPLETED)
+        if scheduler.fatal.done():
+            await scheduler.close(f"scheduler failed: {scheduler.fatal.result()}")
+            return 1
         return 0
 
-    return asyncio.run(main())
+    try:
+        return asyncio.run(main())
+    finally:
+        journal.close()

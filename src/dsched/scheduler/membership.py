@@ -4,17 +4,20 @@ A joining worker is indexed for placement (a reconnecting one has what it kept a
 draining one is withdrawn from placement and has the results only it holds copied to other
 workers before it is told it may leave; a worker that leaves, or misses its heartbeats, loses
 what only it held (computed again where still needed) and its running tasks go back to the
-queue, each counting the death against itself only if it was executing there. A crashed
-worker process is named with the task that ended it once its nanny's next process says how.
+queue, each counting the death against itself only if it was executing there (job attempts
+are the job book's: they wait for their worker). A crashed worker process is named with the
+task that ended it once its nanny's next process says how.
 
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
+from ..jobs import parse_job_key
 from . import events as ev
 from .actions import INFO, WARNING, StopTask, CloseWorker, Replicate, ResultMoved, Retire
 from .graph import TaskGraph
+from .jobrecovery import JobRecovery
 from .outbox import Outbox
 from .placer import Placer
 from .task import MEMORY, QUEUED
@@ -31,10 +34,12 @@ class Membership:
     worker is removed (None: never)."""
 
     def __init__(self, workers: dict[str, WorkerInfo], placer: Placer, graph: TaskGraph,
-                 out: Outbox, *, allowed_failures: int, heartbeat_timeout: float | None):
+                 jobs: JobRecovery, out: Outbox, *, allowed_failures: int,
+                 heartbeat_timeout: float | None):
         self.workers = workers
         self.placer = placer
         self.graph = graph
+        self.jobs = jobs
         self.out = out
         self.allowed_failures = allowed_failures
         self.heartbeat_timeout = heartbeat_timeout
@@ -59,7 +64,8 @@ class Membership:
             reason = f"a worker needs at least one thread, not {e.nthreads}"
             out.actions.append(CloseWorker(worker=e.address, reason=reason, refused=True))
             return
-        w = WorkerInfo(e.address, e.name, e.nthreads, e.resources, tuple(e.gpus), out.now)
+        w = WorkerInfo(e.address, e.name, e.nthreads, e.resources, tuple(e.gpus), out.now,
+                       e.job_lease)
         self.workers[e.address] = w
         self.placer.add_worker(w)
         out.log(INFO, "Worker %s joined from %s: %d threads, resources %s",
@@ -68,6 +74,7 @@ class Membership:
             self._explain_crash(e.name, e.previous_exit)
         if e.held or e.running:
             self._reconcile(w, e.held, e.running)
+        self.jobs.worker_joined(w, e.attempts)
         self.placer.reasons.refresh()
 
     def _explain_crash(self, name: str, how: str) -> None:
@@ -112,6 +119,8 @@ class Membership:
             else:
                 out.free(w.address, key)
         for key in running:
+            if parse_job_key(key) is not None:
+                continue  # a job attempt: the job book settles it
             t = graph.tasks.get(key)
             if t is None or t.state is not QUEUED or not self.placer.adopt(t, w):
                 out.actions.append(StopTask(key=key, worker=w.address))
@@ -169,7 +178,12 @@ class Membership:
                        f"{out.counters['recomputed'] - recomputed} of them still needed and "
                        "computed again")
         out.log(level, "Worker %s at %s removed: %s", w.name, address, reason)
-        running, w.processing, w.stopping = list(w.processing.values()), {}, {}
+        running = list(w.processing.values())
+        attempts = [t for t in (*running, *w.stopping.values()) if t.job is not None]
+        if attempts:  # jobs wait for their worker to return, or for its lease to pass
+            running = [t for t in running if t.job is None]
+        w.processing, w.stopping = {}, {}
+        self.jobs.worker_gone(w, attempts)
         executing = []
         for t in running:
             t.processing_on = None

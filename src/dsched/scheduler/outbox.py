@@ -1,14 +1,16 @@
 """What one ``SchedulerState.handle`` call has decided so far, shared by the parts of the
 state: the actions in order, the results to free (one message per worker) and the waiting
-reasons to tell (one message per client and reason), the clock as the event gave it, and the
-counters kept since start.
+reasons to tell (one message per client and reason), the job rows to journal, the clock as the
+event gave it, and the counters kept since start.
 
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-from .actions import Free, Log, TaskWaiting
+from typing import Any
+
+from .actions import Free, JournalWrite, Log, TaskWaiting
 
 
 class Outbox:
@@ -16,7 +18,7 @@ class Outbox:
     ``rejected`` refusals, ``recomputed`` lost results, ``replicated`` results copied off
     draining workers."""
 
-    __slots__ = ("actions", "to_free", "waiting", "now", "counters")
+    __slots__ = ("actions", "to_free", "waiting", "now", "counters", "rows", "causes")
 
     def __init__(self) -> None:
         self.actions: list = []
@@ -25,6 +27,8 @@ class Outbox:
         self.now = 0.0
         self.counters: dict[str, int] = dict(
             placed=0, deaths=0, rejected=0, recomputed=0, replicated=0)
+        self.rows: dict[int, Any] = {}
+        self.causes: set[str] = set()
 
     def log(self, level: int, msg: str, *args) -> None:
         self.actions.append(Log(level=level, msg=msg, args=args))
@@ -37,9 +41,20 @@ class Outbox:
         """``client``'s task ``key`` cannot run because of ``reason`` (None: now it can)."""
         self.waiting.setdefault((client, reason), []).append(key)
 
+    def journal(self, job: Any, cause: str) -> None:
+        """``job`` (a ``Job``) changed (``cause``): its row, as it is at the end of this
+        call, goes to the journal before any action of the call is carried out."""
+        self.rows[job.id] = job
+        self.causes.add(cause)
+
     def take(self) -> list:
-        """Everything decided, in order, the gathered messages last; starts afresh."""
+        """Everything decided, in order, the gathered messages last, and the journal write
+        first; starts afresh."""
         actions = self.actions
+        if self.rows:
+            actions.insert(0, JournalWrite(rows=tuple(job.to_row() for job in self.rows.values()),
+                                           causes=frozenset(self.causes)))
+            self.rows, self.causes = {}, set()
         if self.to_free:
             for address, keys in self.to_free.items():
                 actions.append(Free(worker=address, keys=tuple(keys)))

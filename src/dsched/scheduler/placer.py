@@ -46,6 +46,9 @@ class Placer:
         self._arithmetic = FreeArithmetic()
         #: Workers whose load dropped since the last pass: room for queues not dirty.
         self._dirty: dict[str, WorkerInfo] = {}
+        #: Called with each job attempt placed, before its Execute; returns what to run (the
+        #: job book sets it).
+        self.on_job_placed = None
 
     # -- workers coming and going -----------------------------------------------------------
 
@@ -72,9 +75,9 @@ class Placer:
         t.queued_at = self.out.now
         q, created = self.queue.push(t, self.index.offered)
         if created:
-            reason = self.reasons.of(q)
-            if reason is not None:
-                self.reasons.set(q, reason)
+            judged = self.reasons.of(q)
+            if judged is not None:
+                self.reasons.set(q, judged)
                 return
         reason = q.reason
         if reason is not None:
@@ -298,20 +301,18 @@ class Placer:
         self.place(t, w, q)
         return True
 
+    def book(self, t: Task, w: WorkerInfo) -> bool:
+        """Book ``t``, already running on ``w`` (a job attempt found on a worker that came
+        back), if ``w`` has a thread and the resources for it now; sends nothing."""
+        resources = t.resources
+        if w.draining or len(w.processing) + len(w.stopping) >= w.nthreads \
+                or not resources.fits(w.free_units):
+            return False
+        self._book(t, w, resources.is_empty())
+        return True
+
     def place(self, t: Task, w: WorkerInfo, q: ShapeQueue) -> None:
-        t.state = PROCESSING
-        t.processing_on = w.address
-        t.started = self.out.now
-        if len(w.processing) + len(w.stopping) >= w.nthreads:
-            t.prefetched = True
-            w.prefetched += 1
-        w.processing[t.key] = t
-        if q.empty:
-            self.index.update(w, False)
-        else:
-            w.free, w.free_units = self._arithmetic.take(w.free, t.resources)
-            self.index.update(w)
-        w.version += 1
+        self._book(t, w, q.empty)
         out = self.out
         out.counters["placed"] += 1
         actions = out.actions
@@ -321,7 +322,11 @@ class Placer:
         else:
             actions.append(Log(level=DEBUG, msg="Scheduling task %s (requires %s) on worker %s",
                                args=(t.key, t.resources, w.name)))
-        if t.deps:
+        if t.job is not None:
+            actions.append(Execute(key=t.key, worker=w.address, spec=t.spec,
+                                   resources=t.resources, priority=t.priority,
+                                   job=self.on_job_placed(t, w)))
+        elif t.deps:
             who_has = {d.key: tuple(d.who_has or ()) for d in t.deps}
             nbytes = {d.key: d.nbytes for d in t.deps}
             actions.append(Execute(key=t.key, worker=w.address, spec=t.spec,
@@ -331,6 +336,21 @@ class Placer:
             actions.append(Execute(key=t.key, worker=w.address, spec=t.spec,
                                    resources=t.resources, priority=t.priority,
                                    who_has=NO_INPUTS, nbytes=NO_INPUTS))
+
+    def _book(self, t: Task, w: WorkerInfo, empty: bool) -> None:
+        t.state = PROCESSING
+        t.processing_on = w.address
+        t.started = self.out.now
+        if len(w.processing) + len(w.stopping) >= w.nthreads:
+            t.prefetched = True
+            w.prefetched += 1
+        w.processing[t.key] = t
+        if empty:
+            self.index.update(w, False)
+        else:
+            w.free, w.free_units = self._arithmetic.take(w.free, t.resources)
+            self.index.update(w)
+        w.version += 1
 
     def release_slot(self, w: WorkerInfo, t: Task) -> None:
         """``t`` left ``w`` (ended, stopped or moved): give back its thread and resources."""

@@ -15,7 +15,7 @@ from bisect import bisect_left, insort
 from collections import deque
 from heapq import heappop, heappush
 
-from ..resources import Resources
+from ..resources import EMPTY, Resources
 from .task import QUEUED, Task
 
 ShapeKey = tuple  # (Resources, frozenset[str] | None)
@@ -36,7 +36,7 @@ class ShapeQueue:
     """
 
     __slots__ = (
-        "qid", "key", "resources", "restrict", "heap", "live", "reason",
+        "qid", "key", "resources", "restrict", "heap", "live", "reason", "reason_kind",
         "unrunnable_since", "fifo", "head_order", "primary", "primary_units", "best_fit",
         "empty", "multi", "names",
     )
@@ -50,6 +50,7 @@ class ShapeQueue:
         self.heap: list[tuple[int, Task]] = []
         self.live = 0
         self.reason: str | None = None
+        self.reason_kind: str | None = None  # see ``reasons.KINDS``
         self.unrunnable_since = 0.0
         self.fifo: deque[Task] | None = None
         self.head_order: int | None = None
@@ -89,6 +90,20 @@ class ReadyQueue:
         self.dirty: set[int] = set()
         self.size = 0
         self._next_qid = 0
+        self._shapes: dict[frozenset, Resources] = {}
+
+    def shape(self, resources: Resources | None) -> Resources:
+        """One Resources object per distinct demand: the queue index then hits on identity
+        instead of comparing equal vectors (and an empty demand is always EMPTY)."""
+        if resources is None:
+            return EMPTY
+        key = frozenset(resources.to_wire().items())
+        shape = self._shapes.get(key)
+        if shape is None:
+            if len(self._shapes) > 10_000:
+                self._shapes.clear()
+            shape = self._shapes[key] = EMPTY if resources.is_empty() else resources
+        return shape
 
     def push(self, t: Task, offered: dict[str, int]) -> tuple[ShapeQueue, bool]:
         """Queue ``t``; returns its queue and whether that queue is new."""

@@ -24,6 +24,12 @@ if TYPE_CHECKING:
     from .placer import Placer
 
 
+#: The kinds of reason: a demand no worker could ever grant; no worker taking work; a
+#: restriction to workers not connected (or draining); a resource no worker offers; more
+#: than any one worker offers.
+KINDS = ("misspecified", "no_workers", "restricted", "missing_resources", "too_large")
+
+
 class Reasons:
     """The reasons of one placer's queues. ``unrunnable`` holds the queues that have one."""
 
@@ -32,26 +38,28 @@ class Reasons:
         self.out = placer.out
         self.unrunnable: dict[int, ShapeQueue] = {}
 
-    def of(self, q: ShapeQueue) -> str | None:
-        """Why no connected worker can ever start the tasks of ``q``, or None if one can."""
+    def of(self, q: ShapeQueue) -> tuple[str, str] | None:
+        """Why no connected worker can ever start the tasks of ``q`` (its kind, one of
+        ``KINDS``, and the words), or None if one can."""
         demand = q.resources
         error = demand_error(demand)
         if error:
-            return error
+            return "misspecified", error
         placer = self.placer
         index = placer.index
         if not index.by_name:
-            return "no workers connected yet"
+            return "no_workers", "no workers connected yet"
         if not index.totals:
-            return "every connected worker is draining"
+            return "no_workers", "every connected worker is draining"
         where = ""
         if q.restrict is not None:
             allowed = placer.restricted(q.restrict)
             if not allowed:
                 names = ", ".join(sorted(q.restrict))
                 if any(index.by_name.get(n, n) in placer.workers for n in q.restrict):
-                    return f"restricted to workers {names}, which are draining"
-                return f"restricted to workers {names}, and none of them is connected"
+                    return "restricted", f"restricted to workers {names}, which are draining"
+                return "restricted", (f"restricted to workers {names}, and none of them is "
+                                      "connected")
             totals = [w.resources for w in allowed]
             where = " among the allowed workers"
         else:
@@ -62,7 +70,7 @@ class Reasons:
         missing = demand.missing_names(offered)
         if missing:
             s = "s" if len(missing) > 1 else ""
-            return f"no worker{where} offers resource{s} {', '.join(missing)}"
+            return "missing_resources", f"no worker{where} offers resource{s} {', '.join(missing)}"
         too_large = []
         for n in q.names:
             largest = max(total.get(n, 0) for total in totals)
@@ -72,20 +80,23 @@ class Reasons:
                     f"{n}={format_units(largest)}"
                 )
         if too_large:
-            return "needs " + "; ".join(too_large)
-        return f"needs {demand} but no single worker{where} offers all of it"
+            return "too_large", "needs " + "; ".join(too_large)
+        return "too_large", f"needs {demand} but no single worker{where} offers all of it"
 
     def refresh(self) -> None:
         """The workers changed: look at every queue's reason again."""
         for q in list(self.placer.queue.queues.values()):
             self.set(q, self.of(q))
 
-    def set(self, q: ShapeQueue, reason: str | None) -> None:
-        """Give ``q`` its reason (None: it can run now) and tell the clients of its tasks."""
+    def set(self, q: ShapeQueue, judged: tuple[str, str] | None) -> None:
+        """Give ``q`` its reason (``of``; None: it can run now) and tell the clients of its
+        tasks."""
         old = q.reason
+        reason = judged[1] if judged is not None else None
         if reason == old:
             return
         q.reason = reason
+        q.reason_kind = judged[0] if judged is not None else None
         if reason is None:
             q.fifo = None
             self.unrunnable.pop(q.qid, None)

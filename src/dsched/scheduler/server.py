@@ -12,18 +12,24 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..comm import Comm, Listener, listen
 from ..comm.addresses import reachable_host
 from ..errors import CommClosedError, RemoteProtocolError
+from ..jobs import JobSpec, JobSpecError
 from ..protocol import ops
 from ..protocol.messages import any_out_of_band
+from ..resources import ResourceSpecError
 from ..settings import CommConfig, SchedulerConfig
 from . import actions as act
 from . import events as ev
+from .failpoints import Failpoints
+from .journal import Journal
 from .state import SchedulerState
-from .views import processing_count, task_counts, waiting, who_has, worker_info
+from .views import jobs_view, processing_count, task_counts, waiting, who_has, worker_info
 
 logger = logging.getLogger("dsched.scheduler")
 
@@ -50,6 +56,8 @@ WORKER_OPS: dict[type, Callable[[Any, str, float], Any]] = {
                                                     now=now),
     ops.ReplicateFailed: lambda o, w, now: ev.ReplicateFailed(key=o.key, worker=w,
                                                               reason=o.reason, now=now),
+    ops.AttemptStarted: lambda o, w, now: ev.AttemptStarted(worker=w, report=o, now=now),
+    ops.AttemptEnded: lambda o, w, now: ev.AttemptEnded(worker=w, report=o, now=now),
 }
 
 #: op class -> event maker, for the client ops that change the state (requests aside).
@@ -58,6 +66,11 @@ CLIENT_OPS: dict[type, Callable[[Any, str, float], Any]] = {
         client=c, tasks=tuple(ev.TaskSpec(**task) for task in o.tasks), now=now),
     ops.Cancel: lambda o, c, now: ev.CancelRequested(client=c, keys=o.keys, now=now),
     ops.Release: lambda o, c, now: ev.KeysReleased(client=c, keys=o.keys, now=now),
+    ops.CancelJobs: lambda o, c, now: ev.JobsCancelled(client=c, request=o.id, jobs=o.jobs,
+                                                       now=now),
+    ops.ReleaseJobs: lambda o, c, now: ev.JobsReleased(client=c, request=o.id, jobs=o.jobs,
+                                                       now=now),
+    ops.WatchJobs: lambda o, c, now: ev.JobsWatched(client=c, jobs=o.jobs, now=now),
 }
 
 
@@ -65,7 +78,7 @@ def _joined(o: ops.Register, now: float) -> ev.WorkerJoined:
     return ev.WorkerJoined(
         address=o.address, name=o.name or o.address, nthreads=o.nthreads,
         resources=o.resources, gpus=o.gpus, held=tuple(o.held.items()), running=o.running,
-        previous_exit=o.previous_exit, now=now)
+        previous_exit=o.previous_exit, attempts=o.attempts, job_lease=o.job_lease, now=now)
 
 
 # -- actions, as ops to send ------------------------------------------------------------------
@@ -74,7 +87,8 @@ def _joined(o: ops.Register, now: float) -> ev.WorkerJoined:
 TO_WORKER: dict[type, Callable[[Any], Any]] = {
     act.Execute: lambda a: ops.Execute(
         key=a.key, spec=a.spec, resources=a.resources, priority=a.priority,
-        who_has=a.who_has, nbytes=a.nbytes),
+        who_has=a.who_has, nbytes=a.nbytes, job=a.job),
+    act.AttemptAck: lambda a: ops.AttemptAck(keys=a.keys),
     act.StopTask: lambda a: ops.StopTask(key=a.key),
     act.Free: lambda a: ops.Free(keys=a.keys),
     act.Replicate: lambda a: ops.Replicate(key=a.key, who_has=(a.source,), nbytes=a.nbytes),
@@ -89,6 +103,7 @@ TO_CLIENTS: dict[type, Callable[[Any], Any]] = {
                                            error=a.error),
     act.TaskCancelled: lambda a: ops.TaskCancelled(key=a.key, reason=a.reason),
     act.TaskWaiting: lambda a: ops.TaskWaiting(keys=a.keys, reason=a.reason),
+    act.JobEnded: lambda a: ops.JobEnded(job=a.job),
 }
 
 
@@ -96,13 +111,22 @@ class Scheduler:
     """The daemon around one ``SchedulerState``: ``start()``, then serve until ``drain()``."""
 
     def __init__(self, config: SchedulerConfig, comm: CommConfig, *, token: str,
-                 ssl: Any = None):
+                 ssl: Any = None, journal: Journal | None = None):
         self.config, self.comm_config, self.token, self.ssl = config, comm, token, ssl
         self.state = SchedulerState(allowed_failures=config.allowed_failures,
                                     max_rejections=config.max_rejections,
                                     no_worker_timeout=config.no_worker_timeout,
                                     heartbeat_timeout=config.heartbeat_timeout,
-                                    prefetch=config.prefetch)
+                                    prefetch=config.prefetch,
+                                    lease_margin=config.lease_margin,
+                                    recovery_timeout=config.recovery_timeout)
+        self.journal = journal
+        self.failpoints = Failpoints()
+        #: Batches of actions waiting for a journal commit (None: none is pending), in order.
+        self._held: list[list] | None = None
+        self._commits = ThreadPoolExecutor(1, thread_name_prefix="sched-journal")
+        #: Set, with the reason, when the scheduler cannot go on (the journal failed).
+        self.fatal: asyncio.Future | None = None
         self.workers: dict[str, Comm] = {}
         self.clients: dict[str, Comm] = {}
         self.listener: Listener | None = None
@@ -120,8 +144,17 @@ class Scheduler:
             self._address = f"{reachable_host(self.listener.host)}:{self.listener.port}"
         return self._address
 
+    def load_jobs(self) -> int:
+        """Load the journal's jobs into the state (before ``start``); how many."""
+        if self.journal is None:
+            return 0
+        rows = self.journal.load()
+        self._handle(ev.JobsLoaded(rows=tuple(rows), now=self.now()))
+        return len(rows)
+
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.fatal = self._loop.create_future()
         config, comm = self.config, self.comm_config
         self.listener = await listen(config.host, config.port, self._serve, token=self.token,
                                      ssl=self.ssl, role="scheduler", name="scheduler",
@@ -147,8 +180,7 @@ class Scheduler:
         await self.close("scheduler drained")
 
     def now(self) -> float:
-        assert self._loop is not None
-        return self._loop.time()
+        return (self._loop or asyncio.get_running_loop()).time()
 
     # -- connections --------------------------------------------------------------------------
 
@@ -182,8 +214,7 @@ class Scheduler:
             actions = self.state.handle(_joined(first, self.now()))
             if address in self.state.workers:  # accepted: say so before anything else
                 comm.write_nowait(ops.Registered(address=address).to_wire())
-            for action in actions:
-                self._carry_out(action)
+            self._carry_out_all(actions)
             for d in batch[1:]:
                 self._worker_op(address, ops.decode(d))
             async for d in comm:
@@ -209,6 +240,8 @@ class Scheduler:
         make = WORKER_OPS.get(type(op))
         if make is None:
             raise ops.BadOp(f"{op.OP} is not an op a registered worker sends")
+        if type(op) is ops.Heartbeat and op.sent:  # its jobs' lease runs on from then
+            self.workers[address].write_nowait(ops.Lease(sent=op.sent).to_wire())
         self._handle(make(op, address, self.now()))
 
     async def _serve_client(self, comm: Comm) -> None:
@@ -236,6 +269,11 @@ class Scheduler:
                     keys=tuple(task["key"] for task in op.tasks)).to_wire())
                 return
             self._handle(make(op, client, self.now()))
+        elif kind is ops.SubmitJobs:
+            self._submit_jobs(client, comm, op)
+        elif kind is ops.QueryJobs:
+            view = jobs_view(self.state, op.jobs, op.states, op.offset, op.limit)
+            comm.write_nowait(ops.Reply(id=op.id, value=view).to_wire())
         elif kind is ops.Info:
             comm.write_nowait(ops.Reply(id=op.id, value=self.info()).to_wire())
         elif kind is ops.WhoHas:
@@ -243,16 +281,85 @@ class Scheduler:
         else:
             raise ops.BadOp(f"{op.OP} is not an op a client sends")
 
+    def _submit_jobs(self, client: str, comm: Comm, op: ops.SubmitJobs) -> None:
+        """Jobs that cannot be read are refused, with the reason, and nothing is queued."""
+        if self.draining or self.journal is None:
+            reason = ("the scheduler is draining and takes no work" if self.draining else
+                      "this scheduler keeps no journal, so it takes no jobs")
+            comm.write_nowait(ops.Error(reason=reason, id=op.id).to_wire())
+            return
+        try:
+            specs = tuple(JobSpec.from_wire(job) for job in op.jobs)
+        except (JobSpecError, ResourceSpecError) as error:
+            comm.write_nowait(ops.Error(reason=f"nothing queued: {error}", id=op.id).to_wire())
+            return
+        self._handle(ev.JobsSubmitted(client=client, request=op.id, jobs=specs, at=time.time(),
+                                      now=self.now()))
+
     def info(self) -> dict:
         return {"address": self.address, "workers": worker_info(self.state),
                 "tasks": task_counts(self.state), "waiting": waiting(self.state),
-                "counters": dict(self.state.counters)}
+                "counters": dict(self.state.counters),
+                "jobs": jobs_view(self.state, limit=0)["counts"]}
 
     # -- the state and its actions ----------------------------------------------------------
 
     def _handle(self, event: Any) -> None:
-        for action in self.state.handle(event):
+        self._carry_out_all(self.state.handle(event))
+
+    def _carry_out_all(self, actions: list) -> None:
+        """Carry out ``actions`` in order, once the journal write they start with (if any) is
+        committed; while a commit is pending, later actions wait behind it."""
+        if self._held is not None:
+            if actions:
+                self._held.append(actions)
+            return
+        if actions and type(actions[0]) is act.JournalWrite:
+            self._held = [actions]
+            asyncio.ensure_future(self._commit())
+            return
+        for action in actions:
             self._carry_out(action)
+
+    async def _commit(self) -> None:
+        """Commit what the held batches journal, in one transaction (more batches join while
+        the event loop turns), then carry them out in order; again while more wait."""
+        await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        reached = self.failpoints.reached
+        while self._held:
+            batches, self._held = self._held, []
+            rows: dict[int, Any] = {}
+            causes: set[str] = set()
+            for actions in batches:
+                if type(actions[0]) is act.JournalWrite:
+                    rows.update((row["id"], row) for row in actions[0].rows)
+                    causes |= actions[0].causes
+            if rows:
+                if "dispatch" in causes:
+                    reached("before-dispatch-commit")
+                try:
+                    await loop.run_in_executor(self._commits, self.journal.write, rows.values())
+                except Exception as error:  # the disk is full or gone: no promise can be kept
+                    self._fail(f"cannot write the journal {self.journal.path}: {error}")
+                    return
+                for cause, name in (("submit", "after-submit-commit"),
+                                    ("dispatch", "after-dispatch-commit"),
+                                    ("result", "after-result-commit"),
+                                    ("reconcile", "in-reconciliation")):
+                    if cause in causes:
+                        reached(name)
+            for actions in batches:
+                for action in actions:
+                    if type(action) is not act.JournalWrite:
+                        self._carry_out(action)
+        self._held = None
+
+    def _fail(self, reason: str) -> None:
+        logger.critical("Stopping: %s", reason)
+        self._held = []  # nothing more is said: what is not journaled was never promised
+        if self.fatal is not None and not self.fatal.done():
+            self.fatal.set_result(reason)
 
     def _carry_out(self, action: Any) -> None:
         kind = type(action)
@@ -273,6 +380,12 @@ class Scheduler:
                 comm = self.clients.get(client)
                 if comm is not None and not comm.closed:
                     comm.write_nowait(wire)
+        elif kind is act.JobsReply:
+            comm = self.clients.get(action.client)
+            if comm is not None and not comm.closed:
+                reply = (ops.Error(reason=action.error, id=action.request) if action.error else
+                         ops.Reply(id=action.request, value=action.value))
+                comm.write_nowait(reply.to_wire())
         elif kind is act.Log:
             logger.log(action.level, action.msg, *action.args)
         elif kind is act.CloseWorker:

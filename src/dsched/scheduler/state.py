@@ -2,7 +2,8 @@
 
 It holds the parts and wires them together: the task graph and its lifecycle
 (``graph.py``), the placer that decides where queued tasks start (``placer.py``, with
-``backfill.py`` and ``reasons.py``), and the membership of workers (``membership.py``); they
+``backfill.py`` and ``reasons.py``), the job book of shell-command jobs, whose attempts are
+tasks of the graph (``jobbook.py``), and the membership of workers (``membership.py``); they
 share one ``Outbox`` in which a call's actions gather. This module turns each event into calls
 on those parts: what clients ask, what workers report about tasks, and what the clock says.
 The invariants are in ``invariants.py``.
@@ -17,6 +18,8 @@ from typing import Callable
 from . import events as ev
 from .actions import INFO, WARNING
 from .graph import TaskGraph
+from .jobbook import JobBook
+from .jobrecovery import JobRecovery
 from .membership import Membership
 from .outbox import Outbox
 from .placer import Placer
@@ -37,13 +40,15 @@ class SchedulerState:
     Tick (None: never). ``prefetch``: extra resource-free tasks a worker may hold beyond its
     threads. ``duration_weight``: weight of the newest duration in the per-prefix average.
     ``max_rejections``: times workers may refuse a task (each refusal waits longer before the
-    next try) before it fails with the last worker's reason.
+    next try) before it fails with the last worker's reason. ``lease_margin`` and
+    ``recovery_timeout``: see ``JobRecovery``.
     """
 
     def __init__(
         self, *, allowed_failures: int = 3, no_worker_timeout: float | None = None,
         heartbeat_timeout: float | None = None, prefetch: int = 0,
-        duration_weight: float = 0.5, max_rejections: int = 5,
+        duration_weight: float = 0.5, max_rejections: int = 5, lease_margin: float = 60.0,
+        recovery_timeout: float = 60.0,
     ):
         if allowed_failures < 0 or prefetch < 0 or max_rejections < 0:
             raise ValueError("allowed_failures, prefetch and max_rejections must not be negative")
@@ -56,7 +61,12 @@ class SchedulerState:
         self.placer = Placer(self.workers, self.out, prefetch=prefetch,
                              duration_weight=duration_weight)
         self.graph = TaskGraph(self.workers, self.placer, self.out)
-        self.membership = Membership(self.workers, self.placer, self.graph, self.out,
+        self.jobs = JobBook(self.workers, self.placer, self.graph, self.out,
+                            max_rejections=max_rejections)
+        self.recovery = JobRecovery(self.jobs, self.out, lease_margin=lease_margin,
+                                    recovery_timeout=recovery_timeout)
+        self.membership = Membership(self.workers, self.placer, self.graph, self.recovery,
+                                     self.out,
                                      allowed_failures=allowed_failures,
                                      heartbeat_timeout=heartbeat_timeout)
         # Read by the shell, the views and the tests.
@@ -95,14 +105,20 @@ class SchedulerState:
 
     # -- what workers report about tasks ---------------------------------------------------------
 
-    def _ended_on(self, address: str, key: str,
-                  holds_result: bool) -> tuple[WorkerInfo, Task] | None:
+    def _ended_on(self, address: str, key: str, holds_result: bool,
+                  job: bool = False) -> tuple[WorkerInfo, Task] | None:
         """``key`` ended on the worker at ``address``: free its slot there and return both,
-        or None for a report to ignore (a worker we gave up on, or a task moved elsewhere)."""
+        or None for a report to ignore (a worker we gave up on, or a task moved elsewhere,
+        or a job attempt said to end as a task does: ``job`` says it may be one)."""
         w = self.workers.get(address)
         if w is None:
             return None  # its work was rescheduled when we gave up on it
         t = w.processing.pop(key, None)
+        if t is not None and t.job is not None and not job:
+            w.processing[key] = t  # a job's end comes as AttemptEnded
+            self.out.log(WARNING, "Worker %s reported job attempt %s as a task; ignored",
+                         w.name, key)
+            return None
         if t is None:
             # A task we told it to stop that ended (free its thread), or one moved elsewhere.
             t = w.stopping.pop(key, None)
@@ -144,12 +160,26 @@ class SchedulerState:
             t = w.stopping.pop(e.key, None)
             if t is not None:
                 self.placer.release_slot(w, t)
+                if t.job is not None:
+                    self.jobs.stopped(e.worker, e.key)
+
+    def _on_attempt_ended(self, e: ev.AttemptEnded) -> None:
+        w = self.workers.get(e.worker)
+        key = e.report.key
+        if w is not None:
+            t = w.processing.pop(key, None) or w.stopping.pop(key, None)
+            if t is not None:
+                self.placer.release_slot(w, t)
+        self.jobs.ended(e.worker, e.report)
 
     def _on_rejected(self, e: ev.TaskRejected) -> None:
-        ended = self._ended_on(e.worker, e.key, holds_result=False)
+        ended = self._ended_on(e.worker, e.key, holds_result=False, job=True)
         if ended is None:
             return
         w, t = ended
+        if t.job is not None:
+            self.jobs.rejected(t, w, e.reason)
+            return
         if w.draining:  # not the task's fault: it goes elsewhere at once
             self.graph.compute(t)
             return
@@ -212,6 +242,7 @@ class SchedulerState:
         for key in list(self.clients.get(e.client, ())):
             self.graph.unwant(key, e.client)
         self.clients.pop(e.client, None)
+        self.jobs.forget_client(e.client)
 
     # -- the clock ----------------------------------------------------------------------------
 
@@ -219,9 +250,11 @@ class SchedulerState:
         self.membership.check_heartbeats()
         if self.no_worker_timeout is not None:
             for t, text in self.placer.reasons.expired(self.no_worker_timeout):
-                self.graph.fail(t, "no_worker", text)
+                if t.job is None:  # a job waits for a worker that may join, as long as it takes
+                    self.graph.fail(t, "no_worker", text)
         if self.graph.retrying:
             self.graph.retry_due(self.now)
+        self.recovery.tick()
         self.placer.tick()
 
     _HANDLERS: dict[type, Callable] = {
@@ -236,6 +269,13 @@ class SchedulerState:
         ev.MissingData: _on_missing_data,
         ev.Replicated: lambda s, e: s.membership.replicated(e),
         ev.ReplicateFailed: lambda s, e: s.membership.replicate_failed(e),
+        ev.AttemptStarted: lambda s, e: s.jobs.started(e.worker, e.report),
+        ev.AttemptEnded: _on_attempt_ended,
+        ev.JobsSubmitted: lambda s, e: s.jobs.submit(e.client, e.request, e.jobs, e.at),
+        ev.JobsCancelled: lambda s, e: s.jobs.cancel(e.client, e.request, e.jobs),
+        ev.JobsReleased: lambda s, e: s.jobs.release(e.client, e.request, e.jobs),
+        ev.JobsWatched: lambda s, e: s.jobs.watch(e.client, e.jobs),
+        ev.JobsLoaded: lambda s, e: s.recovery.load(e.rows),
         ev.TasksSubmitted: _on_submitted,
         ev.CancelRequested: _on_cancel_requested,
         ev.KeysReleased: _on_released,

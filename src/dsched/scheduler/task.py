@@ -49,6 +49,7 @@ class Task:
     how, where known), ``exceptions`` the times it raised, ``rejections`` the times a worker
     refused it; ``retries`` is what is left of ``retries=``. ``retry_at``: the time a refused
     task waits for (state ``waiting`` without ``waiting_on``) before it is queued again.
+    ``job``: the shell-command job this task is an attempt of (None for a Python task).
     """
 
     __slots__ = (
@@ -56,7 +57,7 @@ class Task:
         "order", "retries", "exceptions", "deaths", "restrict", "prefix", "wanted_by", "state",
         "error", "end_reason", "exception", "who_has", "nbytes", "processing_on", "started",
         "prefetched", "queue", "queued_at", "reported", "losses", "rejections", "retry_at",
-        "death_causes",
+        "death_causes", "job",
     )
 
     def __init__(
@@ -94,6 +95,7 @@ class Task:
         self.queue: ShapeQueue | None = None
         self.queued_at = 0.0
         self.reported = False
+        self.job = None  # the Job (``job.py``) whose attempt this task is, if any
 
     @property
     def dependencies(self) -> tuple[str, ...]:

@@ -85,3 +85,74 @@ class Story:
 
     def state_of(self, key: str) -> str:
         return self.state.tasks[key].state.value
+
+
+# -- jobs ---------------------------------------------------------------------------------------
+
+
+def job(*command: str, resources: str | None = None, submission: str | None = None, **kw):
+    from dsched.jobs import JobSpec
+
+    job.count = getattr(job, "count", 0) + 1
+    return JobSpec(submission=submission or f"s{job.count}", command=command or ("true",),
+                   resources=Resources.parse(resources), **kw)
+
+
+class JobStory(Story):
+    """A Story with jobs: submit them, have workers start and end their attempts."""
+
+    def worker(self, name: str, nthreads: int = 1, resources: str | None = None,
+               attempts: tuple = (), job_lease: float = 100.0) -> list:
+        return self(ev.WorkerJoined(address=addr(name), name=name, nthreads=nthreads,
+                                    resources=Resources.parse(resources), now=self.now,
+                                    attempts=tuple(a.to_wire() for a in attempts),
+                                    job_lease=job_lease))
+
+    def jobs(self, *specs, client: str = "c", request: int = 1) -> list:
+        return self(ev.JobsSubmitted(client=client, request=request, jobs=specs, at=1000.0,
+                                     now=self.now))
+
+    def ids(self, actions: list) -> list[int]:
+        [reply] = [a for a in actions if isinstance(a, act.JobsReply)]
+        assert not reply.error, reply.error
+        return reply.value
+
+    def job(self, job_id: int):
+        return self.state.jobs.jobs[job_id]
+
+    def view(self, job_id: int) -> dict:
+        from dsched.scheduler.views import job_view
+
+        return job_view(self.state, self.job(job_id))
+
+    def start(self, key: str, worker: str | None = None, pid: int = 100) -> list:
+        from dsched.protocol import ops
+
+        worker = worker or self.where(key)
+        return self(ev.AttemptStarted(worker=addr(worker), now=self.now, report=ops.AttemptStarted(
+            key=key, pid=pid, log=f"/jobs/{key}.log", started=self.now)))
+
+    def end(self, key: str, outcome: str = "completed", worker: str | None = None,
+            exit_code: int | None = 0, started: float | None = 0.0) -> list:
+        from dsched.protocol import ops
+
+        worker = worker or self.where(key) or self.job(int(key[4:].split(".")[0])).worker
+        return self(ev.AttemptEnded(worker=addr(worker), now=self.now, report=ops.AttemptEnded(
+            key=key, outcome=outcome, exit_code=exit_code, error=f"{outcome}!", log="/x.log",
+            started=started, ended=self.now)))
+
+    def cancel_jobs(self, *ids: int, client: str = "c") -> list:
+        return self(ev.JobsCancelled(client=client, request=2, jobs=ids, now=self.now))
+
+    def release_jobs(self, *ids: int, client: str = "c") -> list:
+        return self(ev.JobsReleased(client=client, request=3, jobs=ids, now=self.now))
+
+    def states(self) -> dict[int, str]:
+        return {i: j.state.value for i, j in self.state.jobs.jobs.items()}
+
+
+def journaled(actions: list) -> list[tuple[int, str]]:
+    """(job id, state) of each row of the journal write, which must come first."""
+    writes = [i for i, a in enumerate(actions) if isinstance(a, act.JournalWrite)]
+    assert writes in ([], [0]), "the journal write comes first, once"
+    return [(row["id"], row["state"]) for row in actions[0].rows] if writes else []

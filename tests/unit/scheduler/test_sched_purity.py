@@ -12,8 +12,9 @@ import dsched
 FORBIDDEN = {"asyncio", "socket", "subprocess", "threading", "time", "pynvml", "tornado",
              "logging", "os", "random"}
 ROOT = Path(dsched.__file__).parent
-CORE = ["__init__", "actions", "backfill", "events", "graph", "invariants", "membership",
-        "outbox", "placer", "queue", "reasons", "state", "task", "worker"]
+CORE = ["__init__", "actions", "backfill", "events", "graph", "invariants", "job", "jobbook",
+        "jobrecovery", "membership", "outbox", "placer", "queue", "reasons", "reconcile",
+        "state", "task", "worker"]
 PURE = [ROOT / "scheduler" / f"{name}.py" for name in CORE] + [ROOT / "sim.py"]
 
 

@@ -1,0 +1,306 @@
+"""Shell-command jobs from Python: ``submit_command`` and the future of a job.
+
+A job is queued by the scheduler, written to its journal before it is acknowledged, and runs
+on a worker in a process group of its own (see ``docs/jobs.md``). ``submit_command`` returns a
+:class:`JobFuture` at once: its ``job_id()`` is the job's number once the scheduler has
+acknowledged it, and its ``result()`` a :class:`JobResult` once the job has ended, as
+``subprocess.run`` returns a completed process: it holds the exit code and where the log is,
+whether the command succeeded or not (``check()`` raises :class:`JobFailed` when it did not).
+A cancelled job's ``result()`` raises CancelledError.
+
+The client's ``JobDesk`` matches the scheduler's replies and job ends to the futures; it runs
+on the client's loop, except ``submit``, which any thread may call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from ..errors import SchedError
+from ..jobs import JobSpec, parse_duration
+from ..protocol import ops
+from ..resources import Resources, check_demand
+from .future import CancelledError, FutureState, FutureStatus
+
+if TYPE_CHECKING:
+    from .client import AsyncClient
+
+PENDING = FutureStatus.pending
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """How a job ended: ``state`` (``completed``, ``failed``, ``timeout``, ``lost``), the
+    command's ``exit_code`` (None when it did not exit by itself: it could not start, or it
+    was lost), where its ``log`` is (a path on ``worker``), and ``detail`` in words."""
+
+    job: int
+    state: str
+    exit_code: int | None
+    log: str
+    worker: str
+    address: str
+    detail: str
+    attempt: int
+    started: float | None
+    ended: float | None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "completed"
+
+    @property
+    def returncode(self) -> int | None:
+        """``exit_code``, by the name ``subprocess`` gives it."""
+        return self.exit_code
+
+    def check(self) -> "JobResult":
+        """This result if the job completed; else raise JobFailed."""
+        if not self.ok:
+            raise JobFailed(self)
+        return self
+
+    @classmethod
+    def from_view(cls, view: Mapping[str, Any]) -> "JobResult":
+        return cls(job=view["id"], state=view["state"], exit_code=view.get("exit_code"),
+                   log=view.get("log") or "", worker=view.get("worker") or "",
+                   address=view.get("address") or "", detail=view.get("detail") or "",
+                   attempt=view.get("attempt") or 0, started=view.get("started"),
+                   ended=view.get("ended"))
+
+
+class JobFailed(SchedError):
+    """A job ended without completing (``JobResult.check``); ``result`` says how."""
+
+    def __init__(self, result: JobResult):
+        self.result = result
+        how = f"exit code {result.exit_code}" if result.exit_code is not None else result.state
+        where = f"; log: {result.worker}:{result.log}" if result.log else ""
+        detail = f" ({result.detail})" if result.detail else ""
+        super().__init__(f"job {result.job} {result.state}: {how}{detail}{where}")
+
+
+class JobFuture:
+    """A job submitted with ``submit_command`` (or watched with ``watch_jobs``).
+
+    With a blocking Client, ``job_id()`` and ``result()`` block; with an asynchronous client
+    on its own loop they return coroutines, and ``await future`` gives the result.
+    """
+
+    __slots__ = ("_client", "id", "_submitted", "_ended", "_result")
+
+    def __init__(self, client: AsyncClient, job_id: int | None = None):
+        self._client = client
+        self.id = job_id
+        self._submitted = FutureState("submission")
+        self._ended = FutureState("job")
+        self._result: JobResult | None = None
+        if job_id is not None:
+            self._submitted.finish(FutureStatus.finished)
+
+    # -- what the desk tells it (on the loop) -------------------------------------------------
+
+    def _acknowledged(self, job_id: int) -> None:
+        self.id = job_id
+        self._ended.key = f"job {job_id}"
+        self._submitted.finish(FutureStatus.finished)
+
+    def _failed(self, error: BaseException, status: FutureStatus = FutureStatus.error) -> None:
+        for state in (self._submitted, self._ended):
+            state.finish(status, exception=error, reason=str(error))
+
+    def _end(self, view: Mapping[str, Any]) -> None:
+        if view.get("state") is None:  # the scheduler does not know it
+            self._failed(SchedError(f"job {self.id}: {view.get('detail') or 'unknown job'}"))
+            return
+        self._result = JobResult.from_view(view)
+        if view["state"] == "cancelled":
+            self._ended.finish(FutureStatus.cancelled, reason=view.get("detail") or "")
+        else:
+            self._ended.finish(FutureStatus.finished)
+
+    # -- the API ------------------------------------------------------------------------------
+
+    @property
+    def status(self) -> str:
+        """``pending`` until the job ends, then how it ended (``completed``, ``failed``,
+        ``timeout``, ``lost``, ``cancelled``), or ``error`` when it was never queued."""
+        state = self._ended.status
+        if state is FutureStatus.finished:
+            return self._result.state
+        return state.value
+
+    def done(self) -> bool:
+        return self._ended.status is not PENDING
+
+    def cancelled(self) -> bool:
+        return self._ended.status is FutureStatus.cancelled
+
+    def job_id(self, timeout: float | None = None) -> Any:
+        """The job's number, once the scheduler has queued it (raises why it did not)."""
+        if self._client._on_own_loop():
+            return self._job_id_async(timeout)
+        if not self._submitted.wait(timeout):
+            raise TimeoutError(f"the job was not acknowledged within {timeout} seconds")
+        return self._job_id_now()
+
+    async def _job_id_async(self, timeout: float | None = None) -> int:
+        await _wait(self._submitted, timeout, "the job was not acknowledged")
+        return self._job_id_now()
+
+    def _job_id_now(self) -> int:
+        if self._submitted.exception is not None:
+            raise self._submitted.exception
+        return self.id
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait until the job ends; its JobResult (CancelledError if it was cancelled)."""
+        if self._client._on_own_loop():
+            return self._result_async(timeout)
+        if not self._ended.wait(timeout):
+            raise TimeoutError(f"job {self.id} did not end within {timeout} seconds")
+        return self._result_now()
+
+    async def _result_async(self, timeout: float | None = None) -> JobResult:
+        await _wait(self._ended, timeout, f"job {self.id} did not end")
+        return self._result_now()
+
+    def _result_now(self) -> JobResult:
+        state = self._ended
+        if state.status is FutureStatus.cancelled:
+            raise CancelledError(f"job {self.id} was cancelled: {state.reason}")
+        if state.exception is not None:
+            raise state.exception
+        return self._result
+
+    def __await__(self):
+        return self._result_async().__await__()
+
+    def cancel(self) -> None:
+        """Cancel the job (queued or running); its result then raises CancelledError."""
+        client = self._client
+
+        def send(_: Any = None) -> None:
+            if self.id is not None:
+                client._enqueue(ops.CancelJobs(id=0, jobs=(self.id,)))
+
+        if not self._submitted.on_done(send):
+            send()
+
+    def __repr__(self) -> str:
+        return f"<JobFuture {self.id if self.id is not None else '(submitting)'}: {self.status}>"
+
+
+async def _wait(state: FutureState, timeout: float | None, what: str) -> None:
+    if state.status is not PENDING:
+        return
+    try:
+        await asyncio.wait_for(state.wait_async(), timeout)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"{what} within {timeout} seconds") from None
+
+
+def job_spec(command: Any, *, resources: Any = None, name: str = "", priority: int = 0,
+             retries: int = 0, after_ok: Iterable[Any] = (), after_any: Iterable[Any] = (),
+             time_limit: float | str | None = None, hold: bool = False,
+             env: Mapping[str, str] | None = None, cwd: str | None = None,
+             requeue: bool = False) -> JobSpec:
+    """A JobSpec from ``submit_command``'s arguments, checked here (raises ValueError or
+    ResourceSpecError, and nothing is sent). ``command``: a list of arguments, or a string
+    split as a shell would (no shell runs it: use ``["sh", "-c", "..."]`` for that)."""
+    if isinstance(command, str):
+        command = shlex.split(command)
+    demand = Resources.parse(resources)
+    check_demand(demand)
+    if isinstance(time_limit, str):
+        time_limit = parse_duration(time_limit)
+    return JobSpec(submission=uuid.uuid4().hex, command=tuple(command), resources=demand,
+                   name=name, priority=priority, retries=retries,
+                   after_ok=tuple(_job_ids(after_ok)), after_any=tuple(_job_ids(after_any)),
+                   time_limit=time_limit, hold=hold, env=dict(env or {}), cwd=cwd,
+                   requeue=requeue)
+
+
+def _job_ids(jobs: Iterable[Any]) -> list[int]:
+    ids = []
+    for job in jobs:
+        if isinstance(job, JobFuture):
+            job = job.job_id() if not job._client._on_own_loop() else job.id
+            if job is None:
+                raise ValueError("a dependency on a job not yet acknowledged: await its "
+                                 "job_id() first")
+        if type(job) is not int:
+            raise TypeError(f"a job dependency is a job number or a JobFuture, not {job!r:.40}")
+        ids.append(job)
+    return ids
+
+
+class JobDesk:
+    """A client's jobs in flight: submissions waiting for their number, futures waiting for
+    their job's end. Everything but ``submit`` runs on the client's loop."""
+
+    def __init__(self, client: AsyncClient):
+        self.client = client
+        self.submitting: dict[int, JobFuture] = {}
+        self.watching: dict[int, list[JobFuture]] = {}
+
+    def submit(self, spec: JobSpec) -> JobFuture:
+        """Queue ``spec`` (any thread); its future learns its number, then its end."""
+        client = self.client
+        future = JobFuture(client)
+        request = next(client._ids)
+        client._enqueue(_Submitting(request, future, spec))
+        return future
+
+    def sent(self, item: "_Submitting") -> ops.SubmitJobs:
+        """On the loop, as the submit goes out: wait for its reply."""
+        self.submitting[item.request] = item.future
+        return ops.SubmitJobs(id=item.request, jobs=(item.spec.to_wire(),))
+
+    def watch(self, job_id: int) -> JobFuture:
+        """A future of the job ``job_id``, submitted before (on the loop)."""
+        future = JobFuture(self.client, job_id)
+        self._watch(future)
+        return future
+
+    def _watch(self, future: JobFuture) -> None:
+        futures = self.watching.setdefault(future.id, [])
+        futures.append(future)
+        if len(futures) == 1:
+            self.client._send(ops.WatchJobs(jobs=(future.id,)))
+
+    def on_reply(self, op: Any) -> bool:
+        """A Reply or Error: True if it answered a submission here."""
+        future = self.submitting.pop(op.id, None)
+        if future is None:
+            return False
+        if type(op) is ops.Error:
+            future._failed(SchedError(f"the scheduler refused the job: {op.reason}"))
+        else:
+            future._acknowledged(op.value[0])
+            self._watch(future)
+        return True
+
+    def on_ended(self, op: ops.JobEnded) -> None:
+        for future in self.watching.pop(op.job.get("id"), ()):
+            future._end(op.job)
+
+    def lost(self, error: BaseException) -> None:
+        """The scheduler is gone: every future here fails (the jobs themselves go on)."""
+        futures = [*self.submitting.values(), *(f for fs in self.watching.values() for f in fs)]
+        self.submitting, self.watching = {}, {}
+        for future in futures:
+            future._failed(error, FutureStatus.lost)
+
+
+class _Submitting:
+    """A submission in the client's outgoing queue (it is registered as it is sent)."""
+
+    __slots__ = ("request", "future", "spec")
+
+    def __init__(self, request: int, future: JobFuture, spec: JobSpec):
+        self.request, self.future, self.spec = request, future, spec

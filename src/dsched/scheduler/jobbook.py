@@ -1,0 +1,360 @@
+"""The job book: every shell-command job, and every rule of how a job moves.
+
+A job is submitted (once per submission id: a retried submit names the same job), waits
+(held, for its dependencies, or while the scheduler recovers), is queued, and runs as
+attempts: each attempt is a task of the graph, keyed ``job-<id>.<attempt>``, wanted by the
+book, so jobs and Python tasks share workers under one placer and one set of rules. A
+placement commits "attempt N assigned to W" to the journal before the worker hears of it;
+the worker says when the attempt starts and how it ended, and the end is acknowledged only
+once recorded. An attempt number is never reused: a report about an older attempt is
+ignored, and a running older attempt is killed.
+
+An attempt that ends without an outcome of its command (its worker lost it) leaves a job
+``lost`` if it may have started, unless the job asked to be queued again (``--requeue``);
+one that surely never started is always queued again. What happens to jobs while their worker
+is away, when it returns, and after a restart is ``jobrecovery.py``'s business.
+
+Every change to a job is written to the journal through the outbox (``Outbox.journal``);
+the shell commits it before it sends any action of the same call.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from ..jobs import JobSpec, JobState, Reason, job_key, parse_job_key
+from ..protocol import ops
+from ..resources import demand_error
+from .actions import INFO, WARNING, AttemptAck, JobEnded, JobsReply, StopTask
+from .graph import TaskGraph
+from .job import ASSIGNED, HELD, ON_WORKER, QUEUED, RUNNING, Job
+from .outbox import Outbox
+from .placer import Placer
+from .task import Task
+from .worker import WorkerInfo
+
+#: The client that wants the tasks of job attempts (no connection is named like this).
+JOBS_CLIENT = "@jobs"
+
+COMPLETED, FAILED, CANCELLED = JobState.completed, JobState.failed, JobState.cancelled
+TIMEOUT, LOST = JobState.timeout, JobState.lost
+
+
+class JobBook:
+    """``jobs`` by id. ``on_worker``: worker name -> the jobs assigned or running there (or
+    believed to be, while it is unreachable); ``limbo``: those of them whose worker is gone,
+    each with its ``deadline`` (kept by ``JobRecovery``)."""
+
+    def __init__(self, workers: dict[str, WorkerInfo], placer: Placer, graph: TaskGraph,
+                 out: Outbox, *, max_rejections: int = 5):
+        self.workers = workers
+        self.placer = placer
+        self.graph = graph
+        self.out = out
+        self.max_rejections = max_rejections
+        self.jobs: dict[int, Job] = {}
+        self.by_submission: dict[str, int] = {}
+        self.dependents: dict[int, list[int]] = {}
+        self.on_worker: dict[str, dict[int, None]] = {}
+        self.limbo: dict[int, Job] = {}
+        self.watchers: dict[int, dict[str, None]] = {}
+        self.watching: dict[str, dict[int, None]] = {}
+        #: While recovering after a restart, queued jobs wait in ``held_back``.
+        self.recovering = False
+        self.held_back: list[Job] = []
+        self.next_id = 1
+        placer.on_job_placed = self.placed
+
+    # -- what clients ask ---------------------------------------------------------------------
+
+    def submit(self, client: str, request: int, specs: Iterable[JobSpec], at: float) -> None:
+        """Queue ``specs`` and answer ``request`` with their ids, in order (all or none)."""
+        specs = list(specs)
+        for spec in specs:
+            error = demand_error(spec.resources)
+            unknown = [d for d in (*spec.after_ok, *spec.after_any) if d not in self.jobs]
+            if error or unknown:
+                what = f"job {spec.name!r}" if spec.name else "a job"
+                reason = (f"{what} asks for {spec.resources}: {error}" if error else
+                          f"{what} depends on unknown job {unknown[0]}")
+                self.out.actions.append(JobsReply(client=client, request=request,
+                                                  error=f"nothing queued: {reason}"))
+                return
+        ids = []
+        for spec in specs:
+            known = self.by_submission.get(spec.submission)
+            if known is not None:  # submitted before; the reply was lost
+                ids.append(known)
+                continue
+            job = Job(self.next_id, spec, at)
+            self.next_id += 1
+            self.jobs[job.id] = job
+            self.by_submission[spec.submission] = job.id
+            for dep in dict.fromkeys((*spec.after_ok, *spec.after_any)):
+                self.dependents.setdefault(dep, []).append(job.id)
+                if not self.jobs[dep].ended:
+                    job.deps_left[dep] = None
+            if spec.hold:
+                job.state, job.wait = HELD, Reason.held
+                job.detail = "held at submission: sched release to let it run"
+            else:
+                self.admit(job)
+            self.out.journal(job, "submit")
+            ids.append(job.id)
+        self.out.actions.append(JobsReply(client=client, request=request, value=ids))
+
+    def cancel(self, client: str, request: int, ids: Iterable[int]) -> None:
+        answers = {}
+        for job_id in ids:
+            job = self.jobs.get(job_id)
+            if job is None:
+                answers[str(job_id)] = "unknown job"
+            elif job.ended:
+                answers[str(job_id)] = f"already {job.state.value}"
+            elif job.state in ON_WORKER:
+                answers[str(job_id)] = "cancelling"
+                if not job.cancelling:
+                    job.cancelling = True
+                    job.detail = f"cancelled by {client}; stopping on {job.worker}"
+                    self.out.journal(job, "cancel")
+                    if job.task is not None:
+                        self.graph.drop(job.task)  # stopped there; its end settles the job
+                        job.task = None
+            else:
+                self._unqueue(job)
+                self.end(job, CANCELLED, detail=f"cancelled by {client}")
+                answers[str(job_id)] = "cancelled"
+        self.out.actions.append(JobsReply(client=client, request=request, value=answers))
+
+    def release(self, client: str, request: int, ids: Iterable[int]) -> None:
+        answers = {}
+        for job_id in ids:
+            job = self.jobs.get(job_id)
+            if job is None:
+                answers[str(job_id)] = "unknown job"
+            elif job.state is not HELD:
+                answers[str(job_id)] = f"not held ({job.state.value})"
+            else:
+                job.state, job.wait, job.detail = QUEUED, None, ""
+                self.admit(job)
+                self.out.journal(job, "release")
+                answers[str(job_id)] = "released"
+        self.out.actions.append(JobsReply(client=client, request=request, value=answers))
+
+    def watch(self, client: str, ids: Iterable[int]) -> None:
+        """Tell ``client`` when each job ends (at once for those that have)."""
+        for job_id in ids:
+            job = self.jobs.get(job_id)
+            if job is None:
+                self.out.actions.append(JobEnded(clients=(client,), job={
+                    "id": job_id, "state": None, "detail": "unknown job"}))
+            elif job.ended:
+                self.out.actions.append(JobEnded(clients=(client,), job=job.view()))
+            else:
+                self.watchers.setdefault(job_id, {})[client] = None
+                self.watching.setdefault(client, {})[job_id] = None
+
+    def forget_client(self, client: str) -> None:
+        for job_id in self.watching.pop(client, ()):
+            watchers = self.watchers.get(job_id)
+            if watchers is not None:
+                watchers.pop(client, None)
+                if not watchers:
+                    del self.watchers[job_id]
+
+    # -- the queue ------------------------------------------------------------------------------
+
+    def admit(self, job: Job) -> None:
+        """``job`` is queued and not held: put an attempt in the queue, or say what it waits
+        for."""
+        never = [d for d in job.spec.after_ok
+                 if self.jobs[d].ended and self.jobs[d].state is not COMPLETED]
+        if never:
+            dep = self.jobs[never[0]]
+            job.wait = Reason.dependency_never_satisfied
+            job.detail = (f"job {dep.id} ended {dep.state.value}, and this job runs only after "
+                          f"it completes: cancel it")
+        elif job.deps_left:
+            job.wait = Reason.dependency
+            s = "s" if len(job.deps_left) > 1 else ""
+            job.detail = f"waiting for job{s} {', '.join(map(str, job.deps_left))} to end"
+        elif self.recovering:
+            job.wait = Reason.recovering
+            job.detail = "the scheduler restarted and waits for the workers that ran jobs"
+            self.held_back.append(job)
+        else:
+            job.wait = None
+            job.attempt += 1
+            job.started = False
+            t = self.graph.add(job_key(job.id, job.attempt), job.spec.resources,
+                               job.spec.priority, JOBS_CLIENT, prefix="job")
+            t.job, job.task = job, t
+            self.placer.enqueue(t)
+
+    def _unqueue(self, job: Job) -> None:
+        if job.task is not None:
+            self.graph.drop(job.task)
+            job.task = None
+
+    def requeue(self, job: Job, detail: str) -> None:
+        """The job's attempt is over without an end of the job: queue another."""
+        self._off_worker(job)
+        job.state, job.detail = QUEUED, detail
+        job.pid, job.gpus, job.start_time, job.end_time, job.exit_code = None, (), None, None, None
+        self.admit(job)  # says what it waits for, if it does
+        self.out.journal(job, "requeue")
+
+    def placed(self, t: Task, w: WorkerInfo) -> Mapping:
+        """The placer sends the attempt ``t`` to ``w``: record that first; what to run."""
+        job = t.job
+        job.state, job.worker, job.address, job.lease = ASSIGNED, w.name, w.address, w.job_lease
+        job.detail = ""
+        self.on_worker.setdefault(w.name, {})[job.id] = None
+        self.out.journal(job, "dispatch")
+        return job.payload
+
+    # -- what workers report ----------------------------------------------------------------
+
+    def _current(self, key: str, worker: WorkerInfo | None) -> Job | None:
+        """The job whose current attempt ``key`` is, on ``worker``; None when it is not."""
+        parsed = parse_job_key(key)
+        job = self.jobs.get(parsed[0]) if parsed is not None else None
+        if (job is None or worker is None or job.attempt != parsed[1]
+                or job.state not in ON_WORKER or job.worker != worker.name):
+            return None
+        return job
+
+    def started(self, address: str, e: ops.AttemptStarted) -> None:
+        w = self.workers.get(address)
+        job = self._current(e.key, w)
+        if job is None:
+            if w is not None:
+                self.out.log(WARNING, "Worker %s started %s, which is not a current attempt; "
+                             "stopping it", w.name, e.key)
+                self.out.actions.append(StopTask(key=e.key, worker=address))
+            return
+        if job.state is ASSIGNED:
+            self.mark_running(job, e)
+            self.out.journal(job, "start")
+
+    def mark_running(self, job: Job, e: ops.AttemptStarted) -> None:
+        job.state, job.started, job.wait = RUNNING, True, None
+        job.pid, job.log, job.gpus, job.start_time = e.pid, e.log, tuple(e.gpus), e.started
+
+    def ended(self, address: str, e: ops.AttemptEnded) -> None:
+        """The attempt ``e.key`` ended on the worker at ``address`` (its slot is free now)."""
+        w = self.workers.get(address)
+        job = self._current(e.key, w)
+        if job is not None:
+            if job.task is not None:
+                self.graph.drop(job.task)
+                job.task = None
+            self.attempt_ended(job, e)
+            self.out.journal(job, "result")
+        self.out.actions.append(AttemptAck(worker=address, keys=(e.key,)))
+
+    def attempt_ended(self, job: Job, e: ops.AttemptEnded) -> None:
+        if e.started is not None:
+            job.started = True
+            job.start_time = job.start_time or e.started
+        job.log = e.log or job.log
+        job.exit_code, job.error, job.end_time = e.exit_code, e.error, e.ended
+        outcome = e.outcome
+        if outcome == "completed":
+            self.end(job, COMPLETED)
+        elif job.cancelling:
+            self.end(job, CANCELLED, detail=job.detail or "cancelled")
+        elif outcome == "failed" and job.retries_left > 0 and job.started:
+            job.retries_left -= 1
+            self.out.log(INFO, "Job %d attempt %d failed (%s); retrying (%d retries left)",
+                         job.id, job.attempt, e.error or "no reason given", job.retries_left)
+            self.requeue(job, f"attempt {job.attempt} failed ({e.error}); retrying")
+        elif outcome == "failed":
+            self.end(job, FAILED, detail=e.error)
+        elif outcome == "timeout":
+            self.end(job, TIMEOUT, detail=e.error)
+        elif outcome == "cancelled":  # stopped by its worker, not by a user: a draining worker
+            self.attempt_lost(job, e.error or f"worker {job.worker} stopped it")
+        else:  # "lost", or an outcome this scheduler does not know
+            self.attempt_lost(job, e.error or f"{outcome} on worker {job.worker}")
+
+    def stopped(self, address: str, key: str) -> None:
+        """The worker dropped the attempt ``key`` before it started (a cancel, or a drain)."""
+        job = self._current(key, self.workers.get(address))
+        if job is None:
+            return
+        job.task = None  # the state freed its slot
+        if job.cancelling:
+            self.end(job, CANCELLED, detail=job.detail)
+        else:
+            self.requeue(job, f"attempt {job.attempt} was handed back unstarted by "
+                               f"{job.worker}; queued again")
+
+    def rejected(self, t: Task, w: WorkerInfo, reason: str) -> None:
+        """``w`` refused the attempt ``t`` (it never started): try another attempt, unless
+        workers kept refusing it."""
+        job = t.job
+        self.graph.drop(t)
+        job.task = None
+        job.rejections += 1
+        if job.cancelling:
+            self.end(job, CANCELLED, detail=job.detail)
+        elif job.rejections > self.max_rejections:
+            self.end(job, FAILED, detail=f"workers refused it {job.rejections} times; the "
+                                          f"last, {w.name}, said: {reason}")
+        else:
+            self.requeue(job, f"worker {w.name} refused attempt {job.attempt}: {reason}")
+
+    def attempt_lost(self, job: Job, why: str) -> None:
+        """The job's attempt is gone without an outcome of its command, and may have run:
+        the job is lost, unless it asked to be queued again (or was being cancelled)."""
+        if job.cancelling:
+            self.end(job, CANCELLED, detail=job.detail)
+        elif not job.spec.requeue:
+            maybe = "" if job.started else " (it may have started)"
+            self.end(job, LOST, wait=Reason.worker_lost,
+                     detail=f"{why}{maybe}; not queued again (submit with --requeue for that)")
+        else:
+            self.out.log(INFO, "Job %d attempt %d lost (%s); queued again", job.id,
+                         job.attempt, why)
+            self.requeue(job, f"attempt {job.attempt} lost ({why}); queued again")
+
+    # -- ends -------------------------------------------------------------------------------------
+
+    def _off_worker(self, job: Job) -> None:
+        on = self.on_worker.get(job.worker)
+        if on is not None:
+            on.pop(job.id, None)
+            if not on:
+                del self.on_worker[job.worker]
+        self.limbo.pop(job.id, None)
+        job.deadline = None
+        job.cancelling = False
+
+    def end(self, job: Job, state: JobState, wait: Reason | None = None,
+             detail: str = "") -> None:
+        self._off_worker(job)
+        job.state, job.wait, job.detail = state, wait, detail
+        self.out.journal(job, "end")
+        watchers = self.watchers.pop(job.id, None)
+        if watchers:
+            for client in watchers:
+                self.watching[client].pop(job.id, None)
+            self.out.actions.append(JobEnded(clients=tuple(watchers), job=job.view()))
+        for dep_id in self.dependents.get(job.id, ()):
+            dep = self.jobs[dep_id]
+            dep.deps_left.pop(job.id, None)
+            if dep.state is QUEUED and dep.task is None and dep.wait in (
+                    Reason.dependency, Reason.dependency_never_satisfied):
+                self.admit(dep)
+
+    def resume(self) -> int:
+        """The recovery is over: queue the jobs it held back, in order; how many."""
+        self.recovering = False
+        held_back, self.held_back = self.held_back, []
+        for job in held_back:
+            if job.state is QUEUED and job.wait is Reason.recovering:
+                self.admit(job)
+        return len(held_back)
