@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..jobs import ENDED, JobSpec, JobState, Reason, job_key
+from ..resources import Resources
 
 if TYPE_CHECKING:
     from .task import Task
@@ -35,7 +36,6 @@ class Job:
         "id", "spec", "state", "wait", "detail", "submitted", "attempt", "started", "worker",
         "address", "lease", "gpus", "pid", "log", "start_time", "end_time", "exit_code",
         "error", "retries_left", "rejections", "cancelling", "task", "deadline", "deps_left",
-        "payload",
     )
 
     def __init__(self, id: int, spec: JobSpec, submitted: float):
@@ -63,9 +63,12 @@ class Job:
         self.task: Task | None = None
         self.deadline: float | None = None
         self.deps_left: dict[int, None] = {}
-        #: What a worker is told to run (the same for every attempt).
-        self.payload = {"command": list(spec.command), "env": dict(spec.env), "cwd": spec.cwd,
-                        "time_limit": spec.time_limit, "name": spec.name}
+
+    def payload(self) -> dict[str, Any]:
+        """What a worker is told to run (the same for every attempt)."""
+        spec = self.spec
+        return {"command": list(spec.command), "env": dict(spec.env), "cwd": spec.cwd,
+                "time_limit": spec.time_limit, "name": spec.name}
 
     @property
     def ended(self) -> bool:
@@ -114,12 +117,28 @@ class Job:
         return row
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> "Job":
-        job = cls(row["id"], JobSpec.from_wire(row["spec"]), row["submitted"])
+    def from_row(cls, row: Mapping[str, Any], shapes: dict | None = None) -> "Job":
+        """The job of a journal row; ``shapes`` (a dict kept across calls) shares one
+        Resources per distinct demand."""
+        wire = row["spec"]
+        units = wire["resources"]
+        if shapes is None:
+            resources = Resources.from_wire(units)
+        else:
+            shape = tuple(sorted(units.items()))
+            resources = shapes.get(shape)
+            if resources is None:
+                resources = shapes[shape] = Resources.from_wire(units)
+        job = cls(row["id"], JobSpec.trusted(wire, resources), row["submitted"])
         for name in cls._ROW:
             if name in row:
                 setattr(job, name, row[name])
-        job.state = JobState(row["state"])
-        job.wait = Reason(row["wait"]) if row.get("wait") else None
+        job.state = _STATES[row["state"]]
+        wait = row.get("wait")
+        job.wait = _REASONS[wait] if wait else None
         job.gpus = tuple(row.get("gpus") or ())
         return job
+
+
+_STATES = {state.value: state for state in JobState}
+_REASONS = {reason.value: reason for reason in Reason}

@@ -213,7 +213,7 @@ class JobBook:
         job.detail = ""
         self.on_worker.setdefault(w.name, {})[job.id] = None
         self.out.journal(job, "dispatch")
-        return job.payload
+        return job.payload()
 
     # -- what workers report ----------------------------------------------------------------
 

@@ -147,8 +147,9 @@ class JobRecovery:
         """Rebuild the book from the journal's rows, and recover if jobs were on workers."""
         book = self.book
         jobs = book.jobs
+        shapes: dict = {}
         for row in rows:
-            job = Job.from_row(row)
+            job = Job.from_row(row, shapes)
             jobs[job.id] = job
             book.by_submission[job.spec.submission] = job.id
         book.next_id = max(jobs, default=0) + 1
