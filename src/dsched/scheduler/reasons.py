@@ -5,7 +5,8 @@ grant (a GPU fraction above one); no workers yet; every worker draining; a restr
 workers that are not connected (or are draining); a resource name no worker offers; more of
 a resource than the largest worker offers; or a combination no single worker offers. A shape
 queue carries its reason while it has one; its clients are told when it changes, and
-``no_worker_timeout`` fails the tasks that waited with a reason for too long.
+``no_worker_timeout`` fails the tasks that waited with a reason for too long. Each reason
+also has a kind, one short fixed name (``REASON_KINDS``), for metrics labels and filters.
 
 Pure: no I/O, no clock.
 """
@@ -24,34 +25,58 @@ if TYPE_CHECKING:
     from .placer import Placer
 
 
+#: The kinds of reason, in the order ``Reasons.of`` looks for them.
+REASON_KINDS = ("invalid_request", "no_workers", "all_draining", "restricted",
+                "missing_resource", "too_large", "no_single_worker")
+#: Distinct reason texts whose kind is remembered (a reason names the demand, so texts vary).
+KINDS_KEPT = 10_000
+
+
 class Reasons:
-    """The reasons of one placer's queues. ``unrunnable`` holds the queues that have one."""
+    """The reasons of one placer's queues. ``unrunnable`` holds the queues that have one;
+    ``kinds`` the kind of each reason text given out."""
 
     def __init__(self, placer: Placer):
         self.placer = placer
         self.out = placer.out
         self.unrunnable: dict[int, ShapeQueue] = {}
+        self.kinds: dict[str, str] = {}
 
     def of(self, q: ShapeQueue) -> str | None:
         """Why no connected worker can ever start the tasks of ``q``, or None if one can."""
+        found = self._why(q)
+        if found is None:
+            return None
+        kind, text = found
+        if len(self.kinds) >= KINDS_KEPT:
+            self.kinds.clear()
+        self.kinds[text] = kind
+        return text
+
+    def kind_of(self, reason: str) -> str:
+        """The kind of a reason this object gave (one of ``REASON_KINDS``), else "other"."""
+        return self.kinds.get(reason, "other")
+
+    def _why(self, q: ShapeQueue) -> tuple[str, str] | None:
         demand = q.resources
         error = demand_error(demand)
         if error:
-            return error
+            return "invalid_request", error
         placer = self.placer
         index = placer.index
         if not index.by_name:
-            return "no workers connected yet"
+            return "no_workers", "no workers connected yet"
         if not index.totals:
-            return "every connected worker is draining"
+            return "all_draining", "every connected worker is draining"
         where = ""
         if q.restrict is not None:
             allowed = placer.restricted(q.restrict)
             if not allowed:
                 names = ", ".join(sorted(q.restrict))
                 if any(index.by_name.get(n, n) in placer.workers for n in q.restrict):
-                    return f"restricted to workers {names}, which are draining"
-                return f"restricted to workers {names}, and none of them is connected"
+                    return "restricted", f"restricted to workers {names}, which are draining"
+                return ("restricted",
+                        f"restricted to workers {names}, and none of them is connected")
             totals = [w.resources for w in allowed]
             where = " among the allowed workers"
         else:
@@ -62,7 +87,7 @@ class Reasons:
         missing = demand.missing_names(offered)
         if missing:
             s = "s" if len(missing) > 1 else ""
-            return f"no worker{where} offers resource{s} {', '.join(missing)}"
+            return "missing_resource", f"no worker{where} offers resource{s} {', '.join(missing)}"
         too_large = []
         for n in q.names:
             largest = max(total.get(n, 0) for total in totals)
@@ -72,8 +97,8 @@ class Reasons:
                     f"{n}={format_units(largest)}"
                 )
         if too_large:
-            return "needs " + "; ".join(too_large)
-        return f"needs {demand} but no single worker{where} offers all of it"
+            return "too_large", "needs " + "; ".join(too_large)
+        return "no_single_worker", f"needs {demand} but no single worker{where} offers all of it"
 
     def refresh(self) -> None:
         """The workers changed: look at every queue's reason again."""

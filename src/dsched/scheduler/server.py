@@ -111,6 +111,15 @@ class Scheduler:
         self._client_ids = itertools.count(1)
         self._ticker: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Why the scheduler takes no work now, by who says so ("starting" until it listens,
+        #: "draining" once it drains; other parts may add theirs): readyz answers 503 meanwhile.
+        self.not_ready: dict[str, str] = {"starting": "not listening yet"}
+        #: Called with each event and the actions it gave, when set (the dashboard's metrics).
+        self.observe: Callable[[Any, list], None] | None = None
+
+    @property
+    def ready(self) -> bool:
+        return not self.not_ready
 
     @property
     def address(self) -> str:
@@ -128,6 +137,7 @@ class Scheduler:
                                      accept_roles={"worker", "client"},
                                      handshake_timeout=comm.handshake_timeout, **comm.limits())
         self._ticker = asyncio.ensure_future(self._tick())
+        self.not_ready.pop("starting", None)
         logger.info("Scheduler listening at %s", self.address)
 
     async def close(self, reason: str = "scheduler shutting down") -> None:
@@ -139,6 +149,7 @@ class Scheduler:
     async def drain(self, deadline: float) -> None:
         """Stop taking work, wait up to ``deadline`` seconds for running tasks, then close."""
         self.draining = True
+        self.not_ready["draining"] = "draining: it takes no new work"
         logger.info("Draining: no new submissions; waiting up to %.0fs for running tasks", deadline)
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
@@ -251,7 +262,10 @@ class Scheduler:
     # -- the state and its actions ----------------------------------------------------------
 
     def _handle(self, event: Any) -> None:
-        for action in self.state.handle(event):
+        actions = self.state.handle(event)
+        if self.observe is not None:
+            self.observe(event, actions)
+        for action in actions:
             self._carry_out(action)
 
     def _carry_out(self, action: Any) -> None:
