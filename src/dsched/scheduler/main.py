@@ -79,11 +79,10 @@ def run_scheduler(cfg: dict) -> int:
 
         install_signal_handlers(drain)
         notify_systemd()
-        # Lines on stdout for whoever started us (tests, LocalCluster): where we serve, the
-        # dashboard first, since a reader may stop at the "listening" line.
-        if dashboard is not None:
-            print(f"sched-scheduler dashboard at {dashboard.url}", flush=True)
-        print(f"sched-scheduler listening at {scheduler.address}", flush=True)
+        # A line on stdout for whoever started us (tests, LocalCluster): where we listen, and
+        # where the dashboard is (one line: a reader may stop reading after it).
+        served = f" with its dashboard at {dashboard.url}" if dashboard is not None else ""
+        print(f"sched-scheduler listening at {scheduler.address}{served}", flush=True)
         await stopped.wait()
         return 0
 

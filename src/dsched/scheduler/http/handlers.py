@@ -56,7 +56,6 @@ class DashboardHandler(RequestHandler):
         if self.public or self.authorized():
             return
         if self.api:
-            self.set_header("WWW-Authenticate", 'Bearer realm="dsched"')
             raise HTTPError(401, reason="the dashboard token is required (an Authorization: "
                                         "Bearer header)")
         self.redirect(self.root + "login")
@@ -83,6 +82,8 @@ class DashboardHandler(RequestHandler):
         self.finish(json.dumps(value, separators=(",", ":")))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
+        if status_code == 401:  # set here: an error starts from fresh headers
+            self.set_header("WWW-Authenticate", 'Bearer realm="dsched"')
         if self.api:
             self.write_json({"error": self._reason}, status_code)
         else:
