@@ -115,4 +115,4 @@ def url_prefix(v: Any) -> str:
     if isinstance(v, str) and re.fullmatch(r"/?([A-Za-z0-9._~!$&'()*+,;=:@%-]+/?)*", v.strip()):
         parts = [part for part in v.strip().split("/") if part]
         return "".join(f"/{part}" for part in parts)
-    raise Bad("a URL path such as '/sched' (letters, digits and -._~ between slashes), or ''")
+    raise Bad("a URL path such as '/sched' (letters, digits and -._~ between slashes)")

@@ -63,9 +63,9 @@ class SchedulerConfig:
                                   "Interface the dashboard listens on; any other than "
                                   "127.0.0.1, ::1 or localhost requires the dashboard token "
                                   "(sched-scheduler --print-dashboard-token)")
-    dashboard_prefix: str = setting("", k.url_prefix,
-                                    "Path the dashboard is served under, for a reverse proxy "
-                                    "(/sched)")
+    dashboard_prefix: str | None = setting(None, k.nullable(k.url_prefix),
+                                           "Path the dashboard is served under, for a reverse "
+                                           "proxy (/sched); none: the root")
     state_dir: str | None = setting(None, k.nullable(k.path),
                                     "Directory of the token file; none: "
                                     "$XDG_STATE_HOME/sched (~/.local/state/sched)")

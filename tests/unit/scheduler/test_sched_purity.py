@@ -13,7 +13,7 @@ FORBIDDEN = {"asyncio", "socket", "subprocess", "threading", "time", "pynvml", "
              "logging", "os", "random"}
 ROOT = Path(dsched.__file__).parent
 CORE = ["__init__", "actions", "backfill", "events", "graph", "invariants", "membership",
-        "outbox", "placer", "queue", "reasons", "state", "task", "worker"]
+        "outbox", "placer", "queue", "reasons", "state", "task", "views", "worker"]
 PURE = [ROOT / "scheduler" / f"{name}.py" for name in CORE] + [ROOT / "sim.py"]
 
 

@@ -52,7 +52,7 @@ class Dashboard:
         self.scheduler = scheduler
         self.host = config.dashboard_host
         self.requested_port = config.dashboard_port or 0
-        self.prefix = config.dashboard_prefix
+        self.prefix = config.dashboard_prefix or ""
         self.token = auth.dashboard_token(token) if auth.token_required(self.host) else None
         self.sections = sections
         self.observations = Observations(scheduler.state.tasks)

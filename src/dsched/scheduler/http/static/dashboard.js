@@ -37,7 +37,7 @@
             shown[name] = data.panels[name];
           }
         });
-        taken.textContent = new Date(data.taken * 1000).toLocaleTimeString();
+        taken.textContent = new Date(data.taken * 1000).toTimeString().slice(0, 8);
         status.textContent = "";
         document.body.classList.remove("stale");
       })
