@@ -81,9 +81,11 @@ def test_lists_are_paged_and_filtered_and_bad_arguments_get_a_one_line_error(dae
             ("api/v1/workers?offset=-1", 400, "offset must be a whole number"),
             ("api/v1/workers?colour=red", 400, "unknown argument 'colour'"),
             ("api/v1/workers/nobody", 404, "no worker 'nobody'"),
+            ("api/v1/workers?%0d%0aX-Evil:%201=1", 400, "unknown argument '\\r\\nX-Evil: 1'"),
             ("api/v1/nothing", 404, "")):
         got, headers, body = request(url, path)
         assert got == status, (path, got, body)
+        assert "x-evil" not in headers
         if words:
             assert words in json.loads(body)["error"]
     assert get_json(url, "healthz") == {"status": "ok"}  # and the scheduler goes on

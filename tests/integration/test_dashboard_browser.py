@@ -47,7 +47,7 @@ def test_the_page_shows_gpu_bars_and_reasons_and_follows_changes(daemons, browse
     release = str(tmp_path / "release")
     first = client.submit(hold, release, 1, resources={"GPU": 1})
     waiting = client.submit(square, 7, resources={"TPU": 1})
-    failed = client.submit(fail, "CUDA out of memory (a failing task, for the picture)")
+    failed = client.submit(fail, "CUDA out of memory: tried to allocate 20.00 GiB")
     failed.exception(timeout=30)
     wait_until(lambda: client.scheduler_info()["tasks"].get("processing"), what="a GPU task")
 

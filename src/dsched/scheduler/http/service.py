@@ -57,9 +57,7 @@ class Dashboard:
         self.sections = sections
         self.observations = Observations(scheduler.state.tasks)
         self.snapshots = Snapshots(self._build, clock=self._clock)
-        self.registry = metrics.registry(metrics.Collector(
-            lambda: self.snapshots.current().parts,
-            {s.name: s.metrics for s in sections if s.metrics is not None}))
+        self._metrics = {s.name: s.metrics for s in sections if s.metrics is not None}
         self.server: HTTPServer | None = None
         self.port: int | None = None
         self._probe: asyncio.Task | None = None
@@ -133,6 +131,11 @@ class Dashboard:
             if len(snapshot.memo) < PANELS_KEPT:
                 snapshot.memo[key] = panels
         return panels
+
+    def metrics_text(self, snapshot: Snapshot) -> bytes:
+        """The metrics of ``snapshot`` as Prometheus reads them (safe on any thread)."""
+        collector = metrics.Collector(lambda: snapshot.parts, self._metrics)
+        return metrics.exposition(metrics.registry(collector))
 
     def static_version(self, name: str) -> str:
         """A hash of a static file, for its URL: browsers cache it until it changes."""
