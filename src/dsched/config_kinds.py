@@ -107,3 +107,12 @@ def resource_table(v: Any) -> dict[str, int | float]:
 
 
 port = integer(0, 65535)
+
+
+def url_prefix(v: Any) -> str:
+    """A path a reverse proxy serves under: ``/sched`` (one leading slash, no trailing one, no
+    query, fragment or spaces); ``""`` or ``/`` for none."""
+    if isinstance(v, str) and re.fullmatch(r"/?([A-Za-z0-9._~!$&'()*+,;=:@%-]+/?)*", v.strip()):
+        parts = [part for part in v.strip().split("/") if part]
+        return "".join(f"/{part}" for part in parts)
+    raise Bad("a URL path such as '/sched' (letters, digits and -._~ between slashes)")

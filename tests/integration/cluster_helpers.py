@@ -17,6 +17,7 @@ from deadline import wait_until
 from dsched.auth import generate_token
 
 LISTENING = re.compile(r"listening at (\S+)")
+DASHBOARD = re.compile(r"dashboard at (\S+)")
 
 
 class Daemons:
@@ -31,6 +32,8 @@ class Daemons:
             "XDG_CONFIG_HOME": str(tmp_path / "config"),
             "XDG_STATE_HOME": str(tmp_path / "state"),
             "PYTHONUNBUFFERED": "1",
+            # Any free port: tests run side by side, and 8787 may be taken.
+            "SCHED_SCHEDULER__DASHBOARD_PORT": "0",
         }
         self.env.pop("SCHED_CONFIG", None)
         self.processes: list[subprocess.Popen] = []
@@ -39,7 +42,8 @@ class Daemons:
 
     def scheduler(self, *args: str, env: dict | None = None, timeout: float = 30.0,
                   port: int = 0, host: str = "127.0.0.1", prefix: tuple[str, ...] = ()) -> str:
-        """Start a scheduler; its log goes to a file, read by :meth:`scheduler_log`.
+        """Start a scheduler; its log goes to a file, read by :meth:`scheduler_log`, and the
+        URL of its dashboard is ``self.dashboard`` (None when it serves none).
 
         ``prefix`` goes before the command (``("ip", "netns", "exec", NAME)`` runs the
         scheduler in a network namespace, where it listens on ``host``)."""
@@ -52,10 +56,15 @@ class Daemons:
             )
         self.processes.append(process)
         deadline = time.monotonic() + timeout
+        self.dashboard = None
         while time.monotonic() < deadline and process.poll() is None:
             ready, _, _ = select.select([process.stdout], [], [], 0.5)
             if ready:
-                match = LISTENING.search(process.stdout.readline())
+                line = process.stdout.readline()
+                dashboard = DASHBOARD.search(line)
+                if dashboard:  # on the listening line, when it serves one
+                    self.dashboard = dashboard.group(1)
+                match = LISTENING.search(line)
                 if match:
                     self.scheduler_process = process
                     self.address = match.group(1)

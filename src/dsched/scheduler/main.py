@@ -1,9 +1,11 @@
 """``sched-scheduler`` as a program: from a loaded config to a running scheduler daemon.
 
 Prepares what the daemon needs before it listens (its state directory, the token, TLS, the
-job journal, whose jobs it loads), then runs it until a signal drains it; a daemon that cannot do its job says why in one line and
-exits non-zero (2: a setting that cannot work; 78: the port is taken). The worker's
-counterpart is ``worker/main.py``; both use ``daemon.py`` for logging, signals and systemd.
+job journal, whose jobs it loads), then runs it, with its dashboard, until a signal drains it;
+a daemon that cannot do its job says why in one line and exits non-zero (2: a setting that
+cannot work, or a journal it cannot read; 78: the port, or the dashboard's, is taken; 1: the
+journal cannot be written any more). The worker's counterpart is ``worker/main.py``; both use
+``daemon.py`` for logging, signals and systemd.
 """
 
 from __future__ import annotations
@@ -71,18 +73,30 @@ def run_scheduler(cfg: dict) -> int:
             logger.error("Cannot listen on %s:%s: %s", config.host, config.port,
                          error.strerror or error)
             return EXIT_CONFIG
+        try:
+            dashboard = await start_dashboard(scheduler, config, token)
+        except OSError as error:
+            logger.error("Cannot serve the dashboard on %s:%s: %s; choose another port with "
+                         "--dashboard-port (0: any free one) or turn it off with --no-dashboard",
+                         config.dashboard_host, config.dashboard_port, error.strerror or error)
+            await scheduler.close()
+            return EXIT_CONFIG
         stopped = asyncio.Event()
 
         async def drain() -> None:
             try:
                 await scheduler.drain(config.drain_timeout)
+                if dashboard is not None:
+                    await dashboard.close()
             finally:
                 stopped.set()
 
         install_signal_handlers(drain)
         notify_systemd()
-        # A line on stdout for whoever started us (tests, LocalCluster): where we listen.
-        print(f"sched-scheduler listening at {scheduler.address}", flush=True)
+        # A line on stdout for whoever started us (tests, LocalCluster): where we listen, and
+        # where the dashboard is (one line: a reader may stop reading after it).
+        served = f" with its dashboard at {dashboard.url}" if dashboard is not None else ""
+        print(f"sched-scheduler listening at {scheduler.address}{served}", flush=True)
         waiting = asyncio.ensure_future(stopped.wait())
         await asyncio.wait((waiting, scheduler.fatal), return_when=asyncio.FIRST_COMPLETED)
         if scheduler.fatal.done():
@@ -94,3 +108,30 @@ def run_scheduler(cfg: dict) -> int:
         return asyncio.run(main())
     finally:
         journal.close()
+
+
+async def start_dashboard(scheduler: Scheduler, config: SchedulerConfig, token: str):
+    """The scheduler's dashboard, serving (None when turned off); OSError when its port cannot
+    be had."""
+    if config.dashboard_port is None:
+        return None
+    from .http import Dashboard
+
+    dashboard = Dashboard(scheduler, config, token)
+    await dashboard.start()
+    return dashboard
+
+
+def print_dashboard_token(cfg: dict) -> int:
+    """Print the read-only dashboard token of the cluster token the scheduler would use."""
+    from ..auth import load_token
+    from .http import dashboard_token
+
+    config = build(SchedulerConfig, cfg["scheduler"])
+    try:
+        token = load_token(token_file=config.token_file)
+    except ConfigError as error:
+        print(f"sched-scheduler: error: {error}", file=sys.stderr)
+        return 2
+    print(dashboard_token(token))
+    return 0

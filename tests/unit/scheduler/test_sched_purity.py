@@ -14,7 +14,7 @@ FORBIDDEN = {"asyncio", "socket", "subprocess", "threading", "time", "pynvml", "
 ROOT = Path(dsched.__file__).parent
 CORE = ["__init__", "actions", "backfill", "events", "graph", "invariants", "job", "jobbook",
         "jobrecovery", "membership", "outbox", "placer", "queue", "reasons", "reconcile",
-        "state", "task", "worker"]
+        "state", "task", "views", "worker"]
 PURE = [ROOT / "scheduler" / f"{name}.py" for name in CORE] + [ROOT / "sim.py"]
 
 
