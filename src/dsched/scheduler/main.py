@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 
+from ..daemon import ServiceNotifier
 from ..errors import ConfigError
 from ..settings import CommConfig, SchedulerConfig, build
 from .server import Scheduler
@@ -37,11 +38,11 @@ def prepare_state_dir(path: str) -> None:
 def run_scheduler(cfg: dict) -> int:
     """Run the scheduler daemon from a loaded config until it is drained; the exit status."""
     from ..auth import ensure_token
-    from ..daemon import (EXIT_CONFIG, install_signal_handlers, notify_systemd, setup_logging,
-                          ssl_contexts)
+    from ..daemon import EXIT_CONFIG, install_signal_handlers, setup_logging, ssl_contexts
 
     config = build(SchedulerConfig, cfg["scheduler"])
     setup_logging(config.log_level)
+    service = ServiceNotifier.from_environment()
     try:
         prepare_state_dir(config.state_dir)
         token = ensure_token(token_file=config.token_file)
@@ -52,8 +53,9 @@ def run_scheduler(cfg: dict) -> int:
 
     async def main() -> int:
         scheduler = Scheduler(config, build(CommConfig, cfg["comm"]), token=token, ssl=ssl)
+        watchdog = service.start_watchdog()
         try:
-            await scheduler.start()
+            await start_scheduler(scheduler, service)
         except OSError as error:
             logger.error("Cannot listen on %s:%s: %s", config.host, config.port,
                          error.strerror or error)
@@ -66,11 +68,24 @@ def run_scheduler(cfg: dict) -> int:
             finally:
                 stopped.set()
 
-        install_signal_handlers(drain)
-        notify_systemd()
+        install_signal_handlers(drain, service=service)
+        service.ready(f"Listening at {scheduler.address}")
         # A line on stdout for whoever started us (tests, LocalCluster): where we listen.
         print(f"sched-scheduler listening at {scheduler.address}", flush=True)
         await stopped.wait()
+        watchdog.cancel()
         return 0
 
     return asyncio.run(main())
+
+
+async def start_scheduler(scheduler: Scheduler, service: ServiceNotifier) -> None:
+    """Everything the scheduler does before it serves, in order; READY=1 follows it.
+
+    Add what else must be done first here (loading the job journal, reconciling it), not a
+    second READY. A step that takes a while says what it is doing with ``service.status``
+    (``systemctl status`` shows it), and must not hold the event loop past half of the unit's
+    ``WatchdogSec=``: the watchdog is pinged from the loop (run blocking work in a thread).
+    """
+    service.status(f"Starting: listening on {scheduler.config.host}:{scheduler.config.port}")
+    await scheduler.start()
