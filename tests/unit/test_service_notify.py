@@ -5,6 +5,7 @@ import asyncio
 import logging
 import os
 import socket
+import tempfile
 
 import pytest
 
@@ -129,3 +130,13 @@ def test_a_lone_process_status_is_the_nanny_status_and_other_fields_stay_with_th
     assert service.sent == [
         ("READY", "Started; connecting to the scheduler at h:8786"),
         ("STATUS", "Registered with the scheduler at h:8786 as gpu-a")]
+
+
+async def test_a_relay_that_cannot_be_made_leaves_the_nanny_ready_at_once(monkeypatch):
+    def no_directory(**_):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", no_directory)
+    service = Recorder()
+    assert NotifyRelay(service, ["worker-0"]).open() is False
+    assert service.sent == [("READY", "Started; the worker processes' status is not relayed")]

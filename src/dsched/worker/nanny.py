@@ -70,8 +70,9 @@ class Nanny:
         service: ServiceNotifier | None = None,
     ):
         self.children = [Child(name, list(cmd), dict(env)) for name, cmd, env in commands]
-        self.relay = NotifyRelay(service, [child.name for child in self.children]) \
-            if service is not None and service.socket_path else None
+        self.relay: NotifyRelay | None = None
+        if service is not None and service.socket_path:
+            self.relay = NotifyRelay(service, [child.name for child in self.children])
         self._min_backoff = min_backoff
         self._max_backoff = max_backoff
         self._stable_after = stable_after
@@ -82,8 +83,8 @@ class Nanny:
     async def run(self) -> int:
         """Supervise until :meth:`stop` or until no process is left to run; the exit status
         for the nanny: ``EXIT_CONFIG`` when a process ended with it, else 0."""
-        if self.relay is not None:
-            self.relay.open()
+        if self.relay is not None and not self.relay.open():
+            self.relay = None
         supervisors = [asyncio.ensure_future(self._supervise(child)) for child in self.children]
         try:
             await asyncio.gather(*supervisors)
@@ -213,9 +214,10 @@ class NotifyRelay:
     def path(self, name: str) -> str:
         return os.path.join(self._directory, name)
 
-    def open(self) -> None:
-        """Bind the sockets and read them on the running loop. If they cannot be made, say
-        so and tell the service manager the nanny is ready now: its processes then stay mute."""
+    def open(self) -> bool:
+        """Bind the sockets and read them on the running loop; whether that could be done.
+        If not, say so and tell the service manager the nanny is ready now: its processes
+        then get no socket and stay mute."""
         loop = asyncio.get_running_loop()
         try:
             self._directory = tempfile.mkdtemp(prefix="sched-nanny-")
@@ -229,8 +231,9 @@ class NotifyRelay:
             logger.warning("Cannot relay the worker processes' notifications (%s); telling the "
                            "service manager the worker is ready now", error)
             self.close()
-            self._announced = True
             self.service.ready("Started; the worker processes' status is not relayed")
+            return False
+        return True
 
     def close(self) -> None:
         loop = asyncio.get_running_loop()
