@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -146,3 +148,36 @@ def running_cluster(tmp_path, workers):
         yield daemons
     finally:
         daemons.stop()
+
+
+class NotifySocket:
+    """Where a test listens as systemd would for a daemon's notifications (``NOTIFY_SOCKET``):
+    an abstract datagram socket, so no path length limit, and nothing left behind."""
+
+    def __init__(self):
+        self.name = f"@dsched-test-{os.getpid()}-{secrets.token_hex(4)}"
+        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.socket.bind("\0" + self.name[1:])
+        self.received: list[dict[str, str]] = []
+
+    def until(self, predicate, timeout: float = 30.0, what: str = "notification") -> dict:
+        """Receive notifications (each a dict of its fields, kept in ``received``) until one
+        satisfies ``predicate``; return it. AssertionError at the deadline."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{what} not received within {timeout:g}s; "
+                                     f"received {self.received}")
+            self.socket.settimeout(left)
+            try:
+                datagram = self.socket.recv(4096)
+            except TimeoutError:
+                continue
+            fields = dict(line.split("=", 1) for line in datagram.decode().splitlines())
+            self.received.append(fields)
+            if predicate(fields):
+                return fields
+
+    def close(self) -> None:
+        self.socket.close()

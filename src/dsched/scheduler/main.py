@@ -16,6 +16,7 @@ import os
 import sys
 import time
 
+from ..daemon import ServiceNotifier
 from ..errors import ConfigError
 from ..settings import CommConfig, SchedulerConfig, build
 from .journal import FILENAME as JOURNAL, Journal
@@ -41,11 +42,11 @@ def prepare_state_dir(path: str) -> None:
 def run_scheduler(cfg: dict) -> int:
     """Run the scheduler daemon from a loaded config until it is drained; the exit status."""
     from ..auth import ensure_token
-    from ..daemon import (EXIT_CONFIG, install_signal_handlers, notify_systemd, setup_logging,
-                          ssl_contexts)
+    from ..daemon import EXIT_CONFIG, install_signal_handlers, setup_logging, ssl_contexts
 
     config = build(SchedulerConfig, cfg["scheduler"])
     setup_logging(config.log_level)
+    service = ServiceNotifier.from_environment()
     try:
         prepare_state_dir(config.state_dir)
         token = ensure_token(token_file=config.token_file)
@@ -58,17 +59,12 @@ def run_scheduler(cfg: dict) -> int:
     async def main() -> int:
         scheduler = Scheduler(config, build(CommConfig, cfg["comm"]), token=token, ssl=ssl,
                               journal=journal)
+        watchdog = service.start_watchdog()
         try:
-            started = time.perf_counter()
-            loaded = scheduler.load_jobs()
-        except ConfigError as error:
+            await start_scheduler(scheduler, service)
+        except ConfigError as error:  # a journal it cannot read
             print(f"sched-scheduler: error: {error}", file=sys.stderr)
             return 2
-        if loaded:
-            logger.info("Loaded %d job(s) from the journal in %.2f s", loaded,
-                        time.perf_counter() - started)
-        try:
-            await scheduler.start()
         except OSError as error:
             logger.error("Cannot listen on %s:%s: %s", config.host, config.port,
                          error.strerror or error)
@@ -91,14 +87,15 @@ def run_scheduler(cfg: dict) -> int:
             finally:
                 stopped.set()
 
-        install_signal_handlers(drain)
-        notify_systemd()
+        install_signal_handlers(drain, service=service)
+        service.ready(f"Listening at {scheduler.address}")
         # A line on stdout for whoever started us (tests, LocalCluster): where we listen, and
         # where the dashboard is (one line: a reader may stop reading after it).
         served = f" with its dashboard at {dashboard.url}" if dashboard is not None else ""
         print(f"sched-scheduler listening at {scheduler.address}{served}", flush=True)
         waiting = asyncio.ensure_future(stopped.wait())
         await asyncio.wait((waiting, scheduler.fatal), return_when=asyncio.FIRST_COMPLETED)
+        watchdog.cancel()
         if scheduler.fatal.done():
             await scheduler.close(f"scheduler failed: {scheduler.fatal.result()}")
             return 1
@@ -108,6 +105,24 @@ def run_scheduler(cfg: dict) -> int:
         return asyncio.run(main())
     finally:
         journal.close()
+
+
+async def start_scheduler(scheduler: Scheduler, service: ServiceNotifier) -> None:
+    """Everything the scheduler does before it serves, in order; READY=1 follows it: load the
+    job journal (recovery then starts), then listen.
+
+    A step that takes a while says what it is doing with ``service.status`` (``systemctl
+    status`` shows it), and must not hold the event loop past half of the unit's
+    ``WatchdogSec=``: the watchdog is pinged from the loop.
+    """
+    service.status("Starting: loading the job journal")
+    started = time.perf_counter()
+    loaded = scheduler.load_jobs()
+    if loaded:
+        logger.info("Loaded %d job(s) from the journal in %.2f s", loaded,
+                    time.perf_counter() - started)
+    service.status(f"Starting: listening on {scheduler.config.host}:{scheduler.config.port}")
+    await scheduler.start()
 
 
 async def start_dashboard(scheduler: Scheduler, config: SchedulerConfig, token: str):

@@ -8,6 +8,11 @@ and starts each as ``sched-worker --no-nanny --gpus <its share>``, with the nann
 settings in its environment and ``NANNY_ENV`` naming the nanny. That variable tells a process
 that it dies with the nanny, that the nanny has already said which GPUs there are, and that
 the nanny owns "a second signal stops at once".
+
+A worker process tells the service manager it is ready once started (its data port open), not
+once registered: it waits for its scheduler by itself, so a scheduler that is down must not
+fail the worker's start; how the connection stands goes in its status line instead. Under a
+nanny these notifications go to the nanny, which speaks for all its processes (``nanny.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 import psutil
 
+from ..daemon import ServiceNotifier
 from ..errors import ConfigError, ResourceSpecError
 from ..resources import Resources
 from .gpus import (GpuDevice, detect_gpus, gpus_option, ledger_devices, resources_with_gpus,
@@ -69,11 +75,12 @@ def run_worker(cfg: dict) -> int:
     # Read once, and kept from the tasks, which inherit this process's environment.
     nanny = os.environ.pop(NANNY_ENV, None)
     previous_exit = os.environ.pop(PREVIOUS_EXIT_ENV, None) or None
+    service = ServiceNotifier.from_environment()
     if nanny:
         die_with_parent(int(nanny))
     try:
         if w.nanny and not nanny:
-            return _run_nanny(w, cfg, detect_gpus(select=gpus_text(w.gpus)).devices)
+            return _run_nanny(w, cfg, detect_gpus(select=gpus_text(w.gpus)).devices, service)
         if w.nworkers > 1:
             raise ConfigError("--nworkers needs the nanny: drop --no-nanny "
                               "(or worker.nanny = false)")
@@ -81,7 +88,7 @@ def run_worker(cfg: dict) -> int:
         quiet = nanny and gpus_text(w.gpus) == "none"
         devices = () if quiet else detect_gpus(select=gpus_text(w.gpus)).devices
         return _run_one(w, build(CommConfig, cfg["comm"]), devices, supervised=bool(nanny),
-                        previous_exit=previous_exit)
+                        previous_exit=previous_exit, service=service)
     except (ResourceSpecError, ConfigError) as error:
         print(f"sched-worker: error: {error}", file=sys.stderr)
         return 2
@@ -103,7 +110,7 @@ def _advertised(resources: Resources, devices) -> tuple[Resources, tuple[int, ..
 
 
 def _run_one(w: WorkerConfig, comm: CommConfig, devices: tuple[GpuDevice, ...], *,
-             supervised: bool, previous_exit: str | None) -> int:
+             supervised: bool, previous_exit: str | None, service: ServiceNotifier) -> int:
     from ..daemon import EXIT_CONFIG, install_signal_handlers
     from .server import Worker, WorkerSetup
 
@@ -117,6 +124,7 @@ def _run_one(w: WorkerConfig, comm: CommConfig, devices: tuple[GpuDevice, ...], 
 
     async def main() -> int:
         worker = Worker(w, comm, setup)
+        watchdog = service.start_watchdog()
         try:
             await worker.start()
         except OSError as error:  # a port taken, a scratch directory that cannot be made
@@ -124,8 +132,12 @@ def _run_one(w: WorkerConfig, comm: CommConfig, devices: tuple[GpuDevice, ...], 
             shutil.rmtree(getattr(worker, "local_directory", ""), ignore_errors=True)
             return EXIT_CONFIG
         # Under a nanny this process dies with it: its GPU children then die with this one.
-        install_signal_handlers(worker.drain, supervised=supervised)
+        install_signal_handlers(worker.drain, supervised=supervised, service=service)
+        # Ready once started, not once registered (see above).
+        worker.session.on_status = service.status
+        service.ready(f"Started; connecting to the scheduler at {w.scheduler_address}")
         await worker.stopped.wait()
+        watchdog.cancel()
         await worker.close()
         status = EXIT_CONFIG if worker.refusal else 0
         if not worker.state.is_idle():
@@ -139,7 +151,8 @@ def _run_one(w: WorkerConfig, comm: CommConfig, devices: tuple[GpuDevice, ...], 
     return asyncio.run(main())
 
 
-def _run_nanny(w: WorkerConfig, cfg: dict, devices: tuple[GpuDevice, ...]) -> int:
+def _run_nanny(w: WorkerConfig, cfg: dict, devices: tuple[GpuDevice, ...],
+               service: ServiceNotifier) -> int:
     from ..daemon import install_signal_handlers
     from .nanny import Nanny
 
@@ -174,13 +187,16 @@ def _run_nanny(w: WorkerConfig, cfg: dict, devices: tuple[GpuDevice, ...]) -> in
         commands.append((f"worker-{i}", command, env))
 
     async def main() -> int:
-        nanny = Nanny(commands, stop_deadline=w.drain_timeout + 5)
+        nanny = Nanny(commands, stop_deadline=w.drain_timeout + 5, service=service)
 
         async def drain() -> None:
             await nanny.stop(deadline=w.drain_timeout + 5)
 
-        install_signal_handlers(drain, at_once=nanny.kill)
-        return await nanny.run()
+        install_signal_handlers(drain, at_once=nanny.kill, service=service)
+        watchdog = service.start_watchdog()
+        status = await nanny.run()
+        watchdog.cancel()
+        return status
 
     return asyncio.run(main())
 

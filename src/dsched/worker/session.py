@@ -25,7 +25,9 @@ logger = logging.getLogger("dsched.worker")
 class SchedulerSession:
     """``register()`` builds the register op each time (what the worker holds changes);
     ``on_op(op)`` takes each op the scheduler sends; ``heartbeat()`` builds a heartbeat, run
-    in a thread (it may read NVML). ``stopped`` is set when the session gives up for good."""
+    in a thread (it may read NVML). ``stopped`` is set when the session gives up for good.
+    ``on_status`` (settable) is told in a few words how the connection stands, each time that
+    changes: for the service manager's status line."""
 
     def __init__(self, address: str, *, token: str, ssl: Any, limits: dict, name: Callable[[], str],
                  register: Callable[[], ops.Register], on_op: Callable[[Any], None],
@@ -42,6 +44,7 @@ class SchedulerSession:
         self.comm: Comm | None = None  # set while registered
         self.registered = asyncio.Event()
         self.refusal: str | None = None  # why the scheduler refused this worker, if it did
+        self.on_status: Callable[[str], None] = lambda text: None
         self._unsent: list[dict] = []
 
     @property
@@ -89,6 +92,7 @@ class SchedulerSession:
                     return
                 logger.info("Cannot reach the scheduler at %s (%s); retrying in %.1fs",
                             self.address, error, backoff)
+                self.on_status(f"Cannot reach the scheduler at {self.address}; retrying")
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, high)
                 continue
@@ -100,6 +104,7 @@ class SchedulerSession:
                 if (error.reason or "").startswith("refused"):
                     return self._refused(error.reason.removeprefix("refused").lstrip(": "))
                 logger.warning("Lost the scheduler (%s); reconnecting", error.reason)
+                self.on_status(f"Lost the scheduler at {self.address}; reconnecting")
             except RemoteProtocolError as error:  # the scheduler sent something malformed
                 logger.error("The scheduler sent a malformed op (%s); reconnecting", error)
                 comm.protocol_error(error)
@@ -117,6 +122,7 @@ class SchedulerSession:
         # Trying again would be refused again: stop, and exit with a status that says so.
         self.refusal = reason
         logger.error("The scheduler at %s refused this worker: %s", self.address, reason)
+        self.on_status(f"Refused by the scheduler at {self.address}: {reason}")
         self.stopped.set()
 
     async def _serve(self, comm: Comm) -> None:
@@ -130,6 +136,7 @@ class SchedulerSession:
         logger.info("Registered with the scheduler at %s as %s (resources: %s, threads: %d)",
                     self.address, register.name, register.resources or "none",
                     register.nthreads)
+        self.on_status(f"Registered with the scheduler at {self.address} as {register.name}")
         unsent, self._unsent = self._unsent, []
         for wire in unsent:
             comm.write_nowait(wire)
