@@ -1,7 +1,8 @@
 """The kinds of configuration values: each checks and normalizes one value, or raises
 :class:`Bad` saying what it expected. ``settings.py`` gives every setting its kind.
 
-Pure: no I/O, no environment, no logging.
+No I/O and no logging; the one thing read from outside is the home directory, for a path
+that starts with ``~``.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ Pure: no I/O; the request's query arguments come in as a plain mapping.
 from __future__ import annotations
 
 import html
-import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Mapping, Sequence
 from urllib.parse import urlencode
 
@@ -52,7 +52,7 @@ def seconds(value: float | None) -> str:
 
 def clock(wall: float) -> str:
     """A time of day in the scheduler's time zone: ``14:03:07``."""
-    return time.strftime("%H:%M:%S", time.localtime(wall))
+    return datetime.fromtimestamp(wall).strftime("%H:%M:%S")
 
 
 def percent(fraction: float | None) -> str:
