@@ -25,16 +25,21 @@ logger = logging.getLogger("dsched.worker")
 class SchedulerSession:
     """``register()`` builds the register op each time (what the worker holds changes);
     ``on_op(op)`` takes each op the scheduler sends; ``heartbeat()`` builds a heartbeat, run
-    in a thread (it may read NVML). ``stopped`` is set when the session gives up for good."""
+    in a thread (it may read NVML); ``opened()`` and ``lost()`` are called when a registered
+    session begins (before the first op the scheduler sends in it) and ends. ``stopped`` is set
+    when the session gives up for good."""
 
     def __init__(self, address: str, *, token: str, ssl: Any, limits: dict, name: Callable[[], str],
                  register: Callable[[], ops.Register], on_op: Callable[[Any], None],
                  heartbeat: Callable[[], ops.Heartbeat], heartbeat_interval: float,
                  reconnect_min: float, reconnect_max: float, connect_timeout: float,
-                 death_timeout: float | None, stopped: asyncio.Event):
+                 death_timeout: float | None, stopped: asyncio.Event,
+                 opened: Callable[[], None] = lambda: None,
+                 lost: Callable[[], None] = lambda: None):
         self.address = address
         self._token, self._ssl, self._limits, self._name = token, ssl, limits, name
         self._register, self._on_op, self._heartbeat = register, on_op, heartbeat
+        self._opened, self._lost = opened, lost
         self._heartbeat_interval = heartbeat_interval
         self._reconnect = (reconnect_min, reconnect_max)
         self._connect_timeout, self._death_timeout = connect_timeout, death_timeout
@@ -107,6 +112,8 @@ class SchedulerSession:
                 was_registered = self.registered.is_set()
                 self.comm = None
                 self.registered.clear()
+                if was_registered:
+                    self._lost()
             if was_registered:  # back-off starts again only after a session that got going
                 backoff, lost_at = low, None
             else:
@@ -133,6 +140,7 @@ class SchedulerSession:
         unsent, self._unsent = self._unsent, []
         for wire in unsent:
             comm.write_nowait(wire)
+        self._opened()
         for d in reply[1:]:
             self._on_op(ops.decode(d))
         async for d in comm:
