@@ -44,7 +44,10 @@ DIED_WHILE_STARTING = "its worker process ended as it was starting it (it may ha
 def default_directory(local_directory: str | None, worker_name: str) -> str:
     """``sched-jobs/<worker name>`` under ``local_directory`` or the temp dir."""
     base = local_directory or tempfile.gettempdir()
-    return os.path.join(base, "sched-jobs", _UNSAFE.sub("_", worker_name) or "worker")
+    safe = _UNSAFE.sub("_", worker_name)
+    if set(safe) <= {"."}:  # "", "." and ".." name no directory of their own
+        safe = "_" * len(safe) or "worker"
+    return os.path.join(base, "sched-jobs", safe)
 
 
 def record_path(directory: str, key: str) -> str:

@@ -4,8 +4,9 @@
 Everything that would make every worker process fail alike is checked once, before any starts:
 the token, the TLS files, the resources against the GPUs. GPUs are found once, here, before a
 worker process hides them from itself, and said once: a nanny divides them among its processes
-and starts each as ``sched-worker --no-nanny --gpus <its share>``, with the nanny's merged
-settings in its environment and ``NANNY_ENV`` naming the nanny. That variable tells a process
+and starts each as ``sched-worker --no-nanny --gpus <its share> --name <its name>``, with the
+nanny's merged settings in its environment and ``NANNY_ENV`` naming the nanny. A process keeps
+its name when the nanny starts it again, so that it finds the job records it left. That variable tells a process
 that it dies with the nanny, that the nanny has already said which GPUs there are, and that
 the nanny owns "a second signal stops at once".
 """
@@ -16,6 +17,7 @@ import asyncio
 import logging
 import os
 import shutil
+import socket
 import sys
 from typing import Any
 
@@ -143,35 +145,8 @@ def _run_nanny(w: WorkerConfig, cfg: dict, devices: tuple[GpuDevice, ...]) -> in
     from ..daemon import install_signal_handlers
     from .nanny import Nanny
 
-    n = w.nworkers
     _credentials(w)
-    resources = Resources.parse(w.resources)
-    shares = split_gpus(list(devices), n)
-    for share in shares:
-        _advertised(resources, share)
-    env = {**os.environ, **_settings_env(cfg), NANNY_ENV: str(os.getpid())}
-    limit = memory_limit(w.memory_limit, n)
-    commands = []
-    for i, share in enumerate(shares):
-        command = [sys.executable, "-m", "dsched.cli.worker", w.scheduler_address,
-                   "--no-nanny", "--gpus", gpus_option(share),
-                   "--log-level", w.log_level, "--host", w.host,
-                   # A fixed port is the first of a range: process i serves on port + i.
-                   "--port", str(w.port + i if w.port else 0),
-                   "--memory-limit", str(limit) if limit else "none"]
-        if resources:
-            command += ["--resources", str(resources)]
-        if w.nthreads:
-            command += ["--nthreads", str(w.nthreads)]
-        if w.name:
-            command += ["--name", w.name if n == 1 else f"{w.name}-{i}"]
-        for option, value in (("--token-file", w.token_file),
-                              ("--local-directory", w.local_directory),
-                              ("--tls-cert", w.tls.cert), ("--tls-key", w.tls.key),
-                              ("--tls-ca", w.tls.ca)):
-            if value:
-                command += [option, str(value)]
-        commands.append((f"worker-{i}", command, env))
+    commands = process_commands(w, cfg, devices)
 
     async def main() -> int:
         nanny = Nanny(commands, stop_deadline=w.drain_timeout + 5)
@@ -183,6 +158,52 @@ def _run_nanny(w: WorkerConfig, cfg: dict, devices: tuple[GpuDevice, ...]) -> in
         return await nanny.run()
 
     return asyncio.run(main())
+
+
+def process_commands(w: WorkerConfig, cfg: dict,
+                     devices: tuple[GpuDevice, ...]) -> list[tuple[str, list[str], dict]]:
+    """(name, command line, environment) of each worker process the nanny runs."""
+    n = w.nworkers
+    resources = Resources.parse(w.resources)
+    shares = split_gpus(list(devices), n)
+    for share in shares:
+        _advertised(resources, share)
+    env = {**os.environ, **_settings_env(cfg), NANNY_ENV: str(os.getpid())}
+    limit = memory_limit(w.memory_limit, n)
+    commands = []
+    for i, share in enumerate(shares):
+        name = process_name(w.name, n, i)
+        if w.job_directory and n > 1:  # one job directory per process: each locks its own
+            env = {**env, "SCHED_WORKER__JOB_DIRECTORY": _literal(
+                os.path.join(w.job_directory, name))}
+        command = [sys.executable, "-m", "dsched.cli.worker", w.scheduler_address,
+                   "--no-nanny", "--gpus", gpus_option(share),
+                   "--log-level", w.log_level, "--host", w.host,
+                   # A fixed port is the first of a range: process i serves on port + i.
+                   "--port", str(w.port + i if w.port else 0),
+                   "--memory-limit", str(limit) if limit else "none",
+                   "--name", name]
+        if resources:
+            command += ["--resources", str(resources)]
+        if w.nthreads:
+            command += ["--nthreads", str(w.nthreads)]
+        for option, value in (("--token-file", w.token_file),
+                              ("--local-directory", w.local_directory),
+                              ("--tls-cert", w.tls.cert), ("--tls-key", w.tls.key),
+                              ("--tls-ca", w.tls.ca)):
+            if value:
+                command += [option, str(value)]
+        commands.append((f"worker-{i}", command, env))
+    return commands
+
+
+def process_name(name: str | None, nworkers: int, i: int) -> str:
+    """The name of the nanny's process ``i``. A process the nanny starts again keeps it (a new
+    port would otherwise make it a new worker), so it finds its job records; without a name
+    given, ``HOST-NANNYPID-I``, stable for the nanny's life."""
+    if name:
+        return name if nworkers == 1 else f"{name}-{i}"
+    return f"{socket.gethostname()}-{os.getpid()}-{i}"
 
 
 def _settings_env(cfg: dict) -> dict[str, str]:
