@@ -48,6 +48,7 @@ class SchedulerSession:
         self.registered = asyncio.Event()
         self.refusal: str | None = None  # why the scheduler refused this worker, if it did
         self._unsent: list[dict] = []
+        self._last: Comm | None = None  # the connection a stop cut the session short on
 
     @property
     def connected(self) -> bool:
@@ -63,7 +64,7 @@ class SchedulerSession:
 
     async def close(self, reason: str, last: Any = None) -> None:
         """Say ``last`` (an Unregister, say) if connected, then close."""
-        comm = self.comm
+        comm = self.comm or self._last
         if comm is not None and not comm.closed:
             if last is not None:
                 comm.write_nowait(last.to_wire())
@@ -110,6 +111,8 @@ class SchedulerSession:
                 comm.protocol_error(error)
             finally:
                 was_registered = self.registered.is_set()
+                if self.stopped.is_set():  # the worker is stopping: close() says goodbye on it
+                    self._last = self.comm
                 self.comm = None
                 self.registered.clear()
                 if was_registered:
