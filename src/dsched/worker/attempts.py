@@ -14,8 +14,9 @@ from numbers import Real
 from typing import Any
 
 from ..jobs import parse_job_key
-from ..protocol.ops import AttemptEnded, AttemptStarted
-from .actions import Action, ExtendLease
+from ..protocol.ops import AttemptAck, AttemptEnded, AttemptStarted, Lease
+from .actions import Action, ExtendLease, ForgetAttempt
+from .events import AttemptsRecovered, SessionOpened
 
 
 def job_error(key: str, job: Any) -> str:
@@ -66,18 +67,40 @@ class AttemptBook:
             return []
         return None
 
-    def extend(self, until: float) -> list[Action]:
+    # -- events that concern the book alone ---------------------------------------------------
+
+    def opened(self, event: SessionOpened) -> list[Action]:
+        """Registered: jobs may start, and the lease runs from when the Register was sent."""
+        self.registered = True
+        return self._extend(event.sent + self.job_lease)
+
+    def leased(self, event: Lease) -> list[Action]:
+        return self._extend(event.sent + self.job_lease)
+
+    def _extend(self, until: float) -> list[Action]:
         """Leases only grow (a Lease may arrive after a later one)."""
         if until <= self.lease_until:
             return []
         self.lease_until = until
         return [ExtendLease(until)] if self.running else []
 
+    def acknowledged(self, event: AttemptAck) -> list[Action]:
+        return [ForgetAttempt(key) for key in event.keys if self.kept.pop(key, None)]
+
+    def recovered(self, event: AttemptsRecovered) -> list[Action]:
+        """What an earlier worker process left: ended attempts, kept until acknowledged."""
+        for ended in event.ended:
+            self.kept[ended.key] = ended
+        return []
+
+    # -- what WorkerState tells it ----------------------------------------------------------
+
     def started(self, key: str, gpus: tuple[int, ...]) -> None:
         self.running[key] = None
         self.gpus[key] = gpus
 
     def heard_started(self, report: AttemptStarted) -> list[Action]:
+        """Its supervisor spawned it: tell the scheduler (once)."""
         if report.key not in self.running or self.running[report.key] is not None:
             return []
         self.running[report.key] = report
@@ -94,9 +117,6 @@ class AttemptBook:
             return []  # told twice
         self.kept[key] = report
         return [report]
-
-    def acknowledged(self, key: str) -> bool:
-        return self.kept.pop(key, None) is not None
 
     def registration(self) -> tuple[AttemptStarted | AttemptEnded, ...]:
         """Every attempt known here, as a Register lists them. One whose supervisor has not

@@ -139,20 +139,12 @@ class Supervision:
         pending = b""
         while not self._leader_exited():
             now = time.monotonic()
-            if self.ending is None:
-                if limit_at is not None and now >= limit_at:
-                    self._stop(("timeout", f"killed after running past its time limit of "
-                                           f"{limit:g} s"))
-                elif now >= self.lease_until:
-                    self._stop(LEASE_EXPIRED)
-            if self.kill_at is not None and now >= self.kill_at:
-                self._kill_group(signal.SIGKILL)
-                self.kill_at = None
             deadlines = [d for d in (limit_at, self.lease_until) if self.ending is None
                          and d is not None] + ([self.kill_at] if self.kill_at else [])
             wait = min(deadlines, default=now + 60) - now
             if exit_fd is None:
                 wait = min(wait, _POLL_INTERVAL)
+            # Orders first: a lease extended in time must not lose to its own deadline.
             for fd, _ in poller.poll(max(0, wait) * 1000 + 1):
                 if fd != 0:
                     continue
@@ -165,6 +157,16 @@ class Supervision:
                 *lines, pending = (pending + data).split(b"\n")
                 for line in lines:
                     self._order(line.decode(errors="replace").strip())
+            now = time.monotonic()
+            if self.ending is None:
+                if limit_at is not None and now >= limit_at:
+                    self._stop(("timeout", f"killed after running past its time limit of "
+                                           f"{limit:g} s"))
+                elif now >= self.lease_until:
+                    self._stop(LEASE_EXPIRED)
+            if self.kill_at is not None and now >= self.kill_at:
+                self._kill_group(signal.SIGKILL)
+                self.kill_at = None
         # Whatever the leader left in its group goes with it: killed while the leader, not yet
         # reaped, still holds the group's number.
         self._kill_group(signal.SIGKILL)

@@ -25,8 +25,8 @@ from ..protocol import ops
 from ..resources import EMPTY, Resources, demand_error, format_units, named_devices
 from . import events as ev
 from .actions import (
-    CANCEL, GPU_PROCESS, SHUTDOWN, THREAD, Action, EndUnstartedJob, FetchDependency, ForgetAttempt,
-    KillJob, KillTask, ReleaseResult, RunningTask, StartJob, StartTask, WorkerSnapshot,
+    CANCEL, GPU_PROCESS, SHUTDOWN, THREAD, Action, EndUnstartedJob, FetchDependency, KillJob,
+    KillTask, ReleaseResult, RunningTask, StartJob, StartTask, WorkerSnapshot,
 )
 from .attempts import AttemptBook, job_error
 from .ledger import GPU, GpuLedger
@@ -84,13 +84,13 @@ class WorkerState:
             ops.Free: self._free_keys,
             ev.DrainRequested: self._drain,
             ops.Replicate: self._replicate,
-            ev.SessionOpened: self._session_opened,
+            ev.SessionOpened: self.attempts.opened,
             ev.SessionLost: self._session_lost,
-            ops.Lease: self._lease,
-            ops.AttemptStarted: self._attempt_started,
+            ops.Lease: self.attempts.leased,
+            ops.AttemptStarted: self.attempts.heard_started,
             ops.AttemptEnded: self._attempt_ended,
-            ops.AttemptAck: self._attempt_ack,
-            ev.AttemptsRecovered: self._recovered,
+            ops.AttemptAck: self.attempts.acknowledged,
+            ev.AttemptsRecovered: self.attempts.recovered,
             ev.DrainTimedOut: self._drain_timed_out,
         }
 
@@ -342,10 +342,6 @@ class WorkerState:
 
     # -- jobs -------------------------------------------------------------------------------
 
-    def _session_opened(self, event: ev.SessionOpened) -> list[Action]:
-        self.attempts.registered = True
-        return self.attempts.extend(event.sent + self.attempts.job_lease)
-
     def _session_lost(self, event: ev.SessionLost) -> list[Action]:
         # A job not yet started is dropped unreported: the scheduler, which lost the session
         # too, puts it back itself. Started ones run on under their lease.
@@ -356,27 +352,12 @@ class WorkerState:
                 actions += self._forget(task)
         return actions
 
-    def _lease(self, event: ops.Lease) -> list[Action]:
-        return self.attempts.extend(event.sent + self.attempts.job_lease)
-
-    def _attempt_started(self, event: ops.AttemptStarted) -> list[Action]:
-        return self.attempts.heard_started(event)
-
     def _attempt_ended(self, event: ops.AttemptEnded) -> list[Action]:
         task = self.tasks.get(event.key)
         if task is not None and task.job is not None and task.state in RUNNING:
             self._free(task)
             self._forget(task)
         return self.attempts.heard_ended(event)
-
-    def _attempt_ack(self, event: ops.AttemptAck) -> list[Action]:
-        return [ForgetAttempt(key) for key in event.keys if self.attempts.acknowledged(key)]
-
-    def _recovered(self, event: ev.AttemptsRecovered) -> list[Action]:
-        for ended in event.ended:
-            if ended.key not in self.tasks and ended.key not in self.attempts.running:
-                self.attempts.kept[ended.key] = ended
-        return []
 
     def _drain_timed_out(self, event: ev.DrainTimedOut) -> list[Action]:
         actions: list[Action] = []
@@ -486,37 +467,7 @@ class WorkerState:
     # -- checks ---------------------------------------------------------------------------
 
     def validate(self) -> None:
-        """Raise AssertionError when any of the worker's books do not balance."""
-        running = [t for t in self.tasks.values() if t.state in RUNNING]
-        assert 0 <= self.free_threads == self.nthreads - len(running), (
-            f"free threads {self.free_threads}, running {len(running)} of {self.nthreads}"
-        )
-        assert sum((t.resources for t in running), EMPTY) == self.used, f"used {self.used}"
-        assert self.used.fits(self.total), f"using {self.used} of {self.total}"
-        self.ledger.validate()
-        assert set(self.ledger.holders()) <= {t.key for t in running}
-        assert all({*self.ledger.held(t.key), *named_devices(t.resources)} == set(t.gpus)
-                   for t in running)
-        assert self.ledger.in_use() == self.used.get(GPU)
-        assert all(self.ledger.units_held(t.key) == t.resources.get(GPU) for t in running)
-        assert self.ready == sorted(self.ready)
-        assert {e[2] for e in self.ready} == {
-            t.key for t in self.tasks.values() if t.state is TaskState.READY
-        } and len(self.ready) == len(set(self.ready))
-        for task in self.tasks.values():
-            assert task.key not in self.results and task.key not in self.fetches, task.key
-            assert task.missing == {d for d in task.dependencies if d not in self.results}
-            assert bool(task.missing) == (task.state is TaskState.FETCHING), task
-            assert all(d in self.fetches or d in self.tasks for d in task.missing), task
-            assert all(task.key in self.needed_by.get(d, ()) for d in task.dependencies)
-            assert not (self.closing and task.state not in RUNNING), task
-        for dep, needers in self.needed_by.items():
-            assert needers and all(dep in self.tasks[k].dependencies for k in needers), dep
-        for key, held in self.results.items():
-            assert held.owned or key in self.needed_by, f"fetched {key} is held for nobody"
-            assert held.owned == (held.report is not None), key
-        for key in self.fetches:
-            assert key not in self.results and key not in self.tasks, key
-        jobs = [t for t in self.tasks.values() if t.job is not None]
-        self.attempts.validate({t.key for t in jobs if t.state in RUNNING},
-                               {t.key for t in jobs if t.state not in RUNNING})
+        """Raise AssertionError when any of the worker's books do not balance (for tests)."""
+        from .invariants import check
+
+        check(self)
