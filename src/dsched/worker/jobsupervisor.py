@@ -38,7 +38,7 @@ from ..gpu_ids import task_environment
 from ..jobs import parse_job_key
 from ..protocol.ops import AttemptEnded, AttemptStarted
 from .jobrecords import read_record, write_record
-from .lifeline import Lifeline, describe_exit
+from .lifeline import Lifeline, describe_exit, hold_group
 
 #: Variables a job sees beyond the worker's environment, its own and its GPUs.
 JOB_ID_ENV = "SCHED_JOB_ID"
@@ -99,14 +99,18 @@ class Supervision:
                               self.record.get("worker", ""))
         problem = start_problem(command, cwd, env)
         lifeline = Lifeline()
+        parent = os.getpid()
         if not problem:
             try:
                 with open(self.log, "ab") as out:
+                    # The command leads a group that lifeline's guard ties to this process,
+                    # set up between fork and exec: no second interpreter to start (this
+                    # process has one thread, so the fork in there is safe).
                     self.process = subprocess.Popen(
-                        lifeline.wrap(command), stdin=subprocess.DEVNULL, stdout=out,
-                        stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True,
-                        pass_fds=(lifeline.fd,))
-            except OSError as error:
+                        command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                        cwd=cwd, env=env, start_new_session=True, pass_fds=(lifeline.fd,),
+                        preexec_fn=lambda: hold_group(parent, lifeline.fd))
+            except OSError as error:  # exec failed after all (the guard then ends the group)
                 problem = f"{command[0]}: {error.strerror or error}"
         if self.process is None:
             self._note(f"cannot start {self.key}: {problem}")

@@ -148,11 +148,14 @@ def _run_nanny(w: WorkerConfig, cfg: dict, devices: tuple[GpuDevice, ...]) -> in
     _credentials(w)
     commands = process_commands(w, cfg, devices)
 
+    # A draining process gives its tasks drain_timeout, then its jobs their kill grace.
+    deadline = w.drain_timeout + w.job_kill_grace + 5
+
     async def main() -> int:
-        nanny = Nanny(commands, stop_deadline=w.drain_timeout + 5)
+        nanny = Nanny(commands, stop_deadline=deadline)
 
         async def drain() -> None:
-            await nanny.stop(deadline=w.drain_timeout + 5)
+            await nanny.stop(deadline=deadline)
 
         install_signal_handlers(drain, at_once=nanny.kill)
         return await nanny.run()

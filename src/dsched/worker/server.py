@@ -144,9 +144,9 @@ class Worker:
         self.address = f"{host}:{self.listener.port}"
         self.name = self.name or self.address
         self._publish(WORKER_NAME_ENV, self.name)  # tasks may read which worker runs them
-        self.jobs = JobRunner(config.job_directory or default_directory(config.local_directory,
-                                                                         self.name),
-                              self.name, config.job_kill_grace, self._handle)
+        directory = config.job_directory or default_directory(config.local_directory, self.name)
+        self.jobs = JobRunner(os.path.abspath(directory), self.name, config.job_kill_grace,
+                              self._handle)
         self._handle(ev.AttemptsRecovered(tuple(await self.jobs.open())))
         self._supervisor = asyncio.ensure_future(self._supervise())
 

@@ -175,15 +175,14 @@ def test_a_job_granted_no_gpu_sees_none(supervise, monkeypatch):
 
 
 def test_past_its_time_limit_a_job_gets_sigterm_then_sigkill(supervise):
-    # It traps TERM and carries on: only the KILL after the grace period ends it. (The limit
-    # leaves the command's start, through the lifeline's Python, time to set the trap.)
+    # It traps TERM and carries on: only the KILL after the grace period ends it.
     job = supervise(["sh", "-c", "trap 'echo got TERM' TERM; while :; do sleep 0.05; done"],
-                    time_limit=1.5, grace=0.3)
+                    time_limit=0.5, grace=0.3)
     job.started()
     ended = job.ended()
     assert ended.outcome == "timeout" and ended.exit_code == -signal.SIGKILL
-    assert ended.error == "killed after running past its time limit of 1.5 s"
-    assert ended.ended - ended.started >= 1.8
+    assert ended.error == "killed after running past its time limit of 0.5 s"
+    assert ended.ended - ended.started >= 0.8
     assert "got TERM" in job.output()
     assert "sched: job-7.2 killed after running past its time limit" in job.output()
 
