@@ -5,10 +5,10 @@ Everything that would make every worker process fail alike is checked once, befo
 the token, the TLS files, the resources against the GPUs. GPUs are found once, here, before a
 worker process hides them from itself, and said once: a nanny divides them among its processes
 and starts each as ``sched-worker --no-nanny --gpus <its share> --name <its name>``, with the
-nanny's merged settings in its environment and ``NANNY_ENV`` naming the nanny. A process keeps
-its name when the nanny starts it again, so that it finds the job records it left. That variable tells a process
-that it dies with the nanny, that the nanny has already said which GPUs there are, and that
-the nanny owns "a second signal stops at once".
+nanny's merged settings in its environment and ``NANNY_ENV`` naming the nanny. That variable
+tells a process that it dies with the nanny, that the nanny has already said which GPUs there
+are, and that the nanny owns "a second signal stops at once". A process keeps its name when
+the nanny starts it again, so that it finds the job records it left.
 """
 
 from __future__ import annotations

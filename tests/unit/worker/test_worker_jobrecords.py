@@ -85,7 +85,8 @@ def test_file_names_come_only_from_attempt_keys(tmp_path):
 
 
 def test_the_default_directory_is_named_for_the_worker(tmp_path):
-    assert default_directory(str(tmp_path), "host-12-0") == str(tmp_path / "sched-jobs" / "host-12-0")
-    assert default_directory(str(tmp_path), "../a b") == str(tmp_path / "sched-jobs" / ".._a_b")
-    assert default_directory(str(tmp_path), "..") == str(tmp_path / "sched-jobs" / "__")
+    jobs = tmp_path / "sched-jobs"
+    assert default_directory(str(tmp_path), "host-12-0") == str(jobs / "host-12-0")
+    assert default_directory(str(tmp_path), "../a b") == str(jobs / ".._a_b")
+    assert default_directory(str(tmp_path), "..") == str(jobs / "__")
     assert default_directory(None, "w").endswith(os.path.join("sched-jobs", "w"))

@@ -1,6 +1,6 @@
-"""A job attempt's supervisor, driven as the worker drives it (a record, a locked log, orders on
-stdin, reports on stdout): exit codes, the log, the environment, time limit, cancel, lease,
-the worker's end, its own death, and commands that cannot start."""
+"""A job attempt's supervisor, a real process driven as the worker drives it (a record, a
+locked log, orders on stdin, reports on stdout): exit codes, the log, the environment, time
+limit, cancel, lease, the worker's end, its own death, and commands that cannot start."""
 
 from __future__ import annotations
 
