@@ -143,7 +143,10 @@ class LocalCluster:
                    "--nthreads", str(nthreads or self.threads_per_worker),
                    "--name", name or f"local-{index}", "--gpus", option,
                    "--host", "127.0.0.1", "--log-level", self.log_level,
-                   "--resources", str(spec)]
+                   "--resources", str(spec),
+                   # Job records under the cluster's own directory, not a machine-wide one
+                   # that another cluster's "local-0" would also claim.
+                   "--local-directory", self._state_dir.name]
         process = subprocess.Popen(command, env=self._env)
         self.workers.append(process)
         self._processes.insert(0, process)

@@ -4,10 +4,11 @@
 Everything that would make every worker process fail alike is checked once, before any starts:
 the token, the TLS files, the resources against the GPUs. GPUs are found once, here, before a
 worker process hides them from itself, and said once: a nanny divides them among its processes
-and starts each as ``sched-worker --no-nanny --gpus <its share>``, with the nanny's merged
-settings in its environment and ``NANNY_ENV`` naming the nanny. That variable tells a process
-that it dies with the nanny, that the nanny has already said which GPUs there are, and that
-the nanny owns "a second signal stops at once".
+and starts each as ``sched-worker --no-nanny --gpus <its share> --name <its name>``, with the
+nanny's merged settings in its environment and ``NANNY_ENV`` naming the nanny. That variable
+tells a process that it dies with the nanny, that the nanny has already said which GPUs there
+are, and that the nanny owns "a second signal stops at once". A process keeps its name when
+the nanny starts it again, so that it finds the job records it left.
 
 A worker process tells the service manager it is ready once started (its data port open), not
 once registered: it waits for its scheduler by itself, so a scheduler that is down must not
@@ -21,6 +22,7 @@ import asyncio
 import logging
 import os
 import shutil
+import socket
 import sys
 from typing import Any
 
@@ -156,41 +158,17 @@ def _run_nanny(w: WorkerConfig, cfg: dict, devices: tuple[GpuDevice, ...],
     from ..daemon import install_signal_handlers
     from .nanny import Nanny
 
-    n = w.nworkers
     _credentials(w)
-    resources = Resources.parse(w.resources)
-    shares = split_gpus(list(devices), n)
-    for share in shares:
-        _advertised(resources, share)
-    env = {**os.environ, **_settings_env(cfg), NANNY_ENV: str(os.getpid())}
-    limit = memory_limit(w.memory_limit, n)
-    commands = []
-    for i, share in enumerate(shares):
-        command = [sys.executable, "-m", "dsched.cli.worker", w.scheduler_address,
-                   "--no-nanny", "--gpus", gpus_option(share),
-                   "--log-level", w.log_level, "--host", w.host,
-                   # A fixed port is the first of a range: process i serves on port + i.
-                   "--port", str(w.port + i if w.port else 0),
-                   "--memory-limit", str(limit) if limit else "none"]
-        if resources:
-            command += ["--resources", str(resources)]
-        if w.nthreads:
-            command += ["--nthreads", str(w.nthreads)]
-        if w.name:
-            command += ["--name", w.name if n == 1 else f"{w.name}-{i}"]
-        for option, value in (("--token-file", w.token_file),
-                              ("--local-directory", w.local_directory),
-                              ("--tls-cert", w.tls.cert), ("--tls-key", w.tls.key),
-                              ("--tls-ca", w.tls.ca)):
-            if value:
-                command += [option, str(value)]
-        commands.append((f"worker-{i}", command, env))
+    commands = process_commands(w, cfg, devices)
+
+    # A draining process gives its tasks drain_timeout, then its jobs their kill grace.
+    deadline = w.drain_timeout + w.job_kill_grace + 5
 
     async def main() -> int:
-        nanny = Nanny(commands, stop_deadline=w.drain_timeout + 5, service=service)
+        nanny = Nanny(commands, stop_deadline=deadline, service=service)
 
         async def drain() -> None:
-            await nanny.stop(deadline=w.drain_timeout + 5)
+            await nanny.stop(deadline=deadline)
 
         install_signal_handlers(drain, at_once=nanny.kill, service=service)
         watchdog = service.start_watchdog()
@@ -199,6 +177,52 @@ def _run_nanny(w: WorkerConfig, cfg: dict, devices: tuple[GpuDevice, ...],
         return status
 
     return asyncio.run(main())
+
+
+def process_commands(w: WorkerConfig, cfg: dict,
+                     devices: tuple[GpuDevice, ...]) -> list[tuple[str, list[str], dict]]:
+    """(name, command line, environment) of each worker process the nanny runs."""
+    n = w.nworkers
+    resources = Resources.parse(w.resources)
+    shares = split_gpus(list(devices), n)
+    for share in shares:
+        _advertised(resources, share)
+    env = {**os.environ, **_settings_env(cfg), NANNY_ENV: str(os.getpid())}
+    limit = memory_limit(w.memory_limit, n)
+    commands = []
+    for i, share in enumerate(shares):
+        name = process_name(w.name, n, i)
+        if w.job_directory and n > 1:  # one job directory per process: each locks its own
+            env = {**env, "SCHED_WORKER__JOB_DIRECTORY": _literal(
+                os.path.join(w.job_directory, name))}
+        command = [sys.executable, "-m", "dsched.cli.worker", w.scheduler_address,
+                   "--no-nanny", "--gpus", gpus_option(share),
+                   "--log-level", w.log_level, "--host", w.host,
+                   # A fixed port is the first of a range: process i serves on port + i.
+                   "--port", str(w.port + i if w.port else 0),
+                   "--memory-limit", str(limit) if limit else "none",
+                   "--name", name]
+        if resources:
+            command += ["--resources", str(resources)]
+        if w.nthreads:
+            command += ["--nthreads", str(w.nthreads)]
+        for option, value in (("--token-file", w.token_file),
+                              ("--local-directory", w.local_directory),
+                              ("--tls-cert", w.tls.cert), ("--tls-key", w.tls.key),
+                              ("--tls-ca", w.tls.ca)):
+            if value:
+                command += [option, str(value)]
+        commands.append((f"worker-{i}", command, env))
+    return commands
+
+
+def process_name(name: str | None, nworkers: int, i: int) -> str:
+    """The name of the nanny's process ``i``. A process the nanny starts again keeps it (a new
+    port would otherwise make it a new worker), so it finds its job records; without a name
+    given, ``HOST-NANNYPID-I``, stable for the nanny's life."""
+    if name:
+        return name if nworkers == 1 else f"{name}-{i}"
+    return f"{socket.gethostname()}-{os.getpid()}-{i}"
 
 
 def _settings_env(cfg: dict) -> dict[str, str]:
