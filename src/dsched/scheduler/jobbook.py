@@ -203,6 +203,7 @@ class JobBook:
         self._off_worker(job)
         job.state, job.detail = QUEUED, detail
         job.pid, job.gpus, job.start_time, job.end_time, job.exit_code = None, (), None, None, None
+        job.log = ""  # the log is the attempt's: the next attempt writes its own
         self.admit(job)  # says what it waits for, if it does
         self.out.journal(job, "requeue")
 

@@ -230,6 +230,11 @@ def job_view(state: "SchedulerState", job) -> dict[str, Any]:
 def queued_reason(state: "SchedulerState", t) -> tuple[str, str]:
     """Why the queued task ``t`` has not started: a job reason and its words."""
     q = t.queue
+    if q.reason_kind == "missing_resource":
+        # The names are what a reader of `sched status` acts on: they end the sentence.
+        missing = t.resources.missing_names(state.placer.index.offered)
+        s = "s" if len(missing) > 1 else ""
+        return "missing_resources", f"requires resource{s} no worker has: {', '.join(missing)}"
     if q.reason is not None:
         return _JOB_REASON[q.reason_kind], q.reason
     demand = t.resources

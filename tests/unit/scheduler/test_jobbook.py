@@ -62,7 +62,9 @@ def test_a_job_needing_a_resource_no_worker_has_waits_with_that_reason():
     [job_id] = s.ids(s.jobs(job(resources="bar=1 baz=1")))
     view = s.view(job_id)
     assert view["state"] == "queued" and view["reason"] == "missing_resources"
-    assert "bar, baz" in view["detail"]
+    assert view["detail"] == "requires resources no worker has: bar, baz"
+    one = s.ids(s.jobs(job(resources="foo=1 qux=2")))[0]
+    assert s.view(one)["detail"] == "requires resource no worker has: qux"
     too_big = s.ids(s.jobs(job(resources="foo=8")))[0]
     assert s.view(too_big)["reason"] == "too_large"
     lonely = JobStory()
@@ -113,6 +115,18 @@ def test_a_failed_job_is_retried_as_a_new_attempt_until_its_retries_run_out():
     s.start("job-1.2")
     s.end("job-1.2", "failed", exit_code=3)
     assert s.states() == {1: "failed"} and s.job(1).exit_code == 3
+
+
+def test_a_retried_job_shows_no_log_until_its_new_attempt_has_one():
+    # The view's log is that of its attempt: a client reads it by the attempt's key.
+    s = JobStory()
+    s.worker("w1")
+    s.jobs(job(retries=1))
+    s.start("job-1.1")
+    s.end("job-1.1", "failed", exit_code=3)
+    assert (s.view(1)["attempt"], s.view(1)["log"]) == (2, "")
+    s.start("job-1.2")
+    assert s.view(1)["log"] == "/jobs/job-1.2.log"
 
 
 def test_reports_about_an_older_attempt_are_ignored_and_a_running_one_is_stopped():
