@@ -24,7 +24,8 @@ def _quantities(resources) -> dict[str, float]:
 
 
 def worker_info(state: "SchedulerState") -> dict[str, dict[str, Any]]:
-    """Each worker by address: name, threads, resources total, used and free, GPUs, load."""
+    """Each worker by address: name, threads, resources total, used and free, GPUs with their
+    last heartbeat's use of them, load, the jobs it runs."""
     return {
         address: {
             "name": w.name,
@@ -33,7 +34,7 @@ def worker_info(state: "SchedulerState") -> dict[str, dict[str, Any]]:
             "resources": _quantities(w.resources),
             "used": _quantities(w.used),
             "free": _quantities(w.free),
-            "gpus": [dict(gpu) for gpu in w.gpus],
+            "gpus": _gpus(w.gpus, (w.metrics or {}).get("gpus") or ()),
             "metrics": dict(w.metrics or {}),
             "draining": w.draining,
             "jobs": sorted(t.job.id for t in w.processing.values() if t.job is not None),

@@ -99,6 +99,9 @@ def test_workers_show_resources_threads_and_gpus_from_heartbeats():
     first, second = w["gpus"]
     assert (first["memory_used"], first["utilization"]) == (None, None)
     assert (second["name"], second["memory_used"], second["utilization"]) == ("A", 30, 0.4)
+    (info,) = worker_info(story.state).values()  # what client.scheduler_info() says
+    assert [(g["uuid"], g["utilization"]) for g in info["gpus"]] == [("GPU-0", None),
+                                                                     ("GPU-1", 0.4)]
     assert (w["memory"], w["memory_limit"], w["heartbeat_age"]) == (50, 200, 1)
     assert tasks_by_state(story.state) == {"waiting": 0, "queued": 0, "processing": 1,
                                            "memory": 0, "released": 0, "erred": 0}
