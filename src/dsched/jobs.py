@@ -177,6 +177,20 @@ def parse_duration(text: str) -> float:
     return seconds + (int(days) * 86400 if days else 0)
 
 
+def exit_status(state: str, exit_code: int | None) -> int:
+    """The status a program that ran the job in the foreground exits with, as a shell reports
+    one: 0 if it completed, its command's exit code if that was not 0, 128 + N if a signal N
+    killed it, 124 if it ran past its time limit (as ``timeout`` says so), else 1 (it could
+    not start, was cancelled or lost)."""
+    if state == JobState.completed:
+        return 0
+    if state == JobState.timeout:
+        return 124
+    if state == JobState.failed and exit_code:
+        return exit_code if exit_code > 0 else 128 - exit_code
+    return 1
+
+
 def job_key(job: int, attempt: int) -> str:
     """The key of a job's attempt as a task of the scheduler and a worker."""
     return f"job-{job}.{attempt}"

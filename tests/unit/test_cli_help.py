@@ -1,8 +1,8 @@
 """The click commands: every --help, and options turned into a checked config (exit 2 if bad).
 
-The daemons do not exist yet, so a valid command line ends in "not implemented yet" (exit 1);
-tests that look at the config built replace the placeholder library function with a recorder.
-HOME, XDG and /etc/sched are moved under tmp_path and SCHED_* variables removed.
+Tests that look at the config built replace the library function a command calls with a
+recorder (``sched``'s own commands are in test_sched_cli.py). HOME, XDG and /etc/sched are
+moved under tmp_path and SCHED_* variables removed.
 """
 
 from __future__ import annotations
@@ -45,13 +45,18 @@ HELP_CASES = [
                        "--no-nanny", "--name",
                        "--gpus", "--memory-limit", "--local-directory", "--token-file",
                        "--tls-cert", "--tls-key", "--tls-ca", "--config", "--log-level"]),
-    (sched.main, [], ["submit", "status", "workers", "cancel", "logs", "wait", "--scheduler"]),
-    (sched.main, ["submit"], ["--resources", "--priority", "--retries", "COMMAND"]),
-    (sched.main, ["status"], ["JOB_ID"]),
-    (sched.main, ["workers"], ["workers [OPTIONS]"]),
-    (sched.main, ["cancel"], ["JOB_ID"]),
-    (sched.main, ["logs"], ["--follow"]),
-    (sched.main, ["wait"], ["--timeout"]),
+    (sched.main, [], ["submit", "status", "workers", "cancel", "logs", "wait", "release",
+                      "run-local", "--scheduler"]),
+    (sched.main, ["submit"], ["--resources", "--name", "--priority", "--retries", "--after-ok",
+                              "--after-any", "--time", "--hold", "--env", "--cwd", "--requeue",
+                              "--wait", "--json", "COMMAND"]),
+    (sched.main, ["status"], ["[JOB]...", "--json", "--state"]),
+    (sched.main, ["workers"], ["workers [OPTIONS]", "--json"]),
+    (sched.main, ["cancel"], ["JOB..."]),
+    (sched.main, ["release"], ["JOB..."]),
+    (sched.main, ["logs"], ["--follow", "JOB"]),
+    (sched.main, ["wait"], ["--timeout", "JOB..."]),
+    (sched.main, ["run-local"], ["--resources", "--nworkers", "JOBFILE"]),
 ]
 
 
@@ -67,7 +72,8 @@ def test_help(command, words, expected, flag):
 
 def test_every_sched_subcommand_has_a_one_line_help():
     result = run(sched.main, "--help")
-    for name in ("submit", "status", "workers", "cancel", "logs", "wait"):
+    for name in ("submit", "status", "workers", "cancel", "logs", "wait", "release",
+                 "run-local"):
         line = next(line for line in result.output.splitlines() if line.strip().startswith(name))
         assert not line.rstrip().endswith("..."), line  # short enough to show whole
 
@@ -113,12 +119,6 @@ def test_invalid_config_from_sched_config_and_environment_exit_2(bad_config):
 def test_missing_config_file_exits_2(tmp_path):
     result = run(scheduler.main, "--config", str(tmp_path / "nope.toml"))
     assert result.exit_code == 2 and "nope.toml does not exist" in result.output
-
-
-def test_job_commands_say_not_implemented_yet_and_exit_1():
-    result = run(sched.main, "status")
-    assert result.exit_code == 1, result.output
-    assert "not implemented yet" in result.output
 
 
 def test_worker_options_reach_the_config_over_environment(monkeypatch, tmp_path):
@@ -198,14 +198,3 @@ def test_print_dashboard_token_prints_the_token_of_the_cluster_token(monkeypatch
     result = run(scheduler.main, "--print-dashboard-token", env={"SCHED_TOKEN": "cluster"})
     assert result.exit_code == 0, result.output
     assert result.output == dashboard_token("cluster") + "\n"
-
-
-def test_sched_submit_passes_the_job(monkeypatch):
-    calls = recorded(monkeypatch, sched, "run_command")
-    result = run(sched.main, "-s", "h:1", "submit", "--resources", "GPU=1", "--",
-                 "python", "train.py", "--lr", "0.1")
-    assert result.exit_code == 0, result.output
-    [(name, cfg, arguments)] = calls
-    assert name == "submit" and cfg["client"]["scheduler_address"] == "h:1"
-    assert arguments["command"] == ("python", "train.py", "--lr", "0.1")
-    assert str(arguments["resources"]) == "GPU=1"

@@ -412,12 +412,13 @@ def test_set_accepts_dasks_distributed_prefix_so_seed_code_runs_unchanged():
     assert config.get("worker.resources") == {}
 
 
-def test_the_configuration_reference_in_docs_is_up_to_date():
+def test_the_reference_pages_in_docs_are_up_to_date():
     from pathlib import Path
 
     from dsched.reference import PAGES
 
     docs = Path(__file__).resolve().parents[2] / "docs"
+    assert {"configuration.md", "cli.md"} <= set(PAGES)
     for name, page in PAGES.items():
         assert (docs / name).read_text() == page(), (
             f"docs/{name} is stale: run python -m dsched.reference")

@@ -1,5 +1,5 @@
-"""What the click commands share: option types checked by the config's rules, common options,
-and turning options into a config.
+"""What the click commands share: option types checked by the config's and the jobs' rules,
+common options, and turning options into a config.
 
 Each command module parses its options, builds the config with :func:`build_config`, and calls
 one library function. Nothing else belongs here: no daemon logic, no networking, no logging setup.
@@ -13,7 +13,8 @@ import click
 
 from .. import config
 from ..errors import ConfigError, ResourceSpecError
-from ..resources import Resources
+from ..jobs import JobSpecError, parse_duration
+from ..resources import Resources, check_demand
 from ..settings import help_of
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -47,7 +48,8 @@ class ConfigValue(click.ParamType):
 
 
 class ResourceSpec(click.ParamType):
-    """A task's resource demand (``"GPU=1 MEMORY=8e9"``), parsed by ``Resources.parse``."""
+    """A task's resource demand (``"GPU=1 MEMORY=8e9"``), parsed by ``Resources.parse`` and
+    refused when no worker could ever grant it (``check_demand``)."""
 
     name = "spec"
 
@@ -56,9 +58,54 @@ class ResourceSpec(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         try:
-            return Resources.parse(value)
+            return check_demand(Resources.parse(value))
         except ResourceSpecError as e:
             self.fail(str(e), param, ctx)
+
+
+class Duration(click.ParamType):
+    """A time limit (``90``, ``15m``, ``2h``, ``1-12:00:00``) in seconds, by ``parse_duration``."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, (int, float)):
+            return float(value)
+        try:
+            seconds = parse_duration(value)
+        except JobSpecError as e:
+            self.fail(str(e), param, ctx)
+        if not seconds > 0:
+            self.fail(f"a time limit must be positive, not {value!r}", param, ctx)
+        return seconds
+
+
+class EnvVar(click.ParamType):
+    """``NAME=VALUE`` for a job's environment: a (name, value) pair."""
+
+    name = "NAME=VALUE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        name, equals, text = value.partition("=")
+        if not equals or not name:
+            self.fail(f"{value!r} is not NAME=VALUE", param, ctx)
+        return name, text
+
+
+class JobIds(click.ParamType):
+    """Job numbers separated by commas (``3,4``): a tuple of them."""
+
+    name = "JOB[,JOB...]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        parts = [part.strip() for part in value.split(",")]
+        if not all(part.isdigit() for part in parts):
+            self.fail(f"{value!r} is not a list of job numbers such as 3,4", param, ctx)
+        return tuple(int(part) for part in parts)
 
 
 def config_option() -> Decorator:
@@ -103,9 +150,3 @@ def build_config(config_file: str | None, options: Mapping[str, Any]) -> dict:
         return config.load(config_file, overrides=given, source="command line")
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
-
-
-def not_implemented(what: str) -> int:
-    """Stand-in for a library function that has not landed yet: say so, exit status 1."""
-    click.echo(f"{what}: not implemented yet (the options and configuration are valid)", err=True)
-    return 1

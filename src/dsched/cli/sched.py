@@ -1,29 +1,70 @@
-"""``sched``: the command-line client (submit, status, workers, cancel, logs, wait).
+"""``sched``: shell-command jobs from the terminal (submit, status, workers, logs, wait, cancel,
+release, run-local).
 
-Thin on purpose: each subcommand parses its options, builds the config (``dsched.config``) and
-calls one function of the client library. The group itself loads nothing, so that
-``sched SUBCOMMAND --help`` works even with a broken config.
+Thin on purpose: each subcommand parses its options, connects a Client made from the config
+(``dsched.config``), calls the client library, and prints what it got (``jobtext``,
+``progress``); the library does the work. The group itself loads nothing, so that ``sched
+SUBCOMMAND --help`` works even with a broken config. Exit status: 0 when all went as asked; 1
+when the scheduler refused, could not be reached, or a job did not complete; 2 for a bad
+command line; ``submit --wait`` exits as the job did (``jobs.exit_status``); a wait that
+times out, 124. Errors are one line on stderr.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import os
+import sys
+import time
+from typing import Any, Callable
 
 import click
 
 from .. import __version__
-from . import CONTEXT_SETTINGS, ResourceSpec, build_config, config_option, not_implemented
+from ..errors import SchedError
+from ..jobs import JobSpecError, JobState, exit_status
+from . import (CONTEXT_SETTINGS, ConfigValue, Duration, EnvVar, JobIds, ResourceSpec,
+               build_config, config_option)
+from .jobtext import ended_line, job_table, worker_table
+from .progress import JobProgress
+
+STATES = [state.value for state in JobState]
 
 
-def run_command(name: str, cfg: dict, arguments: dict[str, Any]) -> int:
-    """Placeholder for the client library's side of ``sched NAME`` (issue 5); the exit status."""
-    return not_implemented(f"sched {name}")
+def connect(cfg: dict) -> Any:
+    """The client of the scheduler the config names (tests put a stand-in here)."""
+    from ..client.settings import client_from_config
+
+    return client_from_config(cfg)
 
 
-def _run(ctx: click.Context, **arguments: Any) -> None:
+def fail(message: str) -> int:
+    click.echo(f"sched: error: {message}", err=True)
+    return 1
+
+
+def _with_client(ctx: click.Context, work: Callable[[Any], int]) -> None:
+    """Exit with ``work(client)``, or 1 with the error's one line when it raises one of ours
+    or the scheduler cannot be reached."""
     obj = ctx.find_object(dict) or {}
     cfg = build_config(obj.get("config_file"), obj.get("options", {}))
-    ctx.exit(run_command(ctx.command.name or "", cfg, arguments))
+    try:
+        client = connect(cfg)
+        try:
+            status = work(client)
+        finally:
+            client.close()
+    except (SchedError, OSError) as error:
+        status = fail(str(error))
+    ctx.exit(status)
+
+
+def _json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=1))
+
+
+def _stdout_is_a_terminal() -> bool:
+    return sys.stdout.isatty()
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -37,65 +78,226 @@ def _run(ctx: click.Context, **arguments: Any) -> None:
 @click.pass_context
 def main(ctx: click.Context, scheduler_address: str | None, token_file: str | None,
          config_file: str | None) -> None:
-    """Submit and inspect jobs on a dsched scheduler."""
+    """Submit and inspect shell-command jobs on a dsched scheduler."""
     ctx.obj = {"config_file": config_file, "options": {
         "client.scheduler_address": scheduler_address, "client.token_file": token_file}}
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
-@click.option("--resources", type=ResourceSpec(), help='Resources the job needs, e.g. "GPU=1".')
-@click.option("--name", help="Job name shown by status and logs.")
+# Options stop at the command: what follows it (its own options included) is the command's.
+@main.command(context_settings={"allow_interspersed_args": False})
+@click.option("--resources", type=ResourceSpec(),
+              help='Resources the job needs, e.g. "GPU=1" or "gpu0=1 gpu1=1". A request '
+              "larger than any worker offers is queued and waits, saying why.")
+@click.option("--name", default="", help="Job name shown by status and logs.")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
 @click.option("--retries", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Times to rerun the job when it fails.")
-@click.option("--worker", "workers", multiple=True, help="Run only on this worker (repeatable).")
+              help="Times to run it again when its command exits non-zero.")
+@click.option("--after-ok", type=JobIds(), multiple=True,
+              help="Start only once these jobs have completed (never, if one does not).")
+@click.option("--after-any", type=JobIds(), multiple=True,
+              help="Start only once these jobs have ended, however they ended.")
+@click.option("--time", "time_limit", type=Duration(), metavar="DURATION",
+              help="Time limit: killed when it runs longer, and ends 'timeout' (90, 15m, 2h, "
+              "2:00:00, 1-12:00:00).")
+@click.option("--hold", is_flag=True, help="Queue it held: it waits for sched release.")
+@click.option("--env", type=EnvVar(), multiple=True,
+              help="Set NAME to VALUE in the job's environment (repeatable).")
+@click.option("--cwd", metavar="DIR",
+              help="Working directory of the job on its worker [default: the worker's].")
+@click.option("--requeue", is_flag=True,
+              help="Queue it again if its worker is lost while it runs (it may then have run "
+              "twice); without it such a job ends 'lost'.")
+@click.option("--wait", is_flag=True,
+              help="Follow the job to its end and exit with its exit status.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the job as JSON (as status --json does), at its end with --wait.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
-def submit(ctx: click.Context, **arguments: Any) -> None:
-    """Queue a shell command as a job.
+def submit(ctx: click.Context, command: tuple[str, ...], after_ok: tuple, after_any: tuple,
+           env: tuple, wait: bool, as_json: bool, **options: Any) -> None:
+    """Queue COMMAND as a job and print its number.
 
     Example: sched submit --resources "GPU=1" -- python train.py --lr 0.1
     """
-    _run(ctx, **arguments)
+    options.update(after_ok=[j for jobs in after_ok for j in jobs], env=dict(env),
+                   after_any=[j for jobs in after_any for j in jobs])
+
+    def work(client: Any) -> int:
+        job = client.submit_command(list(command), **options).job_id()
+        if not wait:
+            if as_json:
+                _json(client.jobs([job])["jobs"][0])
+            else:
+                click.echo(job)
+            return 0
+        if not as_json:
+            click.echo(job)
+        [view] = client.wait_for_jobs([job])
+        if as_json:
+            _json(view)
+        else:
+            click.echo(ended_line(view), err=True)
+        return exit_status(view["state"], view["exit_code"])
+
+    _with_client(ctx, work)
 
 
 @main.command()
-@click.argument("job_ids", nargs=-1, metavar="[JOB_ID]...")
+@click.argument("job_ids", nargs=-1, type=int, metavar="[JOB]...")
+@click.option("--state", "states", multiple=True, type=click.Choice(STATES),
+              help="Only jobs in this state (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON, for scripts.")
 @click.pass_context
-def status(ctx: click.Context, job_ids: tuple[str, ...]) -> None:
-    """Show jobs, and why each waiting one waits."""
-    _run(ctx, job_ids=job_ids)
+def status(ctx: click.Context, job_ids: tuple[int, ...], states: tuple[str, ...],
+           as_json: bool) -> None:
+    """Show jobs and why each one waits.
+
+    Jobs are shown newest first; each one not running says why it is in its state.
+    """
+    def work(client: Any) -> int:
+        found = client.jobs(job_ids, states)
+        views = found["jobs"]
+        if as_json:
+            _json(found)
+        elif views:
+            click.echo("\n".join(job_table(views, time.time())))
+            if found["total"] > len(views):
+                click.echo(f"(the newest {len(views)} of {found['total']} jobs)")
+        else:
+            click.echo("no jobs")
+        if found.get("recovering") and not as_json:
+            click.echo("(the scheduler is recovering: queued jobs wait for the workers that "
+                       "ran jobs to return)")
+        unknown = sorted(set(job_ids) - {view["id"] for view in views})
+        if unknown and not states:
+            return fail(f"no job {', '.join(map(str, unknown))}")
+        return 0
+
+    _with_client(ctx, work)
 
 
 @main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the workers as JSON, for scripts.")
 @click.pass_context
-def workers(ctx: click.Context) -> None:
-    """List workers with their resources and GPUs."""
-    _run(ctx)
+def workers(ctx: click.Context, as_json: bool) -> None:
+    """List workers: resources used and free, GPUs and their jobs."""
+    def work(client: Any) -> int:
+        found = client.workers()
+        if as_json:
+            _json(found)
+        else:
+            click.echo("\n".join(worker_table(found)) if found else "no workers connected")
+        return 0
+
+    _with_client(ctx, work)
 
 
 @main.command()
-@click.argument("job_ids", nargs=-1, required=True, metavar="JOB_ID...")
+@click.argument("job_id", type=int, metavar="JOB")
+@click.option("-f", "--follow", is_flag=True,
+              help="Keep printing output as it is written, until the job ends.")
 @click.pass_context
-def cancel(ctx: click.Context, job_ids: tuple[str, ...]) -> None:
-    """Cancel jobs; running ones are killed."""
-    _run(ctx, job_ids=job_ids)
+def logs(ctx: click.Context, job_id: int, follow: bool) -> None:
+    """Print a job's output (stdout and stderr), from its worker."""
+    def work(client: Any) -> int:
+        out = sys.stdout.buffer
+        for data in client.read_job_log(job_id, follow):
+            out.write(data)
+            out.flush()
+        return 0
+
+    _with_client(ctx, work)
 
 
 @main.command()
-@click.argument("job_id")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing output as it is written.")
-@click.pass_context
-def logs(ctx: click.Context, job_id: str, follow: bool) -> None:
-    """Print a job's output (stdout and stderr)."""
-    _run(ctx, job_id=job_id, follow=follow)
-
-
-@main.command()
-@click.argument("job_ids", nargs=-1, required=True, metavar="JOB_ID...")
+@click.argument("job_ids", nargs=-1, required=True, type=int, metavar="JOB...")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Give up after this long (exit status 124).")
 @click.pass_context
-def wait(ctx: click.Context, job_ids: tuple[str, ...], timeout: float | None) -> None:
-    """Wait for jobs to end; fail if any failed."""
-    _run(ctx, job_ids=job_ids, timeout=timeout)
+def wait(ctx: click.Context, job_ids: tuple[int, ...], timeout: float | None) -> None:
+    """Wait for jobs to end, showing progress.
+
+    Exits 0 if they all completed, 1 if any did not, 124 on --timeout.
+    """
+    def work(client: Any) -> int:
+        progress = JobProgress(sys.stdout, _stdout_is_a_terminal())
+        last: list = []
+
+        def update(views: list) -> None:
+            last[:] = views
+            progress.update(views)
+
+        try:
+            views = client.wait_for_jobs(job_ids, on_update=update, timeout=timeout)
+        except TimeoutError as error:
+            progress.finish(last)
+            fail(str(error))
+            return 124
+        progress.finish(views)
+        return 0 if all(view["state"] == "completed" for view in views) else 1
+
+    _with_client(ctx, work)
+
+
+def _answer(ctx: click.Context, job_ids: tuple[int, ...], ask: str, good: tuple[str, ...]) -> None:
+    def work(client: Any) -> int:
+        answers = getattr(client, ask)(job_ids)
+        for job in job_ids:
+            click.echo(f"job {job}: {answers[str(job)]}")
+        return 0 if all(answers[str(job)] in good for job in job_ids) else 1
+
+    _with_client(ctx, work)
+
+
+@main.command()
+@click.argument("job_ids", nargs=-1, required=True, type=int, metavar="JOB...")
+@click.pass_context
+def cancel(ctx: click.Context, job_ids: tuple[int, ...]) -> None:
+    """Cancel jobs, queued or running (running ones are killed)."""
+    _answer(ctx, job_ids, "cancel_jobs", ("cancelled", "cancelling"))
+
+
+@main.command()
+@click.argument("job_ids", nargs=-1, required=True, type=int, metavar="JOB...")
+@click.pass_context
+def release(ctx: click.Context, job_ids: tuple[int, ...]) -> None:
+    """Let held jobs (submit --hold) run."""
+    _answer(ctx, job_ids, "release_jobs", ("released",))
+
+
+@main.command("run-local")
+@click.argument("jobfile", type=click.Path(exists=True, dir_okay=False))
+@click.option("--resources", type=ConfigValue("worker.resources", "NAME=VALUE ..."),
+              help='What the local worker offers, e.g. "gpu0=1 gpu1=1" [default: nothing, '
+              "so only jobs that need nothing can run].")
+@click.option("--nworkers", type=click.IntRange(min=1),
+              help="Jobs that may run at once: the local worker's slots, which share "
+              "--resources (they do not multiply them) [default: the number of CPUs].")
+@click.pass_context
+def run_local(ctx: click.Context, jobfile: str, resources: Any, nworkers: int | None) -> None:
+    """Run a file of jobs on a cluster of its own.
+
+    A scheduler and one worker are started for the run, and stopped after it.
+
+    JOBFILE has one command line per line, split as a shell would, with an optional
+    [resources] prefix: "[gpu0=1 gpu1=1] python train.py". Blank lines and lines starting
+    with # are skipped. Fails if any job did not complete.
+    """
+    from ..client.runlocal import run_jobfile
+    from ..resources import Resources
+
+    progress = JobProgress(sys.stdout, _stdout_is_a_terminal())
+    try:
+        views = run_jobfile(jobfile, Resources.parse(resources or {}),
+                            nworkers or os.cpu_count() or 1, on_update=progress.update)
+    except JobSpecError as error:  # a bad JOBFILE is a bad command line
+        fail(f"{error}; nothing ran")
+        ctx.exit(2)
+    except (SchedError, OSError, RuntimeError) as error:
+        ctx.exit(fail(str(error)))
+    progress.finish(views)
+    ctx.exit(0 if all(view["state"] == "completed" for view in views) else 1)
+
+
+if __name__ == "__main__":
+    main()

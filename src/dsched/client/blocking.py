@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from ..dask.default import set_as_default as become_dask_default, unset_default
 from ..errors import SchedError
@@ -131,6 +131,25 @@ class Client:
     def job_log(self, job: int, offset: int = 0, limit: int = 1 << 20) -> Any:
         """Bytes of a job's log from its worker; see :meth:`AsyncClient.job_log`."""
         return self._run(self._async.job_log(job, offset, limit))
+
+    def read_job_log(self, job: int, follow: bool = False,
+                     interval: float = 0.5) -> Iterator[bytes]:
+        """The job's log chunk by chunk; ``follow``: until the job ends (see
+        :meth:`AsyncClient.read_job_log`)."""
+        log = self._async.read_job_log(job, follow, interval)
+        while (data := self._run(log.next())) is not None:
+            yield data
+
+    def wait_for_jobs(self, jobs: Iterable[int],
+                      on_update: Callable[[list[dict]], None] | None = None,
+                      timeout: float | None = None, interval: float = 1.0) -> list[dict]:
+        """Block until all ``jobs`` have ended; their views. ``on_update`` is called on the
+        client's loop thread; see :meth:`AsyncClient.wait_for_jobs`."""
+        return self._run(self._async.wait_for_jobs(jobs, on_update, timeout, interval))
+
+    def workers(self) -> list[dict]:
+        """The connected workers as ``sched workers`` shows them."""
+        return self._run(self._async.workers())
 
     def scheduler_info(self) -> dict:
         """Workers (resources total, used and free, threads, GPUs) and task counts by state."""

@@ -28,13 +28,15 @@ from ..errors import (
 from ..peers import PeerPool
 from ..protocol import ops
 from ..settings import TlsConfig, build
-from ..jobs import job_key
 from .future import PENDING, Future, FutureState, FutureStatus
+from .joblogs import JobLog, job_view, log_attempt, read_log
 from .jobs import JobDesk, JobFuture, _Submitting, job_spec
+from .jobwait import wait_for_jobs
 from .reports import TASK_REPORTS, apply_task_report
 from .results import MISSING, fetch_results, substitute_present, wait_all
 from .settings import comm_config, resolve_token
 from .submission import KeyMaker, TaskBuilder, is_bulk, map_keys, task_options, task_size
+from .workerview import workers_view
 
 logger = logging.getLogger("dsched.client")
 
@@ -419,18 +421,28 @@ class AsyncClient:
     async def job_log(self, job: int, offset: int = 0, limit: int = 1 << 20) -> ops.Log:
         """Bytes of the log of a job's latest attempt from ``offset``, read from its worker:
         a Log with ``data``, ``size`` (the log's length now) and ``ended``."""
-        found = (await self.jobs([job]))["jobs"]
-        if not found:
-            raise SchedError(f"no job {job}")
-        view = found[0]
-        if not view["address"] or not view["log"]:
+        view = await job_view(self, job)
+        attempt = log_attempt(view)
+        if attempt is None:
             raise SchedError(f"job {job} has no log yet: it is {view['state']}")
-        assert self._peers is not None
-        log = await self._peers.get_log(view["address"], job_key(job, view["attempt"]), offset,
-                                        limit, self._timeout)
-        if log.error:
-            raise SchedError(f"the log of job {job}: {log.error}")
-        return log
+        return await read_log(self, job, attempt, view["address"], offset, limit)
+
+    def read_job_log(self, job: int, follow: bool = False, interval: float = 0.5) -> JobLog:
+        """The job's log chunk by chunk (``async for data in ...``); ``follow``: until the
+        job ends, waiting for it to start and following its retries."""
+        return JobLog(self, job, follow, interval)
+
+    async def wait_for_jobs(self, jobs: Iterable[int],
+                            on_update: Callable[[list[dict]], None] | None = None,
+                            timeout: float | None = None, interval: float = 1.0) -> list[dict]:
+        """Wait until all ``jobs`` (by number) have ended; their views. ``on_update(views)``
+        is called as they change, and at least every ``interval`` seconds."""
+        return await wait_for_jobs(self, jobs, on_update, timeout, interval)
+
+    async def workers(self) -> list[dict]:
+        """The connected workers with their resources (total, used, free), GPUs and who
+        uses them, and their jobs, as ``sched workers`` shows them."""
+        return await workers_view(self)
 
     # -- Dask collections (dsched.dask; needs the dask extra) -------------------------------
 
@@ -523,7 +535,8 @@ class AsyncClient:
             self._requests.pop(request_id, None)
 
     async def scheduler_info(self) -> dict:
-        """Workers (resources total, used and free, threads, GPUs) and task counts by state."""
+        """Workers (resources total, used and free, threads, GPUs and their use) and task
+        counts by state."""
         return await self._request(lambda request_id: ops.Info(id=request_id))
 
     async def wait_for_workers(self, n: int, timeout: float | None = None) -> None:

@@ -1,4 +1,5 @@
-"""What a client takes from the configuration: its token and its connection settings.
+"""What a client takes from the configuration: its token and its connection settings, and
+the client the ``sched`` command makes from a config.
 
 Read once per client, when it is made; never in a hot path (``config.get`` may read the
 config file).
@@ -6,7 +7,9 @@ config file).
 
 from __future__ import annotations
 
-from .. import config
+from typing import Any, Mapping
+
+from .. import config, settings
 from ..auth import load_token
 from ..settings import CommConfig, build
 
@@ -19,3 +22,21 @@ def resolve_token(token: str | None, token_file: str | None) -> str:
 def comm_config() -> CommConfig:
     """The [comm] settings in force, for this process's connections."""
     return build(CommConfig, config.get("comm"))
+
+
+#: Where ``sched`` looks for a scheduler when none is configured: this machine's, on the
+#: scheduler's default port.
+DEFAULT_SCHEDULER = f"127.0.0.1:{settings.SchedulerConfig.port}"
+
+
+def client_from_config(cfg: Mapping[str, Any], name: str = "sched") -> Any:
+    """A blocking Client of the scheduler that ``cfg`` (from ``config.load``) names, with its
+    token file, timeout, TLS and comm settings: the connection of the ``sched`` command.
+    With no address, DEFAULT_SCHEDULER: a command never starts a cluster of its own."""
+    from .blocking import Client
+
+    section = cfg["client"]
+    with config.set({"client": section, "comm": cfg["comm"]}):
+        return Client(section["scheduler_address"] or DEFAULT_SCHEDULER,
+                      token_file=section["token_file"], timeout=section["connect_timeout"],
+                      name=name, set_as_default=False)

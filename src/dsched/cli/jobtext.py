@@ -1,0 +1,142 @@
+"""What the ``sched`` command prints about jobs and workers, as text: the tables of ``sched
+status`` and ``sched workers``, the line for a job that ended, a summary, a progress line.
+
+Pure: no I/O; times come in as arguments (wall-clock seconds, as job views carry them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..jobs import ENDED, JobState
+
+View = Mapping[str, Any]
+_ENDED = [state.value for state in JobState if state in ENDED]
+#: The states of jobs not ended, as a progress line counts them: the busiest first.
+_WAITING = ["running", "assigned", "queued", "held"]
+
+
+def duration(seconds: float | None) -> str:
+    """``0.4s``, ``59.9s``, ``3m05s``, ``2h03m``, ``1d04h``; empty for None."""
+    if seconds is None:
+        return ""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def clock(when: float | None, now: float) -> str:
+    """A wall-clock time in local time: ``18:24:13`` today, ``11-22 18:24`` on another day."""
+    if when is None:
+        return ""
+    moment = dt.datetime.fromtimestamp(when)
+    if moment.date() == dt.datetime.fromtimestamp(now).date():
+        return moment.strftime("%H:%M:%S")
+    return moment.strftime("%m-%d %H:%M")
+
+
+def elapsed(view: View, now: float) -> float | None:
+    """How long the job ran (runs, for one that has not ended)."""
+    if view.get("duration") is not None:
+        return view["duration"]
+    started = view.get("started")
+    if started is None or view["state"] in _ENDED:
+        return None
+    return max(0.0, now - started)
+
+
+def reason(view: View) -> str:
+    """Why the job is in its state, in words (empty for a job that runs or completed)."""
+    return view.get("detail") or view.get("reason") or ""
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """Columns as wide as their widest cell, two spaces apart; the last one not padded."""
+    rows = [list(header), *(list(row) for row in rows)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+            for row in rows]
+
+
+JOB_COLUMNS = ("ID", "NAME", "STATE", "RESOURCES", "WORKER", "GPUS", "SUBMITTED", "STARTED",
+               "DURATION", "EXIT", "REASON")
+
+
+def job_table(views: Sequence[View], now: float) -> list[str]:
+    """``sched status``: one row a job, its reason last (the widest)."""
+    return table(JOB_COLUMNS, ([
+        str(v["id"]), v["name"], v["state"], v["resources"], v["worker"],
+        ",".join(map(str, v["gpus"])), clock(v["submitted"], now), clock(v["started"], now),
+        duration(elapsed(v, now)), "" if v["exit_code"] is None else str(v["exit_code"]),
+        reason(v)] for v in views))
+
+
+def _amount(value: float) -> str:
+    return f"{value:g}"
+
+
+def _gpu(gpu: Mapping[str, Any]) -> str:
+    users = "+".join(f"job {job}" for job in gpu["jobs"]) or "free"
+    use = "" if gpu.get("utilization") is None else f" {gpu['utilization']:.0%} busy"
+    return f"{gpu['index']}: {users}{use}"
+
+
+WORKER_COLUMNS = ("WORKER", "ADDRESS", "SLOTS", "RESOURCES (USED/TOTAL)", "FREE", "GPUS",
+                  "JOBS")
+
+
+def worker_table(workers: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``sched workers``: one row a worker; slots busy of its threads; each resource used of
+    its total, and what is free; each GPU with the jobs on it; the jobs it runs."""
+    rows = []
+    for w in workers:
+        resources = w["resources"]
+        name = w["name"] + (" (draining)" if w["draining"] else "")
+        rows.append([
+            name, w["address"], f"{w['busy']}/{w['nthreads']}",
+            " ".join(f"{n}={_amount(r['used'])}/{_amount(r['total'])}"
+                     for n, r in sorted(resources.items())),
+            " ".join(f"{n}={_amount(r['free'])}" for n, r in sorted(resources.items())),
+            ", ".join(_gpu(gpu) for gpu in w["gpus"]),
+            ",".join(map(str, w["jobs"]))])
+    return table(WORKER_COLUMNS, rows)
+
+
+def ended_line(view: View) -> str:
+    """``job 4 (train) failed after 2.1s: exited with code 3``."""
+    name = f" ({view['name']})" if view["name"] else ""
+    took = duration(view.get("duration"))
+    after = f" after {took}" if took else ""
+    why = reason(view)
+    return f"job {view['id']}{name} {view['state']}{after}" + (f": {why}" if why else "")
+
+
+def _counts(views: Iterable[View], states: Sequence[str]) -> list[str]:
+    counts: dict[str, int] = {}
+    for view in views:
+        counts[view["state"]] = counts.get(view["state"], 0) + 1
+    return [f"{counts[state]} {state}" for state in states if counts.get(state)]
+
+
+def summary(views: Sequence[View]) -> str:
+    """``4 jobs: 3 completed, 1 failed``."""
+    s = "s" if len(views) != 1 else ""
+    states = _counts(views, _ENDED + _WAITING)
+    return f"{len(views)} job{s}: {', '.join(states)}" if states else f"{len(views)} job{s}"
+
+
+def progress_line(views: Sequence[View], seconds: float) -> str:
+    """``[0:12] 2/4 ended (1 completed, 1 failed); 1 running, 1 queued``."""
+    ended = [view for view in views if view["state"] in _ENDED]
+    whole = int(seconds)
+    text = f"[{whole // 60}:{whole % 60:02d}] {len(ended)}/{len(views)} ended"
+    if ended:
+        text += f" ({', '.join(_counts(ended, _ENDED))})"
+    waiting = _counts(views, _WAITING)
+    return text + (f"; {', '.join(waiting)}" if waiting else "")
