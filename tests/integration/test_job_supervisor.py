@@ -83,18 +83,22 @@ def supervise(tmp_path):
     directory.mkdir()
 
     def start(command, *, time_limit=None, env=None, cwd=None, gpus=(), grace=0.2,
-              lease=60.0) -> Supervised:
+              lease=60.0, orders=()) -> Supervised:
+        """``orders``: lines the worker said before the supervisor began to read."""
         record, log = record_path(str(directory), KEY), log_path(str(directory), KEY)
         job = {"command": command, "env": env or {}, "cwd": cwd, "time_limit": time_limit,
                "name": "test"}
         write_record(record, new_record(KEY, job, gpus, log, "w1"))
         lock = open_locked_log(log)
+        read, write = os.pipe()
+        os.write(write, b"".join(line.encode() + b"\n" for line in orders))
         process = subprocess.Popen(
             [sys.executable, "-m", "dsched.worker.jobsupervisor", record, str(lock), str(grace),
              repr(time.monotonic() + lease)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(lock,),
-            start_new_session=True)
+            stdin=read, stdout=subprocess.PIPE, pass_fds=(lock,), start_new_session=True)
         os.close(lock)
+        os.close(read)
+        process.stdin = os.fdopen(write, "wb")
         supervised = Supervised(process, record, log)
         started.append(supervised)
         return supervised
@@ -197,11 +201,28 @@ def test_a_cancelled_job_ends_on_sigterm_within_its_grace(supervise):
 
 
 def test_a_job_outliving_its_lease_is_killed_and_lost(supervise):
-    job = supervise(["sleep", "600"], lease=0.5)
+    job = supervise(["sleep", "600"], lease=2.5)  # long enough for it to start under load
     job.started()
     ended = job.ended()
     assert (ended.outcome, ended.exit_code) == ("lost", -signal.SIGTERM)
     assert "lost the scheduler for longer than its job lease" in ended.error
+
+
+def test_a_job_whose_lease_is_over_before_it_is_spawned_is_not_started(supervise, tmp_path):
+    marker = tmp_path / "ran"
+    job = supervise(["touch", str(marker)], lease=-1.0)
+    ended = job.ended()  # the first thing it says: no AttemptStarted
+    assert (ended.outcome, ended.exit_code, ended.started) == ("lost", None, None)
+    assert ended.error == ("not started: its worker had lost the scheduler for longer than its "
+                           "job lease")
+    assert not marker.exists()
+    assert job.output() == f"sched: {KEY} {ended.error}\n"
+
+
+def test_a_lease_renewed_while_the_supervisor_started_lets_the_job_run(supervise):
+    job = supervise(["true"], lease=-1.0, orders=[repr(time.monotonic() + 60)])
+    job.started()
+    assert job.ended().outcome == "completed"
 
 
 def test_renewed_leases_keep_a_job_running(supervise):

@@ -1,6 +1,7 @@
 """The job queue of a real scheduler daemon, before any worker runs a job: submissions are
 acknowledged once journaled, read back with their reasons, cancelled, held and released,
-and survive a kill -9 of the scheduler (the same submission then names the same job)."""
+and survive a kill -9 of the scheduler (the same submission then names the same job, and a
+client that was waiting for a reply or an end when its scheduler died sends them again)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import signal
 
 import pytest
 
-from dsched import SchedError
+from deadline import wait_until
+from dsched import CancelledError, SchedError
 from dsched.client.jobs import job_spec
 from dsched.resources import ResourceSpecError
 
@@ -43,6 +45,33 @@ def test_a_retried_submission_names_the_same_job(daemons):
     futures = [client._async._jobs.submit(spec) for _ in range(3)]
     assert len({f.job_id(timeout=10) for f in futures}) == 1
     assert client.jobs()["total"] == 1
+
+
+def test_a_client_resubmits_after_a_lost_reply_and_follows_its_jobs_on(daemons, tmp_path):
+    state_dir = str(tmp_path / "state")
+    daemons.scheduler("--state-dir", state_dir)
+    port = int(daemons.address.rsplit(":", 1)[1])
+    client = daemons.client()
+    held = client.submit_command(["true"], hold=True)
+    held.job_id(timeout=10)
+    daemons.scheduler_process.kill()
+    daemons.scheduler_process.wait()
+    # This one dies after the journal has the next submission and before it answers.
+    daemons.scheduler("--state-dir", state_dir, port=port,
+                      env={"SCHED_FAILPOINTS": "after-submit-commit"})
+    wait_until(lambda: client.status == "running", 30, what="the client to reconnect")
+    dying = daemons.scheduler_process
+    future = client.submit_command(["true"], hold=True)
+    wait_until(lambda: dying.poll() is not None, 30, what="the failpoint")
+    assert "failpoint after-submit-commit: killed" in daemons.scheduler_log()
+    daemons.scheduler("--state-dir", state_dir, port=port)
+
+    assert future.job_id(timeout=30) == held.job_id() + 1
+    assert client.jobs()["total"] == 2
+    assert client.cancel_jobs([held.job_id()]) == {str(held.job_id()): "cancelled"}
+    with pytest.raises(CancelledError):  # its end reached the future it was watched by
+        held.result(timeout=10)
+    assert not future.done()
 
 
 def test_a_misspecified_job_is_refused_and_nothing_is_queued(daemons):

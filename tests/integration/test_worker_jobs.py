@@ -19,6 +19,7 @@ from dsched.protocol import ops
 from dsched.resources import Resources
 from dsched.settings import CommConfig, WorkerConfig
 from dsched.worker.server import Worker, WorkerSetup
+from dsched.worker.task import TaskState
 
 TOKEN = "jobs-test-token"
 
@@ -168,6 +169,22 @@ async def test_heartbeats_renew_the_lease_and_without_them_the_job_is_lost(clust
 
     ended = await cluster.told(ops.AttemptEnded, "job-3.1", timeout=10)
     assert ended.outcome == "lost" and "longer than its job lease" in ended.error
+
+
+async def test_a_job_sent_after_the_lease_ran_out_waits_for_a_new_lease(cluster):
+    worker = await cluster.start(job_lease=0.6, heartbeat_interval=0.1)
+    cluster.leasing = False  # the scheduler is slow to answer (the connection stays up)
+    until = worker.state.attempts.lease_until
+    await wait_until_async(lambda: time.monotonic() > until, 10, what="the lease to run out")
+    cluster.send(job("job-4.1", "true"))
+    await wait_until_async(lambda: worker.state.state_of("job-4.1"), 10, what="the Execute")
+    assert worker.state.state_of("job-4.1") is TaskState.READY
+
+    renewed = time.time()
+    cluster.leasing = True
+    started = await cluster.told(ops.AttemptStarted, "job-4.1")
+    assert started.started >= renewed
+    assert (await cluster.told(ops.AttemptEnded, "job-4.1")).outcome == "completed"
 
 
 async def test_a_draining_worker_lets_a_job_run_to_the_deadline_then_stops_it(cluster):

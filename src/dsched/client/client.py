@@ -171,6 +171,7 @@ class AsyncClient:
         stop the LocalCluster this client started, if any."""
         if self.status in ("closing", "closed"):
             return
+        reconnecting = self.status == "disconnected"
         self.status = "closing"
         for state in list(self._states.values()):
             state.finish(FutureStatus.cancelled, reason="the client was closed")
@@ -178,6 +179,8 @@ class AsyncClient:
         if self.comm is not None:
             await self.comm.close("client closing")
         if self._reader is not None:
+            if reconnecting:  # it may be waiting to try again
+                self._reader.cancel()
             await asyncio.gather(self._reader, return_exceptions=True)
         if self._peers is not None:
             await self._peers.close()
@@ -467,32 +470,69 @@ class AsyncClient:
     # -- reports from the scheduler ---------------------------------------------------------
 
     async def _read(self) -> None:
+        """Take what the scheduler says until the connection ends; then, while jobs are in
+        flight, connect again (they outlive the scheduler's restarts) and go on."""
+        while True:
+            reason = await self._read_connection()
+            if self.status not in ("closing", "closed"):
+                self.status = "disconnected"
+                self._lost_reason = reason
+                logger.error("Lost the scheduler at %s: %s", self.address, reason)
+            lost = SchedulerLostError(f"lost the scheduler at {self.address}: {reason}")
+            for request in self._requests.values():
+                if not request.done():
+                    request.set_exception(lost)
+            with self._lock:
+                states = list(self._states.values())
+            for state in states:
+                state.finish(FutureStatus.lost, exception=lost, reason=reason)
+            if not (self.status == "disconnected" and self._jobs.in_flight()
+                    and await self._reconnect()):
+                self._jobs.lost(lost)
+                return
+            self._jobs.resend()
+
+    async def _read_connection(self) -> str:
+        """Handle every op of the connection; why it ended."""
         assert self.comm is not None
-        reason = "the scheduler closed the connection"
         try:
             async for op in self.comm:
                 self._on_op(op)
         except CommClosedError as error:
-            reason = error.reason
+            return error.reason
         except RemoteProtocolError as error:  # the scheduler sent something malformed
-            reason = f"protocol error: {error}"
             self.comm.protocol_error(error)
+            return f"protocol error: {error}"
         except Exception as error:  # a bug here must not leave futures hanging
             logger.exception("Client failed handling a report")
-            reason = f"client error: {error}"
-        if self.status not in ("closing", "closed"):
-            self.status = "disconnected"
-            self._lost_reason = reason
-            logger.error("Lost the scheduler at %s: %s", self.address, reason)
-        lost = SchedulerLostError(f"lost the scheduler at {self.address}: {reason}")
-        for request in self._requests.values():
-            if not request.done():
-                request.set_exception(lost)
-        with self._lock:
-            states = list(self._states.values())
-        for state in states:
-            state.finish(FutureStatus.lost, exception=lost, reason=reason)
-        self._jobs.lost(lost)
+            return f"client error: {error}"
+        return "the scheduler closed the connection"
+
+    async def _reconnect(self) -> bool:
+        """Connect to the same address again, trying for up to the connect timeout; whether
+        that worked (a refusal, such as a wrong token, ends the trying at once)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
+        delay = 0.1
+        while self.status == "disconnected" and loop.time() < deadline:
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 1.0)
+            try:
+                await self._connect()
+            except OSError:
+                continue
+            except SchedError as error:
+                logger.error("Cannot connect to the scheduler at %s again: %s", self.address,
+                             error)
+                return False
+            if self.status != "disconnected":  # closed meanwhile
+                await self.comm.close("client closing")
+                return False
+            self.status = "running"
+            logger.info("Connected to the scheduler at %s again; its jobs are followed on",
+                        self.address)
+            return True
+        return False
 
     def _on_op(self, d: dict) -> None:
         op = ops.decode(d)

@@ -9,7 +9,10 @@ whether the command succeeded or not (``check()`` raises :class:`JobFailed` when
 A cancelled job's ``result()`` raises CancelledError.
 
 The client's ``JobDesk`` matches the scheduler's replies and job ends to the futures; it runs
-on the client's loop, except ``submit``, which any thread may call.
+on the client's loop, except ``submit``, which any thread may call. Jobs outlive a restart of
+their scheduler, so a client that loses it while jobs are in flight connects again and the desk
+sends their submissions and watches again: a submission whose reply was lost names, under its
+submission id, the job it was already given, not a second one.
 """
 
 from __future__ import annotations
@@ -245,7 +248,7 @@ class JobDesk:
 
     def __init__(self, client: AsyncClient):
         self.client = client
-        self.submitting: dict[int, JobFuture] = {}
+        self.submitting: dict[int, _Submitting] = {}
         self.watching: dict[int, list[JobFuture]] = {}
 
     def submit(self, spec: JobSpec) -> JobFuture:
@@ -258,7 +261,7 @@ class JobDesk:
 
     def sent(self, item: "_Submitting") -> ops.SubmitJobs:
         """On the loop, as the submit goes out: wait for its reply."""
-        self.submitting[item.request] = item.future
+        self.submitting[item.request] = item
         return ops.SubmitJobs(id=item.request, jobs=(item.spec.to_wire(),))
 
     def watch(self, job_id: int) -> JobFuture:
@@ -275,9 +278,10 @@ class JobDesk:
 
     def on_reply(self, op: Any) -> bool:
         """A Reply or Error: True if it answered a submission here."""
-        future = self.submitting.pop(op.id, None)
-        if future is None:
+        item = self.submitting.pop(op.id, None)
+        if item is None:
             return False
+        future = item.future
         if type(op) is ops.Error:
             future._failed(SchedError(f"the scheduler refused the job: {op.reason}"))
         else:
@@ -289,9 +293,22 @@ class JobDesk:
         for future in self.watching.pop(op.job.get("id"), ()):
             future._end(op.job)
 
+    def in_flight(self) -> bool:
+        """Whether a submission waits for its reply or a job for its end."""
+        return bool(self.submitting or self.watching)
+
+    def resend(self) -> None:
+        """Connected again: each submission not answered goes again, with its submission id,
+        and each watched job is watched again."""
+        for item in self.submitting.values():
+            self.client._send(ops.SubmitJobs(id=item.request, jobs=(item.spec.to_wire(),)))
+        if self.watching:
+            self.client._send(ops.WatchJobs(jobs=tuple(self.watching)))
+
     def lost(self, error: BaseException) -> None:
         """The scheduler is gone: every future here fails (the jobs themselves go on)."""
-        futures = [*self.submitting.values(), *(f for fs in self.watching.values() for f in fs)]
+        futures = [*(item.future for item in self.submitting.values()),
+                   *(f for fs in self.watching.values() for f in fs)]
         self.submitting, self.watching = {}, {}
         for future in futures:
             future._failed(error, FutureStatus.lost)

@@ -236,7 +236,8 @@ class JobBook:
                              "stopping it", w.name, e.key)
                 self.out.actions.append(StopTask(key=e.key, worker=address))
             return
-        if job.state is ASSIGNED:
+        # Running with no pid: adopted from a registration that listed it as being started.
+        if job.state is ASSIGNED or not job.pid:
             self.mark_running(job, e)
             self.out.journal(job, "start")
 

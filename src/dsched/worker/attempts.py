@@ -58,6 +58,13 @@ class AttemptBook:
         #: Attempts that end without starting (EndUnstartedJob given, AttemptEnded not heard).
         self.ending_unstarted: set[str] = set()
 
+    def may_start(self, now: float) -> bool:
+        """Whether a job may start at ``now`` (the worker's monotonic clock): only while
+        registered, so that its start is reported, and within the lease. Past the lease the
+        scheduler may already have given this worker's jobs up and queued them elsewhere; a
+        job then waits for a new lease, or is dropped with the session."""
+        return self.registered and now < self.lease_until
+
     def known(self, key: str) -> list[Action] | None:
         """The answer to an Execute of an attempt this worker knows (it never starts one
         twice): nothing while it runs, its outcome once ended; None for an unknown one."""

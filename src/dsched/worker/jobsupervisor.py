@@ -12,7 +12,9 @@ process, however it ends), with stdout and stderr appended to the job's log, and
   cancels the job; ``shutdown`` stops it because the worker is shutting down; end of file means
   the worker is gone: the group is killed at once;
 - the job's time limit and its lease deadline. A job that outlives its lease is killed here, so
-  that happens even while the worker process is frozen or busy.
+  that happens even while the worker process is frozen or busy; and one whose lease is over
+  when its supervisor would spawn it (the worker froze, or was slow, after deciding to start
+  it) is not spawned at all.
 
 Cancel, time limit, lease and shutdown send SIGTERM to the group and SIGKILL after
 ``KILL_GRACE`` seconds. The supervisor writes the outcome into the record itself before it
@@ -53,6 +55,13 @@ SHUTDOWN = ("lost", "killed because its worker shut down")
 LEASE_EXPIRED = ("lost", "killed because its worker lost the scheduler for longer than its "
                          "job lease")
 WORKER_GONE = ("lost", "killed because its worker process ended while it ran")
+#: The error of an attempt stopped (for each of those reasons) before its command was spawned.
+NOT_STARTED = {
+    CANCELLED: "cancelled before it started",
+    SHUTDOWN: "not started: its worker shut down",
+    LEASE_EXPIRED: "not started: its worker had lost the scheduler for longer than its job lease",
+    WORKER_GONE: "not started: its worker process ended",
+}
 
 
 def job_environment(base: dict[str, str], key: str, job: dict, gpus: tuple[int, ...],
@@ -92,12 +101,23 @@ class Supervision:
         self.ending: tuple[str, str] | None = None  # (outcome, error) once it is being stopped
         self.kill_at: float | None = None
         self.process: subprocess.Popen | None = None
+        self.pending = b""  # a part of a line from the worker
 
     def run(self) -> None:
         command, cwd = list(self.job["command"]), self.job.get("cwd")
         env = job_environment(dict(os.environ), self.key, self.job, tuple(self.record["gpus"]),
                               self.record.get("worker", ""))
         problem = start_problem(command, cwd, env)
+        # What the worker said while this process started: a newer lease, or a stop. A job
+        # whose lease is over by now is not spawned: the scheduler may have queued it
+        # elsewhere already.
+        self._take_orders()
+        if self.ending is None and time.monotonic() >= self.lease_until:
+            self.ending = LEASE_EXPIRED
+        if self.ending is not None:
+            outcome, error = self.ending[0], NOT_STARTED[self.ending]
+            self._note(f"{self.key} {error}")
+            return self._end(outcome, None, error)
         lifeline = Lifeline()
         parent = os.getpid()
         if not problem:
@@ -140,7 +160,6 @@ class Supervision:
             poller.register(exit_fd, select.POLLIN)
         except (AttributeError, OSError):  # no pidfd here: look every _POLL_INTERVAL
             exit_fd = None
-        pending = b""
         while not self._leader_exited():
             now = time.monotonic()
             deadlines = [d for d in (limit_at, self.lease_until) if self.ending is None
@@ -150,17 +169,8 @@ class Supervision:
                 wait = min(wait, _POLL_INTERVAL)
             # Orders first: a lease extended in time must not lose to its own deadline.
             for fd, _ in poller.poll(max(0, wait) * 1000 + 1):
-                if fd != 0:
-                    continue
-                data = os.read(0, 4096)
-                if not data:  # the worker is gone: nobody will renew the lease or say more
+                if fd == 0 and not self._take_orders():
                     poller.unregister(0)
-                    self.ending = self.ending or WORKER_GONE
-                    self._kill_group(signal.SIGKILL)
-                    continue
-                *lines, pending = (pending + data).split(b"\n")
-                for line in lines:
-                    self._order(line.decode(errors="replace").strip())
             now = time.monotonic()
             if self.ending is None:
                 if limit_at is not None and now >= limit_at:
@@ -177,6 +187,20 @@ class Supervision:
         if exit_fd is not None:
             os.close(exit_fd)
         return process.wait()
+
+    def _take_orders(self) -> bool:
+        """Carry out what the worker has said on stdin (without waiting for more); False once
+        it is gone."""
+        while select.select([0], [], [], 0)[0]:
+            data = os.read(0, 4096)
+            if not data:  # the worker is gone: nobody will renew the lease or say more
+                self.ending = self.ending or WORKER_GONE
+                self._kill_group(signal.SIGKILL)
+                return False
+            *lines, self.pending = (self.pending + data).split(b"\n")
+            for line in lines:
+                self._order(line.decode(errors="replace").strip())
+        return True
 
     def _order(self, line: str) -> None:
         if line == "kill":
@@ -204,7 +228,8 @@ class Supervision:
                          os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
     def _kill_group(self, signum: int) -> None:
-        assert self.process is not None
+        if self.process is None:  # not spawned (yet): there is no group
+            return
         try:
             os.killpg(self.process.pid, signum)
         except (ProcessLookupError, PermissionError):

@@ -264,7 +264,7 @@ class Worker:
     # -- decisions and actions --------------------------------------------------------------
 
     def _handle(self, event: Any) -> None:
-        for action in self.state.handle(event):
+        for action in self.state.handle(event, time.monotonic()):
             kind = type(action)
             if kind is act.StartTask:
                 self._spawn(self._run(action))

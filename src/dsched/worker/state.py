@@ -10,8 +10,10 @@ or than its resources allow. Tasks over that wait in a ready queue, scanned in p
 where a task that does not fit now does not hold back the ones behind it. Inputs fetched from
 peers are held only while a task here needs them; results computed here are held until the
 scheduler frees them. A shell-command job's attempt takes a thread and its resources and waits
-in the same queue as a task; what else it decides about jobs (start only while registered,
-never twice, keep outcomes until acknowledged, the lease) it keeps in an ``AttemptBook``.
+in the same queue as a task; what else it decides about jobs (start only while registered and
+within the job lease, never twice, keep outcomes until acknowledged) it keeps in an
+``AttemptBook``. The shell hands each event over with its monotonic clock, on which the lease
+is measured.
 
 Pure: no I/O, no clock, no asyncio, no NVML.
 """
@@ -96,12 +98,13 @@ class WorkerState:
 
     # -- the one mutator ------------------------------------------------------------------
 
-    def handle(self, event: ev.Event) -> list[Action]:
+    def handle(self, event: ev.Event, now: float) -> list[Action]:
+        """``now``: the worker's ``time.monotonic()`` as the event is handed over."""
         handler = self._handlers.get(type(event))
         if handler is None:
             raise TypeError(f"WorkerState cannot handle {event!r}")
         actions = handler(event)
-        return actions + self._start_ready()
+        return actions + self._start_ready(now)
 
     # -- queries --------------------------------------------------------------------------
 
@@ -385,18 +388,18 @@ class WorkerState:
         task.state = TaskState.READY
         bisect.insort(self.ready, task.queue_entry)
 
-    def _start_ready(self) -> list[Action]:
+    def _start_ready(self, now: float) -> list[Action]:
         if not self.ready or not self.free_threads:
             return []
         actions: list[Action] = []
         available = self.available
         waiting = []
+        jobs_may_start = self.attempts.may_start(now)
         for entry in self.ready:
             task = self.tasks[entry[2]]
             gpus = None
-            # A job starts only while registered: its start is reported, and its lease runs.
             if self.free_threads and task.resources.fits(available) \
-                    and (task.job is None or self.attempts.registered):
+                    and (task.job is None or jobs_may_start):
                 gpus = self.ledger.allocate(task.key, task.resources.get(GPU))
             if gpus is None:
                 waiting.append(entry)  # does not fit now; later tasks may

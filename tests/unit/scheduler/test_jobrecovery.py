@@ -88,6 +88,20 @@ def test_a_job_sent_to_a_worker_that_never_returns_may_have_started_so_it_is_los
     assert s.states() == {1: "lost"} and "may have started" in s.job(1).detail
 
 
+def test_an_attempt_being_started_as_its_worker_returned_gets_its_pid_once_it_has_started():
+    s = JobStory(lease_margin=10.0)
+    s.worker("w1")
+    s.jobs(job())
+    s.leave("w1")
+    # Its supervisor had not yet said it spawned the job: listed with pid 0 and no log.
+    s.worker("w1", attempts=(ops.AttemptStarted(key="job-1.1", pid=0, log="", started=0.0),))
+    assert s.states() == {1: "running"}
+    actions = s.at(20).start("job-1.1", pid=4321)
+    assert journaled(actions) == [(1, "running")]
+    view = s.view(1)
+    assert (view["pid"], view["log"], view["started"]) == (4321, "/jobs/job-1.1.log", 20)
+
+
 def test_stale_and_unknown_attempts_on_a_returning_worker_are_killed_and_old_ends_acknowledged():
     s = story_with_running_job()
     s.leave("w1")

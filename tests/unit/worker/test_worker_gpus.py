@@ -142,7 +142,7 @@ def test_four_gpus_over_two_workers_give_each_two_distinct_devices():
         resources = resources_with_gpus(R(""), mine.devices)
         state = WorkerState(2, resources, gpus=ledger_devices(resources, mine.devices))
         for key in ("a", "b"):
-            [start] = state.handle(Execute(key, b"", R("GPU=1")))
+            [start] = state.handle(Execute(key, b"", R("GPU=1")), 0.0)
             granted.append(start.gpus)
     assert granted == [(0,), (1,), (2,), (3,)]
 
@@ -159,7 +159,7 @@ def test_a_restricted_worker_pins_tasks_to_physical_devices():
     visible = detect_gpus(visible="2,3", backend=FakeNvml.with_count(4)).devices
     resources = resources_with_gpus(R(""), visible)
     state = WorkerState(2, resources, gpus=ledger_devices(resources, visible))
-    [start] = state.handle(Execute("t", b"", R("GPU=1")))
+    [start] = state.handle(Execute("t", b"", R("GPU=1")), 0.0)
     assert start == StartTask("t", b"", (2,), "gpu-process", (), R("GPU=1"))
     env = task_environment(start.gpus, {"CUDA_VISIBLE_DEVICES": "2,3"})
     assert env["CUDA_VISIBLE_DEVICES"] == "2" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"

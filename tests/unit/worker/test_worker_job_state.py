@@ -19,12 +19,14 @@ from dsched.worker.state import TaskState, WorkerState
 
 R = Resources.parse
 LEASE = 100.0
+#: The worker's monotonic clock as the shell hands each event over, unless a test says.
+NOW = 10.0
 
 
-def handle(state: WorkerState, *events):
+def handle(state: WorkerState, *events, now: float = NOW):
     actions = []
     for event in events:
-        actions += state.handle(event)
+        actions += state.handle(event, now)
         state.validate()
     return actions
 
@@ -131,6 +133,17 @@ def test_leases_extend_running_jobs_and_never_shrink():
     assert handle(state, Lease(25.0)) == []  # a late answer to an older heartbeat
     assert handle(state, SessionLost(), SessionOpened(40.0)) == [ExtendLease(40.0 + LEASE)]
     assert handle(state, job("job-2.1"))[0].lease_until == 40.0 + LEASE
+
+
+def test_no_job_starts_once_the_lease_has_run_out_until_a_new_lease():
+    state = registered(nthreads=1)
+    over = 10.0 + LEASE  # the scheduler was silent that long, or this worker was frozen
+    assert handle(state, job("job-1.1"), now=over) == []
+    assert state.state_of("job-1.1") is TaskState.READY
+    # A late answer to a heartbeat sent before then renews a lease that is over by now.
+    assert handle(state, Lease(over - LEASE + 1.0), now=over + 2.0) == []
+    assert handle(state, Lease(over + 2.0), now=over + 2.5) == [
+        StartJob("job-1.1", job("job-1.1").job, (), R(None), over + 2.0 + LEASE)]
 
 
 def test_stop_task_kills_a_running_job_and_ends_an_unstarted_one():

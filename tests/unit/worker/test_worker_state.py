@@ -17,7 +17,7 @@ R = Resources.parse
 def handle(state: WorkerState, *events):
     actions = []
     for event in events:
-        actions += state.handle(event)
+        actions += state.handle(event, 0.0)
         state.validate()
     return actions
 
@@ -230,7 +230,7 @@ def test_snapshot_for_reconnect_and_a_repeated_execute_is_answered_not_rerun():
 
 def test_unknown_events_and_bad_construction_are_errors():
     with pytest.raises(TypeError):
-        WorkerState(1).handle(object())
+        WorkerState(1).handle(object(), 0.0)
     with pytest.raises(ValueError):
         WorkerState(0)
 

@@ -40,7 +40,7 @@ class WorkerMachine(RuleBasedStateMachine):
     def send(self, event):
         if isinstance(event, (TaskFinished, DependencyFetched)):
             self.stored.add(event.key)
-        actions = self.state.handle(event)
+        actions = self.state.handle(event, 0.0)
         self.state.validate()
         for action in actions:
             if isinstance(action, REPORTS):
