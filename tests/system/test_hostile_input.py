@@ -128,6 +128,7 @@ def tracebacks(log: str) -> str:
     return "tracebacks in the log:\n" + "\n".join(f"{n} x {end}" for end, n in ends.items())
 
 
+@pytest.mark.timeout(300)  # 45-80 s alone; more on a busy machine
 def test_daemons_shrug_off_100k_hostile_frames_and_unpickle_nothing(daemons, tmp_path):
     rng = random.Random(20241123)
     marks_dir = tmp_path / "marks"

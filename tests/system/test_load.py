@@ -44,6 +44,7 @@ def finish_round(clients: list[subprocess.Popen]) -> None:
                 client.wait()
 
 
+@pytest.mark.timeout(300)  # 45-80 s alone; more on a busy machine
 def test_twenty_clients_lose_nothing_and_the_scheduler_gives_its_memory_back(daemons):
     daemons.scheduler()
     for name in ("a", "b"):
