@@ -15,6 +15,7 @@ import threading
 import time
 
 import cloudpickle
+import pytest
 
 from deadline import wait_until
 from hostile import (GOODBYE, STRANGERS, UNREGISTER, Marks, Tally, bad_client_op, bad_data_op,
