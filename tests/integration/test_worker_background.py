@@ -2,7 +2,8 @@
 worker stops, logs why with the traceback and keeps the reason; as a program it then exits 1,
 so that its nanny starts it again (a clean exit would tell the nanny it meant to stop).
 
-The failure is planted in the heartbeat, which runs in the background once registered."""
+The failure is planted in the heartbeat, which runs in the background once registered, and
+in a drain (started by a signal, in a task of its own)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,26 @@ async def test_a_failing_background_activity_stops_the_worker_and_says_why(
     logged = [r for r in caplog.records if r.levelno == logging.ERROR
               and "The worker failed (RuntimeError: the heartbeat broke)" in r.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info is not None
+
+
+async def test_a_drain_that_fails_stops_the_worker_and_says_why(monkeypatch, tmp_path):
+    config = WorkerConfig(scheduler_address="127.0.0.1:9", host="127.0.0.1",
+                          local_directory=str(tmp_path), reconnect_backoff_min=0.05)
+    worker = Worker(config, CommConfig(), WorkerSetup(token=TOKEN, nthreads=1,
+                                                      resources=Resources.parse({})))
+    await worker.start()
+
+    def broken():
+        raise RuntimeError("the books broke")
+
+    monkeypatch.setattr(worker.state, "is_idle", broken)
+    try:
+        await worker.drain()
+    finally:
+        await worker.close()
+
+    assert worker.stopped.is_set()
+    assert worker.failure == "RuntimeError: the books broke"
 
 
 PLANTED = """

@@ -156,6 +156,19 @@ async def test_a_running_job_is_cancelled_and_its_log_says_it_is_running_until_t
     assert worker.state.is_idle()
 
 
+async def test_a_job_cancelled_while_it_waits_for_a_thread_ends_cancelled(cluster):
+    await cluster.start()  # one thread
+    cluster.send(job("job-3.1", "sleep", "600"), job("job-4.1", "true"))
+    await cluster.told(ops.AttemptStarted, "job-3.1")
+
+    cluster.send(ops.StopTask("job-4.1"))
+
+    ended = await cluster.told(ops.AttemptEnded, "job-4.1")
+    assert (ended.outcome, ended.error) == ("cancelled", "cancelled before it started")
+    assert not [op for op in cluster.received
+                if type(op) is ops.AttemptStarted and op.key == "job-4.1"]
+
+
 async def test_heartbeats_renew_the_lease_and_without_them_the_job_is_lost(cluster):
     await cluster.start(job_lease=0.6, heartbeat_interval=0.1)
     cluster.send(job("job-3.1", "sleep", "600"))
