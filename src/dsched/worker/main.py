@@ -134,8 +134,8 @@ def _run_one(w: WorkerConfig, comm: CommConfig, devices: tuple[GpuDevice, ...], 
             shutil.rmtree(worker.local_directory, ignore_errors=True)
             return EXIT_CONFIG
         # Thread tasks run in this process and read its environment; the Worker tells its
-        # child processes explicitly and leaves this one to the program that owns it. Before
-        # anything runs: no task arrives before the session that start() has just set going.
+        # child processes explicitly and leaves this one to the program that owns it. Done
+        # before this coroutine yields: tasks come through the session, which starts after.
         os.environ.update(worker.task_variables())
         # Under a nanny this process dies with it: its GPU children then die with this one.
         install_signal_handlers(worker.drain, supervised=supervised, service=service)

@@ -183,11 +183,13 @@ class Worker:
             self._group = None
 
     def _spawn(self, coroutine) -> None:
-        try:
-            if self._group is None:
-                raise RuntimeError("the worker is stopping")
-            task = self._group.create_task(coroutine)
-        except RuntimeError:  # stopping (or the group is, after a failure): nothing new starts
+        task = None
+        if self._group is not None:
+            try:
+                task = self._group.create_task(coroutine)
+            except RuntimeError:  # the group is shutting down, after a failure
+                pass
+        if task is None:  # stopping: nothing new starts
             coroutine.close()
             return
         self._tasks.add(task)
