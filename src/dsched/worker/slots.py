@@ -89,8 +89,8 @@ class Slots:
             available = available - task.resources
             self.used = self.used + task.resources
             self.free_threads -= 1
-            # gpu<N> resources stand for device N: pinned like the ledger's grant.
             task.state = TaskState.EXECUTING
+            # gpu<N> resources stand for device N: pinned like the ledger's grant.
             task.gpus = tuple(sorted({*gpus, *named_devices(task.resources)}))
             started.append(task)
         self.ready = waiting
