@@ -169,9 +169,11 @@ class WorkerState:
             missing={dep for dep in dependencies if dep not in results},
         )
         self.tasks[key] = task
-        self.holdings.need(key, dependencies)
-        actions: list[Action] = [self.holdings.fetch(dep, workers, event.nbytes.get(dep, 0))
-                                 for dep, workers in sources.items()]
+        actions: list[Action] = []
+        if dependencies:
+            self.holdings.need(key, dependencies)
+            for dep, workers in sources.items():
+                actions.append(self.holdings.fetch(dep, workers, event.nbytes.get(dep, 0)))
         if not task.missing:
             self.slots.queue(task)
         return actions
@@ -302,8 +304,11 @@ class WorkerState:
     # -- bookkeeping ----------------------------------------------------------------------
 
     def _start_ready(self) -> list[Action]:
+        slots = self.slots
+        if not slots.ready or not slots.free_threads:  # after most events: nothing to start
+            return []
         # A job starts only while registered: its start is reported, and its lease runs.
-        started = self.slots.start_ready(self.tasks, self.attempts.registered)
+        started = slots.start_ready(self.tasks, self.attempts.registered)
         actions: list[Action] = []
         for task in started:
             if task.job is not None:
@@ -321,7 +326,7 @@ class WorkerState:
         del self.tasks[task.key]
         if task.state is TaskState.READY:
             self.slots.unqueue(task)
-        return self.holdings.release(task.key, task.dependencies)
+        return self.holdings.release(task.key, task.dependencies) if task.dependencies else []
 
     def _end_without_result(self, task: WorkerTask) -> list[Action]:
         return self._forget(task) + self._lose_input(task.key, ())
