@@ -155,3 +155,35 @@ def test_the_address_it_gives_clients_is_one_they_can_connect_to():
     scheduler.listener = SimpleNamespace(host="0.0.0.0", port=8786)  # as if listening
     host, port = scheduler.address.rsplit(":", 1)
     assert port == "8786" and host not in ("0.0.0.0", "")
+
+
+async def test_a_committed_batch_that_cannot_be_carried_out_stops_the_scheduler(tmp_path,
+                                                                                monkeypatch):
+    """Actions wait behind their journal commit: a failure while carrying them out must stop
+    the scheduler with the reason (``fatal``: the program then exits 1), not leave every later
+    action waiting behind it, unseen."""
+    import asyncio
+
+    from dsched.scheduler import actions as act
+    from dsched.scheduler import events as ev
+    from dsched.scheduler.journal import Journal
+    from dsched.scheduler.server import Scheduler
+    from dsched.settings import CommConfig, SchedulerConfig
+
+    journal = Journal(str(tmp_path / "jobs.db"))
+    scheduler = Scheduler(SchedulerConfig(host="127.0.0.1", port=0, tick_interval=0.01),
+                          CommConfig(), token="t", journal=journal)
+    handle = scheduler.state.handle
+    # A planted bug: the first tick's batch holds an action the shell does not know.
+    batches = [[act.JournalWrite(rows=({"id": 1},), causes=frozenset({"submit"})), object()]]
+    monkeypatch.setattr(scheduler.state, "handle", lambda event: batches.pop()
+                        if batches and type(event) is ev.Tick else handle(event))
+    await scheduler.start()
+    try:
+        reason = await asyncio.wait_for(scheduler.fatal, 30)
+    finally:
+        await scheduler.close()
+        journal.close()
+
+    assert reason.startswith("carrying out a journal commit failed: TypeError: unknown "
+                             "scheduler action")

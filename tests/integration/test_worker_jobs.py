@@ -24,21 +24,6 @@ from dsched.worker.task import TaskState
 TOKEN = "jobs-test-token"
 
 
-@pytest.fixture(autouse=True)
-def environment():
-    """A worker writes what its tasks should see into os.environ: undo that afterwards (later
-    tests start daemons with this environment)."""
-    names = ("CUDA_VISIBLE_DEVICES", "SCHED_TASK_GPUS", "SCHED_WORKER_NAME",
-             "SCHED_LOCAL_DIRECTORY")
-    saved = {name: os.environ.get(name) for name in names}
-    yield
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-
-
 class StandInScheduler:
     """Welcomes each worker, answers its heartbeats with leases while ``leasing``, and keeps
     every other op it sends."""
@@ -118,6 +103,22 @@ async def get_log(worker: Worker, key: str, offset: int = 0) -> ops.Log:
     return reply
 
 
+async def test_a_job_is_told_its_worker_and_scratch_directory_and_os_environ_stays_as_it_was(
+        cluster):
+    before = dict(os.environ)
+    worker = await cluster.start()
+    cluster.send(job("job-2.1", "sh", "-c",
+                     'echo "$SCHED_WORKER_NAME|$SCHED_LOCAL_DIRECTORY|$CUDA_VISIBLE_DEVICES|"'))
+
+    ended = await cluster.told(ops.AttemptEnded, "job-2.1")
+
+    assert ended.outcome == "completed"
+    told = f"w1|{worker.local_directory}||\n".encode()
+    assert (await get_log(worker, "job-2.1")).data == told
+    # The worker shares this process: what it tells its tasks went to its children only.
+    assert dict(os.environ) == before
+
+
 async def test_a_job_runs_reports_serves_its_log_and_is_forgotten_once_acknowledged(cluster,
                                                                                    tmp_path):
     worker = await cluster.start()
@@ -154,6 +155,19 @@ async def test_a_running_job_is_cancelled_and_its_log_says_it_is_running_until_t
     assert (ended.outcome, ended.error) == ("cancelled", "killed because it was cancelled")
     assert (await get_log(worker, "job-2.1")).ended is True
     assert worker.state.is_idle()
+
+
+async def test_a_job_cancelled_while_it_waits_for_a_thread_ends_cancelled(cluster):
+    await cluster.start()  # one thread
+    cluster.send(job("job-3.1", "sleep", "600"), job("job-4.1", "true"))
+    await cluster.told(ops.AttemptStarted, "job-3.1")
+
+    cluster.send(ops.StopTask("job-4.1"))
+
+    ended = await cluster.told(ops.AttemptEnded, "job-4.1")
+    assert (ended.outcome, ended.error) == ("cancelled", "cancelled before it started")
+    assert not [op for op in cluster.received
+                if type(op) is ops.AttemptStarted and op.key == "job-4.1"]
 
 
 async def test_heartbeats_renew_the_lease_and_without_them_the_job_is_lost(cluster):

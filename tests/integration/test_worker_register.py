@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from deadline import wait_until_async
 from dsched.comm import listen
 from dsched.resources import Resources
@@ -15,14 +13,6 @@ from dsched.settings import CommConfig, WorkerConfig
 from dsched.worker.server import Worker, WorkerSetup
 
 TOKEN = "register-test-token"
-
-
-@pytest.fixture(autouse=True)
-def environment(monkeypatch):
-    """A worker writes what its tasks should see into os.environ: undo that afterwards."""
-    for name in ("CUDA_VISIBLE_DEVICES", "SCHED_TASK_GPUS", "SCHED_WORKER_NAME",
-                 "SCHED_LOCAL_DIRECTORY"):
-        monkeypatch.delenv(name, raising=False)
 
 
 class StandInScheduler:

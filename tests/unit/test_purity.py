@@ -24,15 +24,19 @@ SCHEDULER_CORE = [
     "jobrecovery", "membership", "outbox", "placer", "queue", "reasons", "reconcile", "state",
     "task", "views", "worker",
 ]
-WORKER_CORE = ["actions", "attempts", "events", "invariants", "ledger", "state", "task"]
+WORKER_CORE = ["actions", "attempts", "events", "holdings", "invariants", "ledger", "slots",
+               "state", "task"]
 CORES = ([f"scheduler/{name}.py" for name in SCHEDULER_CORE]
          + [f"worker/{name}.py" for name in WORKER_CORE]
-         + ["protocol/ops.py", "resources.py", "jobs.py", "settings.py", "sim.py"])
+         + ["protocol/fields.py", "protocol/ops.py", "resources.py", "jobs.py", "settings.py",
+            "sim.py"])
 SANS_IO = ["protocol/__init__.py", "protocol/framing.py", "protocol/messages.py",
            "protocol/handshake.py"]
-#: The longest a core module may grow; the op declarations are one long table.
+#: The longest a core module may grow.
 MAX_LINES = 400
-LONGER = {"protocol/ops.py": 720, "worker/state.py": 480}
+#: ops.py holds the op declarations alone (their machinery is fields.py): one table, read in
+#: one place, that grows by one small class per op; cut in two it would only be harder to find.
+LONGER = {"protocol/ops.py": 440}
 
 
 def imports(path: Path) -> set[str]:

@@ -126,6 +126,7 @@ class Scheduler:
         #: Batches of actions waiting for a journal commit (None: none is pending), in order.
         self._held: list[list] | None = None
         self._commits = ThreadPoolExecutor(1, thread_name_prefix="sched-journal")
+        self._committing: asyncio.Task | None = None  # the one commit under way
         #: Set, with the reason, when the scheduler cannot go on (the journal failed).
         self.fatal: asyncio.Future | None = None
         self.workers: dict[str, Comm] = {}
@@ -347,7 +348,8 @@ class Scheduler:
             return
         if actions and type(actions[0]) is act.JournalWrite:
             self._held = [actions]
-            asyncio.ensure_future(self._commit())
+            self._committing = asyncio.get_running_loop().create_task(self._commit())
+            self._committing.add_done_callback(self._committed)
             return
         for action in actions:
             self._carry_out(action)
@@ -385,6 +387,14 @@ class Scheduler:
                     if type(action) is not act.JournalWrite:
                         self._carry_out(action)
         self._held = None
+
+    def _committed(self, task: asyncio.Task) -> None:
+        # Batches wait behind a commit: one that died would hold every later action back for
+        # good, unseen. It cannot be carried on, so the scheduler stops and says why.
+        if not task.cancelled() and task.exception() is not None:
+            error = task.exception()
+            logger.critical("Carrying out a journal commit failed", exc_info=error)
+            self._fail(f"carrying out a journal commit failed: {type(error).__name__}: {error}")
 
     def _fail(self, reason: str) -> None:
         logger.critical("Stopping: %s", reason)

@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..jobs import parse_job_key
 from ..protocol import ops
@@ -42,11 +42,13 @@ RECOVERY_WAIT = 10.0
 class JobRunner:
     """``await open()`` first (it returns the attempts found ended); ``run(start)`` for each
     StartJob, in the worker's task group; ``await close()`` at the end, which ends the jobs
-    still running (their supervisors record them lost)."""
+    still running (their supervisors record them lost). ``env``: the environment supervisors,
+    and so their jobs, start from (None: this process's)."""
 
     def __init__(self, directory: str, worker_name: str, kill_grace: float,
-                 on_event: Callable[[Any], None]):
+                 on_event: Callable[[Any], None], env: Mapping[str, str] | None = None):
         self.directory = directory
+        self.env = env
         self.worker_name = worker_name
         self.kill_grace = kill_grace
         self._on_event = on_event
@@ -79,7 +81,8 @@ class JobRunner:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "dsched.worker.jobsupervisor", record, str(lock_fd),
                 repr(self.kill_grace), repr(self.lease_until), stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, pass_fds=(lock_fd,), start_new_session=True)
+                stdout=asyncio.subprocess.PIPE, pass_fds=(lock_fd,), start_new_session=True,
+                env=None if self.env is None else dict(self.env))
         except OSError as error:
             why = f"cannot start its supervisor: {error.strerror or error}"
             return self._cannot_start(key, log, why, record)

@@ -131,8 +131,12 @@ def _run_one(w: WorkerConfig, comm: CommConfig, devices: tuple[GpuDevice, ...], 
             await worker.start()
         except OSError as error:  # a port taken, a scratch directory that cannot be made
             logger.error("Cannot start the worker: %s", error.strerror or error)
-            shutil.rmtree(getattr(worker, "local_directory", ""), ignore_errors=True)
+            shutil.rmtree(worker.local_directory, ignore_errors=True)
             return EXIT_CONFIG
+        # Thread tasks run in this process and read its environment; the Worker tells its
+        # child processes explicitly and leaves this one to the program that owns it. Done
+        # before this coroutine yields: tasks come through the session, which starts after.
+        os.environ.update(worker.task_variables())
         # Under a nanny this process dies with it: its GPU children then die with this one.
         install_signal_handlers(worker.drain, supervised=supervised, service=service)
         # Ready once started, not once registered (see above).
@@ -141,7 +145,9 @@ def _run_one(w: WorkerConfig, comm: CommConfig, devices: tuple[GpuDevice, ...], 
         await worker.stopped.wait()
         watchdog.cancel()
         await worker.close()
-        status = EXIT_CONFIG if worker.refusal else 0
+        # A failure (logged with its traceback when it happened) exits 1: the nanny restarts
+        # the process, as it does one that crashed.
+        status = EXIT_CONFIG if worker.refusal else 1 if worker.failure else 0
         if not worker.state.is_idle():
             # Tasks on threads cannot be stopped, and the interpreter would wait for them at
             # exit, past the drain deadline: leave without them.

@@ -6,7 +6,13 @@ executor that runs tasks (``executor.py``: a thread pool, and pinned child proce
 tasks) and the runner of shell-command jobs (``jobrunner.py``: a supervisor process each). Ops
 from the scheduler go to the state through a table; the state's actions come back out
 through another. Every background activity runs in one task group, so a failure in any of
-them is seen: the worker stops and says why, and its nanny starts it again.
+them is seen: the worker stops, logs why (``failure``), and its process exits non-zero, so
+that its nanny starts it again.
+
+It never changes ``os.environ``: what its tasks are told (no GPU of their own, the worker's
+name, its scratch directory) goes to its child processes in the environment they are started
+with (``task_env``), and to the process that runs its thread tasks through
+``task_variables()``, which only the program that owns the process applies (``main.py``).
 """
 
 from __future__ import annotations
@@ -81,12 +87,14 @@ class Worker:
         self.state = WorkerState(s.nthreads, s.resources, gpus=s.ledger_indices,
                                  job_lease=config.job_lease)
         self.threads = ThreadRunner(s.nthreads)
-        # GPU children start from the environment the worker was given; the worker process
-        # itself (and so its thread tasks) sees no GPU.
-        self.gpu_children = GpuProcessPool(base_env=dict(os.environ))
-        self._publish("CUDA_VISIBLE_DEVICES", "", children=False)
-        self._publish(TASK_GPUS_ENV, "", children=False)
         self.name = config.name or ""
+        self.local_directory = ""
+        # A task granted no GPU sees none; one granted some is told its own on top of this.
+        self._told = {"CUDA_VISIBLE_DEVICES": "", TASK_GPUS_ENV: ""}
+        #: The environment the worker's child processes start from: the one it was given, and
+        #: what every task is told (``task_variables``; complete once started).
+        self.task_env = {**os.environ, **self._told}
+        self.gpu_children = GpuProcessPool(base_env=self.task_env)
         self.address = ""
         self.stopped = asyncio.Event()
         self.draining = False
@@ -109,16 +117,24 @@ class Worker:
         self._group: asyncio.TaskGroup | None = None
         self._tasks: set[asyncio.Task] = set()
         self._supervisor: asyncio.Task | None = None
+        #: Why the worker stopped when a background activity (or a drain) failed: its process
+        #: then exits non-zero.
+        self.failure: str | None = None
 
     @property
     def refusal(self) -> str | None:
         return self.session.refusal
 
-    def _publish(self, name: str, value: str, *, children: bool = True) -> None:
-        """Tell the tasks: thread tasks read the worker process's environment, GPU children
-        get theirs from the pool (only the worker process hides the GPUs from itself)."""
-        os.environ[name] = value
-        if children:
+    def task_variables(self) -> dict[str, str]:
+        """What every task is told, beyond the environment the worker was given: no GPU of its
+        own (unless granted some), and, once started, the worker's name and scratch directory.
+        The process that runs the thread tasks must carry these too (see ``main.py``)."""
+        return dict(self._told)
+
+    def _tell_tasks(self, **variables: str) -> None:
+        self._told.update(variables)
+        self.task_env.update(variables)
+        for name, value in variables.items():
             self.gpu_children.set_env(name, value)
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -132,7 +148,6 @@ class Worker:
         if config.local_directory:
             os.makedirs(config.local_directory, exist_ok=True)
         self.local_directory = tempfile.mkdtemp(prefix="sched-worker-", dir=config.local_directory)
-        self._publish(LOCAL_DIRECTORY_ENV, self.local_directory)
         self.listener = await listen(config.host, config.port, self.data.serve,
                                      token=self.setup.token, ssl=self.setup.ssl_server,
                                      role="worker", name=self.name or "worker",
@@ -143,10 +158,11 @@ class Worker:
             host = local_ip_towards(config.scheduler_address)
         self.address = f"{host}:{self.listener.port}"
         self.name = self.name or self.address
-        self._publish(WORKER_NAME_ENV, self.name)  # tasks may read which worker runs them
+        # Tasks may read which worker runs them, and where its scratch space is.
+        self._tell_tasks(**{WORKER_NAME_ENV: self.name, LOCAL_DIRECTORY_ENV: self.local_directory})
         directory = config.job_directory or default_directory(config.local_directory, self.name)
         self.jobs = JobRunner(os.path.abspath(directory), self.name, config.job_kill_grace,
-                              self._handle)
+                              self._handle, env=self.task_env)
         self._handle(ev.AttemptsRecovered(tuple(await self.jobs.open())))
         self._supervisor = asyncio.ensure_future(self._supervise())
 
@@ -161,19 +177,31 @@ class Worker:
                 await self.stopped.wait()
                 for task in list(self._tasks):
                     task.cancel()
-        except Exception:
-            logger.exception("The worker failed; stopping")
-            self.stopped.set()
+        except Exception as error:
+            self._failed(error)
         finally:
             self._group = None
 
     def _spawn(self, coroutine) -> None:
-        if self._group is None:  # stopping: nothing new starts
+        task = None
+        if self._group is not None:
+            try:
+                task = self._group.create_task(coroutine)
+            except RuntimeError:  # the group is shutting down, after a failure
+                pass
+        if task is None:  # stopping: nothing new starts
             coroutine.close()
             return
-        task = self._group.create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _failed(self, error: BaseException) -> None:
+        """Stop the worker because ``error`` escaped a background activity; say which."""
+        while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+            error = error.exceptions[0]
+        self.failure = f"{type(error).__name__}: {error}"
+        logger.error("The worker failed (%s); stopping", self.failure, exc_info=error)
+        self.stopped.set()
 
     async def wait_registered(self, timeout: float | None = None) -> None:
         await asyncio.wait_for(self.session.registered.wait(), timeout)
@@ -196,10 +224,17 @@ class Worker:
     async def drain(self) -> None:
         """Stop taking work, let running tasks finish within the deadline (then stop them),
         and leave once the scheduler has had the results only this worker holds copied away
-        (or at the deadline, or at once when no scheduler is connected)."""
+        (or at the deadline, or at once when no scheduler is connected). A drain that fails
+        stops the worker as a failed background activity does."""
         if self.draining:
             return
         self.draining = True
+        try:
+            await self._drain()
+        except Exception as error:
+            self._failed(error)
+
+    async def _drain(self) -> None:
         logger.info("Draining: no new tasks; waiting up to %.0fs for running ones",
                     self.config.drain_timeout)
         self._handle(ev.DrainRequested())
@@ -288,9 +323,12 @@ class Worker:
                 # Stamped here, where there is a clock; handled after this batch of actions.
                 ended = ops.AttemptEnded(action.key, action.outcome, None, action.error,
                                          started=None, ended=time.time())
-                asyncio.get_running_loop().call_soon(self._handle, ended)
+                self._spawn(self._handle_soon(ended))
             else:  # a report: an op for the scheduler
                 self.session.send(action)
+
+    async def _handle_soon(self, event: Any) -> None:
+        self._handle(event)
 
     async def _run(self, start: act.StartTask) -> None:
         if start.gpus:

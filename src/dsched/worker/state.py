@@ -1,38 +1,37 @@
 """WorkerState: every decision a worker makes, in one object changed only by ``handle``.
 
-It holds the tasks the scheduler sent and where each stands, the threads and resources in use,
-the GPU ledger, the inputs being fetched from peer workers and the results held here. The
-async shell turns messages and executor outcomes into events (``events.py``) and carries out
-the actions (``actions.py``) that ``handle`` returns, in order.
+It holds the tasks the scheduler sent and where each stands, from their inputs to their
+outcome. What it can run at once is counted by its ``Slots`` (``slots.py``: threads,
+resources, GPU devices, and the queue of tasks waiting for them), and the results held here and
+the inputs on their way by its ``Holdings`` (``holdings.py``). The async shell turns messages
+and executor outcomes into events (``events.py``) and carries out the actions (``actions.py``)
+that ``handle`` returns, in order.
 
 It trusts the scheduler with nothing it can check: it never runs more tasks than ``nthreads``
-or than its resources allow. Tasks over that wait in a ready queue, scanned in priority order,
-where a task that does not fit now does not hold back the ones behind it. Inputs fetched from
-peers are held only while a task here needs them; results computed here are held until the
-scheduler frees them. A shell-command job's attempt takes a thread and its resources and waits
-in the same queue as a task; what else it decides about jobs (start only while registered and
-within the job lease, never twice, keep outcomes until acknowledged) it keeps in an
-``AttemptBook``. The shell hands each event over with its monotonic clock, on which the lease
-is measured.
+or than its resources allow. A shell-command job's attempt takes a thread and its resources
+and waits in the same queue as a task; what else it decides about jobs (start only while
+registered and within the job lease, never twice, keep outcomes until acknowledged) it keeps in
+an ``AttemptBook``. The shell hands each event over with its monotonic clock, on which the
+lease is measured.
 
 Pure: no I/O, no clock, no asyncio, no NVML.
 """
 
 from __future__ import annotations
 
-import bisect
 from typing import Iterable
 
 from ..protocol import ops
-from ..resources import EMPTY, Resources, demand_error, format_units, named_devices
+from ..resources import EMPTY, Resources
 from . import events as ev
 from .actions import (
-    CANCEL, GPU_PROCESS, SHUTDOWN, THREAD, Action, EndUnstartedJob, FetchDependency, KillJob,
-    KillTask, ReleaseResult, RunningTask, StartJob, StartTask, WorkerSnapshot,
+    CANCEL, GPU_PROCESS, SHUTDOWN, THREAD, Action, EndUnstartedJob, KillJob, KillTask,
+    ReleaseResult, RunningTask, StartJob, StartTask, WorkerSnapshot,
 )
 from .attempts import AttemptBook, job_error
-from .ledger import GPU, GpuLedger
-from .task import RUNNING, Fetch, HeldResult, TaskState, WorkerTask
+from .holdings import Holdings
+from .slots import Slots
+from .task import RUNNING, TaskState, WorkerTask
 
 
 class WorkerState:
@@ -49,30 +48,10 @@ class WorkerState:
         """``gpus``: the NVML indices behind the ``GPU`` resource; ``None`` maps an abstract
         ``GPU=N`` to ``0..N-1``. ``address``: this worker's own, never fetched from.
         ``job_lease``: seconds jobs may run after the scheduler was last heard."""
-        if nthreads < 1:
-            raise ValueError(f"a worker needs at least one thread, not {nthreads}")
-        units = resources.get(GPU)
-        if gpus is None:
-            self.ledger = GpuLedger.abstract(units)
-        else:
-            self.ledger = GpuLedger(gpus)
-            if self.ledger.capacity != units:
-                raise ValueError(
-                    f"the worker offers GPU={format_units(units)} but was given devices "
-                    f"{self.ledger.devices}: the two must agree"
-                )
-        self.nthreads = nthreads
-        self.total = resources
-        self.address = address
-        self.used: Resources = EMPTY
-        self.free_threads = nthreads
+        self.slots = Slots(nthreads, resources, gpus)
+        self.holdings = Holdings(address)
         self.closing = False
         self.tasks: dict[str, WorkerTask] = {}
-        self.results: dict[str, HeldResult] = {}
-        self.fetches: dict[str, Fetch] = {}
-        # input key -> the tasks here that need it (missing or not).
-        self.needed_by: dict[str, set[str]] = {}
-        self.ready: list[tuple[int, int, str]] = []  # sorted queue entries of READY tasks
         self._seq = 0
         self.attempts = AttemptBook(job_lease)
         self._handlers = {
@@ -83,7 +62,7 @@ class WorkerState:
             ops.TaskErred: self._failed,
             ops.TaskStopped: self._stopped,
             ops.StopTask: self._cancel,
-            ops.Free: self._free_keys,
+            ops.Free: self.holdings.free,
             ev.DrainRequested: self._drain,
             ops.Replicate: self._replicate,
             ev.SessionOpened: self.attempts.opened,
@@ -108,15 +87,24 @@ class WorkerState:
 
     # -- queries --------------------------------------------------------------------------
 
-    @property
-    def available(self) -> Resources:
-        return self.total - self.used
+    # What the slots count and what is held, read here by the shell and the tests.
+    nthreads = property(lambda self: self.slots.nthreads)
+    total = property(lambda self: self.slots.total)
+    used = property(lambda self: self.slots.used)
+    free_threads = property(lambda self: self.slots.free_threads)
+    available = property(lambda self: self.slots.available)
+    ledger = property(lambda self: self.slots.ledger)
+    ready = property(lambda self: self.slots.ready)
+    address = property(lambda self: self.holdings.address)
+    results = property(lambda self: self.holdings.results)
+    fetches = property(lambda self: self.holdings.fetches)
+    needed_by = property(lambda self: self.holdings.needed_by)
 
     def state_of(self, key: str) -> TaskState | None:
         task = self.tasks.get(key)
         if task is not None:
             return task.state
-        held = self.results.get(key)
+        held = self.holdings.results.get(key)
         return TaskState.DONE if held is not None and held.owned else None
 
     def snapshot(self) -> WorkerSnapshot:
@@ -127,7 +115,8 @@ class WorkerState:
                 for t in tasks if t.state in RUNNING
             ),
             waiting=tuple(t.key for t in tasks if t.state not in RUNNING),
-            results={key: held.nbytes for key, held in self.results.items() if held.owned},
+            results={key: held.nbytes for key, held in self.holdings.results.items()
+                     if held.owned},
             attempts=self.attempts.registration(),
         )
 
@@ -137,11 +126,8 @@ class WorkerState:
 
     def is_idle(self) -> bool:
         """Nothing running, waiting or being fetched, and nothing held for a task."""
-        return (
-            not self.tasks and not self.fetches and not self.needed_by
-            and self.free_threads == self.nthreads and self.used.is_empty()
-            and self.ledger.in_use() == 0
-        )
+        return (not self.tasks and not self.holdings.fetches and not self.holdings.needed_by
+                and self.slots.all_free())
 
     # -- handlers -------------------------------------------------------------------------
 
@@ -153,45 +139,45 @@ class WorkerState:
                 return known
         if key in self.tasks:
             return []  # sent again (a reconnect): the copy here stands and will report
-        held = self.results.get(key)
+        held = self.holdings.results.get(key)
         if held is not None and held.report is not None:
             if isinstance(held.report, ops.Replicated):  # a copy, held here: done, untimed
                 return [ops.TaskFinished(key, held.nbytes, 0.0, 0.0, -1.0)]
             return [held.report]
-        if held is not None or key in self.fetches:
+        if held is not None or key in self.holdings.fetches:
             return [ops.TaskRejected(key, f"{key} is an input held or being fetched here")]
         if self.closing:
             return [ops.TaskRejected(key, "the worker is closing")]
-        reason = self._never_fits(event.resources)
+        reason = self.slots.never_fits(event.resources)
         if event.job is not None:
             return self._execute_job(event, reason)
         if reason:
             return [ops.TaskRejected(key, reason)]
         dependencies = tuple(dep for dep in event.who_has if dep != key)
+        results, fetches = self.holdings.results, self.holdings.fetches
         # Find a source for every missing input before taking the task on, so that a task
         # that cannot be fed leaves nothing behind.
         sources: dict[str, list[str]] = {}
         for dep in dependencies:
-            if dep in self.results or dep in self.tasks or dep in self.fetches:
+            if dep in results or dep in self.tasks or dep in fetches:
                 continue
-            workers = [w for w in event.who_has[dep] if w != self.address]
+            workers = self.holdings.sources(event.who_has[dep])
             if not workers:
                 return [ops.MissingData(key, dep, tuple(event.who_has[dep]))]
             sources[dep] = workers
         self._seq += 1
         task = WorkerTask(
             key, event.spec, event.resources, event.priority, self._seq, dependencies,
-            missing={dep for dep in dependencies if dep not in self.results},
+            missing={dep for dep in dependencies if dep not in results},
         )
         self.tasks[key] = task
-        for dep in dependencies:
-            self.needed_by.setdefault(dep, set()).add(key)
         actions: list[Action] = []
-        for dep, workers in sources.items():
-            fetch = self.fetches[dep] = Fetch(workers[0], workers[1:], [], event.nbytes.get(dep, 0))
-            actions.append(FetchDependency(dep, fetch.worker, fetch.nbytes))
+        if dependencies:
+            self.holdings.need(key, dependencies)
+            for dep, workers in sources.items():
+                actions.append(self.holdings.fetch(dep, workers, event.nbytes.get(dep, 0)))
         if not task.missing:
-            self._make_ready(task)
+            self.slots.queue(task)
         return actions
 
     def _execute_job(self, event: ops.Execute, never_fits: str) -> list[Action]:
@@ -203,49 +189,28 @@ class WorkerState:
         task = WorkerTask(event.key, event.spec, event.resources, event.priority, self._seq, (),
                           set(), job=dict(event.job))
         self.tasks[task.key] = task
-        self._make_ready(task)
+        self.slots.queue(task)
         return []
 
     def _fetched(self, event: ev.DependencyFetched) -> list[Action]:
-        key = event.key
-        fetch = self.fetches.pop(key, None)
-        if fetch is None:
-            # Not asked for: drop the copy, unless it is data this worker tracks.
-            return [] if key in self.results or key in self.tasks else [ReleaseResult(key)]
-        if fetch.replicate:
-            report = ops.Replicated(key, event.nbytes)
-            self.results[key] = HeldResult(event.nbytes, owned=True, report=report)
-            self._input_arrived(key)
-            return [report]
-        waiting = self.needed_by.get(key)
-        if not waiting:
-            return [ReleaseResult(key)]  # the tasks that wanted it have gone
-        self.results[key] = HeldResult(event.nbytes, owned=False)
-        self._input_arrived(key)
-        return []
+        actions, arrived = self.holdings.fetched(event, event.key in self.tasks)
+        if arrived:
+            self._input_arrived(event.key)
+        return actions
 
     def _fetch_failed(self, event: ev.DependencyFetchFailed) -> list[Action]:
-        fetch = self.fetches.get(event.key)
-        if fetch is None or fetch.worker != event.worker:
-            return []  # a late answer to a fetch already settled
-        fetch.tried.append(event.worker)
-        if (fetch.replicate or self.needed_by.get(event.key)) and fetch.untried \
-                and not event.permanent:
-            fetch.worker = fetch.untried.pop(0)
-            return [FetchDependency(event.key, fetch.worker, fetch.nbytes)]
-        del self.fetches[event.key]
-        actions: list[Action] = []
-        if fetch.replicate:
-            actions.append(ops.ReplicateFailed(event.key, event.reason or "fetch failed"))
-        return actions + self._lose_input(event.key, tuple(fetch.tried), event.reason,
+        actions, given_up = self.holdings.fetch_failed(event)
+        if given_up is None:
+            return actions
+        return actions + self._lose_input(event.key, tuple(given_up.tried), event.reason,
                                           event.permanent)
 
     def _completed(self, event: ops.TaskFinished) -> list[Action]:
         task = self.tasks.get(event.key)
         if task is None or task.state not in RUNNING:
             # Not started here: the stored copy belongs to nobody.
-            return [] if event.key in self.results else [ReleaseResult(event.key)]
-        self._free(task)
+            return [] if event.key in self.holdings.results else [ReleaseResult(event.key)]
+        self.slots.free(task)
         if task.state is TaskState.CANCELLING:
             return [ReleaseResult(task.key), ops.TaskStopped(task.key),
                     *self._end_without_result(task)]
@@ -253,7 +218,7 @@ class WorkerState:
         report = ops.TaskFinished(
             task.key, event.nbytes, event.start, event.stop, duration, event.peak_memory, task.gpus
         )
-        self.results[task.key] = HeldResult(event.nbytes, owned=True, report=report)
+        self.holdings.computed(report)
         actions: list[Action] = [report, *self._forget(task)]
         self._input_arrived(task.key)
         return actions
@@ -262,7 +227,7 @@ class WorkerState:
         task = self.tasks.get(event.key)
         if task is None or task.state not in RUNNING:
             return []
-        self._free(task)
+        self.slots.free(task)
         if task.state is TaskState.CANCELLING:
             report: Action = ops.TaskStopped(task.key)
         else:
@@ -273,7 +238,7 @@ class WorkerState:
         task = self.tasks.get(event.key)
         if task is None or task.state not in RUNNING:
             return []
-        self._free(task)
+        self.slots.free(task)
         if task.state is TaskState.CANCELLING:
             report: Action = ops.TaskStopped(task.key)
         else:
@@ -295,20 +260,6 @@ class WorkerState:
                     EndUnstartedJob(task.key, "cancelled", "cancelled before it started")]
         return [ops.TaskStopped(task.key)] + self._end_without_result(task)
 
-    def _free_keys(self, event: ops.Free) -> list[Action]:
-        actions: list[Action] = []
-        for key in event.keys:
-            held = self.results.get(key)
-            if held is None or not held.owned:
-                continue  # fetched copies go when the tasks that need them do
-            if key in self.needed_by:
-                # Still an input of a task here: keep it as long as that task needs it.
-                self.results[key] = HeldResult(held.nbytes, owned=False)
-            else:
-                del self.results[key]
-                actions.append(ReleaseResult(key))
-        return actions
-
     def _drain(self, event: ev.DrainRequested) -> list[Action]:
         if self.closing:
             return []
@@ -321,27 +272,9 @@ class WorkerState:
         return actions
 
     def _replicate(self, event: ops.Replicate) -> list[Action]:
-        key = event.key
-        held = self.results.get(key)
-        if held is not None:
-            if not held.owned:  # an input fetched for a task here: keep it for the scheduler
-                report = ops.Replicated(key, held.nbytes)
-                self.results[key] = HeldResult(held.nbytes, owned=True, report=report)
-                return [report]
-            return [ops.Replicated(key, held.nbytes)]
-        fetch = self.fetches.get(key)
-        if fetch is not None:  # already on its way (an input of a task here, or asked twice)
-            fetch.replicate = True
-            return []
-        if self.closing or key in self.tasks:
-            reason = "the worker is closing" if self.closing else f"{key} is computed here"
-            return [ops.ReplicateFailed(key, reason)]
-        sources = [w for w in event.who_has if w != self.address]
-        if not sources:
-            return [ops.ReplicateFailed(key, "no other worker holds it")]
-        fetch = self.fetches[key] = Fetch(sources[0], sources[1:], [], event.nbytes,
-                                          replicate=True)
-        return [FetchDependency(key, fetch.worker, fetch.nbytes)]
+        refusal = ("the worker is closing" if self.closing else
+                   f"{event.key} is computed here" if event.key in self.tasks else "")
+        return self.holdings.replicate(event, refusal)
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -358,7 +291,7 @@ class WorkerState:
     def _attempt_ended(self, event: ops.AttemptEnded) -> list[Action]:
         task = self.tasks.get(event.key)
         if task is not None and task.job is not None and task.state in RUNNING:
-            self._free(task)
+            self.slots.free(task)
             self._forget(task)
         return self.attempts.heard_ended(event)
 
@@ -372,78 +305,30 @@ class WorkerState:
 
     # -- bookkeeping ----------------------------------------------------------------------
 
-    def _never_fits(self, resources: Resources) -> str:
-        """Why a task with these resources can never run here; "" when it can."""
-        error = demand_error(resources)
-        if error:
-            return error
-        if resources.fits(self.total):
-            return ""
-        absent = resources.missing_names(self.total.names())
-        if absent:
-            return f"this worker has no {', '.join(absent)} (it offers {self.total or 'nothing'})"
-        return f"the task needs {resources} but this worker offers only {self.total}"
-
-    def _make_ready(self, task: WorkerTask) -> None:
-        task.state = TaskState.READY
-        bisect.insort(self.ready, task.queue_entry)
-
     def _start_ready(self, now: float) -> list[Action]:
-        if not self.ready or not self.free_threads:
+        slots = self.slots
+        if not slots.ready or not slots.free_threads:  # after most events: nothing to start
             return []
+        # A job starts only while registered and within its lease: its start is reported.
+        started = slots.start_ready(self.tasks, self.attempts.may_start(now))
         actions: list[Action] = []
-        available = self.available
-        waiting = []
-        jobs_may_start = self.attempts.may_start(now)
-        for entry in self.ready:
-            task = self.tasks[entry[2]]
-            gpus = None
-            if self.free_threads and task.resources.fits(available) \
-                    and (task.job is None or jobs_may_start):
-                gpus = self.ledger.allocate(task.key, task.resources.get(GPU))
-            if gpus is None:
-                waiting.append(entry)  # does not fit now; later tasks may
-                continue
-            available = available - task.resources
-            self.used = self.used + task.resources
-            self.free_threads -= 1
-            # gpu<N> resources stand for device N: pinned like the ledger's grant.
-            gpus = tuple(sorted({*gpus, *named_devices(task.resources)}))
-            task.state, task.gpus = TaskState.EXECUTING, gpus
+        for task in started:
             if task.job is not None:
-                self.attempts.started(task.key, gpus)
-                actions.append(StartJob(task.key, task.job, gpus, task.resources,
+                self.attempts.started(task.key, task.gpus)
+                actions.append(StartJob(task.key, task.job, task.gpus, task.resources,
                                         self.attempts.lease_until))
-                continue
-            actions.append(StartTask(
-                task.key, task.spec, gpus, GPU_PROCESS if gpus else THREAD,
-                task.dependencies, task.resources,
-            ))
-        self.ready = waiting
+            else:
+                actions.append(StartTask(task.key, task.spec, task.gpus,
+                                         GPU_PROCESS if task.gpus else THREAD,
+                                         task.dependencies, task.resources))
         return actions
-
-    def _free(self, task: WorkerTask) -> None:
-        self.used = self.used - task.resources
-        self.free_threads += 1
-        self.ledger.release(task.key)
 
     def _forget(self, task: WorkerTask) -> list[Action]:
         """Drop a task that holds no resources; release fetched inputs nobody needs now."""
         del self.tasks[task.key]
         if task.state is TaskState.READY:
-            self.ready.remove(task.queue_entry)
-        actions: list[Action] = []
-        for dep in task.dependencies:
-            needers = self.needed_by[dep]
-            needers.discard(task.key)
-            if needers:
-                continue
-            del self.needed_by[dep]
-            held = self.results.get(dep)
-            if held is not None and not held.owned:
-                del self.results[dep]
-                actions.append(ReleaseResult(dep))
-        return actions
+            self.slots.unqueue(task)
+        return self.holdings.release(task.key, task.dependencies) if task.dependencies else []
 
     def _end_without_result(self, task: WorkerTask) -> list[Action]:
         return self._forget(task) + self._lose_input(task.key, ())
@@ -452,7 +337,7 @@ class WorkerState:
                     permanent: bool = False) -> list[Action]:
         """``dep`` will not arrive: the tasks here waiting for it are handed back."""
         actions: list[Action] = []
-        for key in sorted(self.needed_by.get(dep, ()), key=lambda k: self.tasks[k].seq):
+        for key in sorted(self.holdings.needed_by.get(dep, ()), key=lambda k: self.tasks[k].seq):
             task = self.tasks.get(key)
             if task is None:
                 continue  # handed back already, as a dependent of an earlier one
@@ -461,11 +346,11 @@ class WorkerState:
         return actions
 
     def _input_arrived(self, dep: str) -> None:
-        for key in sorted(self.needed_by.get(dep, ()), key=lambda k: self.tasks[k].seq):
+        for key in sorted(self.holdings.needed_by.get(dep, ()), key=lambda k: self.tasks[k].seq):
             task = self.tasks[key]
             task.missing.discard(dep)
             if not task.missing and task.state is TaskState.FETCHING:
-                self._make_ready(task)
+                self.slots.queue(task)
 
     # -- checks ---------------------------------------------------------------------------
 
