@@ -153,7 +153,7 @@ def test_job_metrics_after_a_known_workload(daemons, tmp_path):
 
 def test_a_log_whose_worker_is_gone_is_a_clear_error_and_the_dashboard_goes_on(daemons,
                                                                                tmp_path):
-    client, url, ids, _ = workload(daemons, tmp_path, "--no-nanny")
+    _, url, ids, _ = workload(daemons, tmp_path, "--no-nanny")
     (worker,) = daemons.workers
     worker.send_signal(signal.SIGKILL)
     worker.wait()
@@ -166,3 +166,26 @@ def test_a_log_whose_worker_is_gone_is_a_clear_error_and_the_dashboard_goes_on(d
     assert get_json(url, f"api/v1/jobs/{ids['bad']}")["state"] == "failed"
     status, _, page = request(url, f"jobs/{ids['bad']}")  # the page says why, in place of it
     assert status == 200 and b"cannot be reached" in page
+
+
+def test_readyz_says_503_while_a_restarted_scheduler_recovers_its_jobs(daemons, tmp_path):
+    _, url, ids, _ = workload(daemons, tmp_path, "--no-nanny")
+    (worker,) = daemons.workers
+    port = daemons.address.rsplit(":", 1)[1]
+    worker.send_signal(signal.SIGSTOP)  # it cannot come back before we have looked
+    try:
+        daemons.scheduler_process.send_signal(signal.SIGKILL)
+        daemons.scheduler_process.wait()
+        daemons.scheduler(port=int(port))
+        url = daemons.dashboard
+        status, _, body = request(url, "readyz")
+        assert status == 503 and "recovering" in json.loads(body)["reasons"]
+        assert get_json(url, "api/v1/jobs")["recovering"] is True
+        status, _, page = request(url, "")
+        assert b'data-status="recovering"' in page
+        status, _, text = request(url, "metrics")
+        assert b"dsched_jobs_recovering 1.0" in text and b"dsched_ready 0.0" in text
+    finally:
+        worker.send_signal(signal.SIGCONT)
+    wait_until(lambda: request(url, "readyz")[0] == 200, what="the worker back, recovery over")
+    assert get_json(url, f"api/v1/jobs/{ids['train']}")["state"] == "running"

@@ -13,7 +13,7 @@ Nothing here changes the scheduler's state.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Iterable, Mapping, Sequence
 
 from ...jobs import ENDED
 from .. import views
@@ -133,11 +133,10 @@ class JobHandler(DashboardHandler):
         """What the job's panel is rendered with."""
         return {"job": job, "final": job["state"] in FINAL, **HELPERS}
 
-    async def log(self, job: dict, offset: int, limit: int, tail: bool = False) -> dict:
+    async def log(self, reading: Awaitable[dict]) -> dict:
+        """What ``reading`` (a read of a log) gives, or the refusal that says why not."""
         try:
-            if tail:
-                return await self.dashboard.logs.tail(job)
-            return await self.dashboard.logs.read(job, offset, limit)
+            return await reading
         except LogUnavailable as error:
             raise Refusal(error.status, str(error)) from None
 
@@ -159,7 +158,7 @@ class JobLog(JobHandler):
         offset = self.number(args, "offset", 0, 0, 2**53)
         limit = self.number(args, "limit", DEFAULT_BYTES, 1, MAX_BYTES)
         job = self.job(wanted)
-        self.write_json(await self.log(job, offset, limit))
+        self.write_json(await self.log(self.dashboard.logs.read(job, offset, limit)))
 
 
 class JobPanels(JobHandler):
@@ -183,9 +182,9 @@ class JobPage(JobHandler):
         self.arguments(())
         job = self.job(wanted)
         try:
-            log, problem = await self.log(job, 0, 0, tail=True), None
-        except Refusal as refusal:
-            log, problem = None, refusal.message
+            log, problem = await self.dashboard.logs.tail(job), None
+        except LogUnavailable as error:  # said in its place; the page's script tries again
+            log, problem = None, str(error)
         self.render("job.html", root=self.root, log=log, problem=problem,
                     taken=self.dashboard.snapshots.current().wall,
                     static=self.dashboard.static_version, **self.panel(job))
