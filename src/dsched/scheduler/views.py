@@ -276,10 +276,11 @@ _STATE_OF = attrgetter("state")
 
 
 def job_table(state: "SchedulerState", ended_rows: dict | None = None) -> dict[str, Any]:
-    """Every job in a few words, newest first: ``rows`` (tuples of the ``JOB_ROW`` fields,
-    a queued job with the reason it waits, as ``job_view`` gives it), ``counts`` by state and
-    ``waiting`` (queued and held jobs) by reason, every state and reason named; ``unreachable``:
-    jobs on workers that are away; ``recovering``: no job is dispatched until workers return.
+    """Every job in a few words, newest first: ``rows`` (tuples of the ``JOB_ROW`` fields; a
+    queued job with the placer's reason and words, as ``job_view`` gives them, less the note on
+    its last attempt that ``job_view`` adds), ``counts`` by state and ``waiting`` (queued and
+    held jobs) by reason, every state and reason named; ``unreachable``: jobs on workers that
+    are away; ``recovering``: no job is dispatched until workers return.
 
     Walks the jobs once; the placer's reason is worked out once per shape queue (it is the same
     for every job there but the one holding the reservation), not per job. ``ended_rows``, when
