@@ -19,8 +19,8 @@ is better). Install Dask in a separate environment, never as a dependency of thi
 
 Options: ``--tasks`` (per map round), ``--rounds``, ``--latency`` (round trips), ``--chain``,
 ``--prefetch``, ``--no-dask``; ``--poll-dashboard SECONDS`` runs the dsched side while a
-client reads the scheduler's dashboard (the page's panels, the workers and tasks API and the
-metrics) every SECONDS (0: back to back), to show that looking does not slow placement.
+client reads the scheduler's dashboard (the page's panels, the workers, tasks and jobs API and
+the metrics) every SECONDS (0: back to back), to show that looking does not slow placement.
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ def poll_dashboard(url: str, interval: float, stop, count) -> None:
     import urllib.request
 
     while not stop.is_set():
-        for path in ("api/v1/panels", "api/v1/workers", "api/v1/tasks", "metrics"):
+        for path in ("api/v1/panels", "api/v1/workers", "api/v1/tasks",
+                     "api/v1/jobs?state=running", "metrics"):
             with urllib.request.urlopen(url + path, timeout=30) as reply:
                 reply.read()
             with count.get_lock():

@@ -1,5 +1,6 @@
 """The dashboard in headless Chromium, as a person sees it: a GPU=2 worker's GPU bar and a
-waiting task's reason appear, and change without a reload when work and workers change.
+waiting task's reason appear, and change without a reload when work and workers change; a
+job's state and reason likewise, and a job's own page follows its state and its log.
 
 ``DASHBOARD_SCREENSHOT=docs/img/dashboard.png`` saves the page for the docs; otherwise the
 screenshot goes to the test's tmp_path.
@@ -27,6 +28,21 @@ GPU_BAR = """(() => {
 })()"""
 REASONS = "[...document.querySelectorAll('table.pending .reason')].map(e => e.textContent)"
 WORKERS = "[...document.querySelectorAll('tr[data-worker]')].map(e => e.dataset.worker)"
+JOB_STATES = "[...document.querySelectorAll('table.jobs tr[data-job]')].map(e => e.dataset.state)"
+
+
+def job_row(job: int) -> str:
+    """The state and reason of a job in the jobs table."""
+    return f"""(() => {{
+  const row = document.querySelector('table.jobs tr[data-job="{job}"]');
+  const reason = row && row.querySelector('.reason');
+  return row && [row.dataset.state, reason ? reason.textContent : null];
+}})()"""
+
+
+#: On a job's page: its state, and its log as shown.
+JOB_STATE = "document.querySelector('[data-job-state]').dataset.jobState"
+LOG = "document.getElementById('log').textContent"
 
 
 @pytest.fixture
@@ -50,6 +66,11 @@ def test_the_page_shows_gpu_bars_and_reasons_and_follows_changes(daemons, browse
     failed = client.submit(fail, "CUDA out of memory: tried to allocate 20.00 GiB")
     failed.exception(timeout=30)
     wait_until(lambda: client.scheduler_info()["tasks"].get("processing"), what="a GPU task")
+    client.submit_command(["true"], resources="TPU=1", name="train-tpu")
+    client.submit_command(["python", "evaluate.py"], hold=True, name="evaluate")
+    oom = client.submit_command(["sh", "-c", "echo 'CUDA error: out of memory' >&2; exit 1"],
+                                name="train-large")
+    assert oom.result(timeout=30).state == "failed"
 
     browser.open(daemons.dashboard)
     wait_until(lambda: browser.evaluate(GPU_BAR) == "1/2 1 / 2", what="GPU bar at 1 of 2")
@@ -62,6 +83,7 @@ def test_the_page_shows_gpu_bars_and_reasons_and_follows_changes(daemons, browse
 
     second = client.submit(hold, release, 2, resources={"GPU": 1})
     wait_until(lambda: browser.evaluate(GPU_BAR) == "2/2 2 / 2", what="GPU bar at 2 of 2")
+    assert sorted(browser.evaluate(JOB_STATES)) == ["failed", "held", "queued"]
     screenshot = Path(os.environ.get("DASHBOARD_SCREENSHOT") or tmp_path / "dashboard.png")
     assert browser.screenshot(screenshot).startswith(b"\x89PNG")
     daemons.worker("--name", "tpu-b", "--nthreads", "1", "--resources", "TPU=1",
@@ -72,3 +94,38 @@ def test_the_page_shows_gpu_bars_and_reasons_and_follows_changes(daemons, browse
     assert browser.evaluate("window.loadedOnce") is True
     (tmp_path / "release").touch()
     assert client.gather([first, second]) == [1, 2]
+
+
+def test_a_jobs_state_and_reason_follow_changes_and_its_page_follows_its_log(daemons, browser,
+                                                                           tmp_path):
+    daemons.scheduler()
+    daemons.worker("--name", "w1", "--nthreads", "2", "--resources", "GPU=1", "--gpus", "none")
+    client = daemons.client()
+    daemons.wait_for_workers(client, 1)
+    wait_for = 'printf "%s\\n" "$2"; while [ ! -e "$1" ]; do sleep 0.05; done; echo "$2 done"'
+    first = client.submit_command(["sh", "-c", wait_for, "sh", str(tmp_path / "first"),
+                                   "training"], resources="GPU=1", name="train")
+    second = client.submit_command(["sh", "-c", wait_for, "sh", str(tmp_path / "second"),
+                                    "évaluation"], resources="GPU=1", name="evaluate")
+    job = second.job_id(timeout=30)
+
+    browser.open(daemons.dashboard)
+    wait_until(lambda: browser.evaluate(job_row(first.job_id(timeout=30))) == ["running", None],
+               what="the first job running")
+    assert browser.evaluate(job_row(job)) == ["queued", "resources"]
+    browser.evaluate("window.loadedOnce = true")
+    (tmp_path / "first").touch()
+    wait_until(lambda: browser.evaluate(job_row(job)) == ["running", None],
+               what="the second job running, with no reason left")
+    assert browser.evaluate("window.loadedOnce") is True
+
+    browser.open(daemons.dashboard + f"jobs/{job}")
+    assert browser.evaluate(JOB_STATE) == "running"
+    wait_until(lambda: browser.evaluate(LOG) == "évaluation\n", what="the log so far")
+    browser.evaluate("window.loadedOnce = true")
+    (tmp_path / "second").touch()
+    wait_until(lambda: browser.evaluate(JOB_STATE) == "completed", what="the job completed")
+    wait_until(lambda: browser.evaluate(LOG) == "évaluation\névaluation done\n",
+               what="the rest of the log")
+    assert browser.evaluate("window.loadedOnce") is True
+    assert second.result(timeout=30).exit_code == 0

@@ -142,6 +142,8 @@ class Scheduler:
         self.not_ready: dict[str, str] = {"starting": "not listening yet"}
         #: Called with each event and the actions it gave, when set (the dashboard's metrics).
         self.observe: Callable[[Any, list], None] | None = None
+        #: Called with the seconds each journal commit took and its rows, when set (likewise).
+        self.on_commit: Callable[[float, int], None] | None = None
 
     @property
     def ready(self) -> bool:
@@ -371,11 +373,14 @@ class Scheduler:
             if rows:
                 if "dispatch" in causes:
                     reached("before-dispatch-commit")
+                started = time.perf_counter()
                 try:
                     await loop.run_in_executor(self._commits, self.journal.write, rows.values())
                 except Exception as error:  # the disk is full or gone: no promise can be kept
                     self._fail(f"cannot write the journal {self.journal.path}: {error}")
                     return
+                if self.on_commit is not None:  # what the held actions waited, thread hop too
+                    self.on_commit(time.perf_counter() - started, len(rows))
                 for cause, name in (("submit", "after-submit-commit"),
                                     ("dispatch", "after-dispatch-commit"),
                                     ("result", "after-result-commit"),

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import islice
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from ..jobs import ENDED, JobState, Reason
 from .task import PROCESSING, QUEUED, TaskState
 
 if TYPE_CHECKING:
@@ -267,3 +269,66 @@ def queued_reason(state: "SchedulerState", t) -> tuple[str, str]:
 
 def _label(t) -> str:
     return f"job {t.job.id}" if t.job is not None else f"task {t.key}"
+
+
+#: The fields of each row of ``job_table``, in order.
+JOB_ROW = ("id", "name", "state", "reason", "detail", "resources", "priority", "worker",
+           "attempt", "submitted", "started", "ended", "exit_code")
+#: The reasons a queued or held job may wait for (a lost job carries ``worker_lost``).
+WAITING_REASONS = tuple(r.value for r in Reason if r is not Reason.worker_lost)
+_WAITING = frozenset((JobState.queued, JobState.held))
+_NAMES = {member: member.value for member in (*JobState, *Reason)}
+_STATE_OF = attrgetter("state")
+
+
+def job_table(state: "SchedulerState", ended_rows: dict | None = None) -> dict[str, Any]:
+    """Every job in a few words, newest first: ``rows`` (tuples of the ``JOB_ROW`` fields; a
+    queued job with the placer's reason and words, as ``job_view`` gives them, less the note on
+    its last attempt that ``job_view`` adds), ``counts`` by state and ``waiting`` (queued and
+    held jobs) by reason, every state and reason named; ``unreachable``: jobs on workers that
+    are away; ``recovering``: no job is dispatched until workers return.
+
+    Walks the jobs once; the placer's reason is worked out once per shape queue (it is the same
+    for every job there but the one holding the reservation), not per job. ``ended_rows``, when
+    given, keeps the rows of ended jobs by id from one call to the next: an ended job does not
+    change, so its row is made once."""
+    book = state.jobs
+    reservation = state.placer.backfill.reservation
+    holder = reservation.task if reservation is not None else None
+    known = ended_rows if ended_rows is not None else {}
+    names = _NAMES
+    by_queue: dict[int, tuple[str, str]] = {}
+    needs: dict = {}
+    waiting: Counter = Counter()
+
+    def row_of(job) -> tuple:
+        spec, job_state = job.spec, job.state
+        reason, detail = names.get(job.wait), job.detail
+        t = job.task
+        if t is not None and t.state is QUEUED:
+            if t is holder:
+                reason, detail = queued_reason(state, t)
+            else:
+                found = by_queue.get(t.queue.qid)
+                if found is None:
+                    found = by_queue[t.queue.qid] = queued_reason(state, t)
+                reason, detail = found
+        if job_state in _WAITING and reason is not None:
+            waiting[reason] += 1
+        resources = needs.get(spec.resources)
+        if resources is None:
+            resources = needs[spec.resources] = str(spec.resources) if spec.resources else ""
+        row = (job.id, spec.name, names[job_state], reason, detail, resources, spec.priority,
+               job.worker, job.attempt, job.submitted, job.start_time, job.end_time,
+               job.exit_code)
+        if job_state in ENDED:
+            known[job.id] = row
+        return row
+
+    jobs = book.jobs
+    counts = Counter(map(_STATE_OF, jobs.values()))
+    get = known.get
+    rows = [get(job_id) or row_of(job) for job_id, job in reversed(jobs.items())]
+    return {"rows": rows, "counts": {s.value: counts.get(s, 0) for s in JobState},
+            "waiting": {r: waiting.get(r, 0) for r in WAITING_REASONS},
+            "unreachable": len(book.limbo), "recovering": book.recovering}

@@ -4,7 +4,8 @@ Nothing is counted per task for Prometheus: the families of each section are mad
 section's part of the current snapshot (``Collector``), the histograms included (their
 buckets are kept by ``observe.py``). Names follow Prometheus's rules (base units, ``_total``
 counters, histograms rather than averages), and labels take only bounded values: a worker's
-name, a GPU's index, a resource name, a state or a kind of reason or error, never a task key.
+name, a GPU's index, a resource name, a state or a kind of reason or error, never a task key,
+a job's number, name or command.
 The process's own families (CPU, memory, file descriptors, garbage collection) come with them.
 """
 
@@ -20,6 +21,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 #: The media type of the metrics text.
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
+from ...jobs import ENDED
 from ..reasons import REASON_KINDS
 from ..views import PENDING_TEXTS
 
@@ -35,6 +37,7 @@ COUNTERS = {
                    "Results copied off draining workers to keep them"),
 }
 PENDING_REASONS = tuple(PENDING_TEXTS) + REASON_KINDS
+ENDED_STATES = sorted(s.value for s in ENDED)
 
 
 def _gauge(name: str, help: str, labels: Sequence[str], rows: Iterable[tuple]) -> Metric:
@@ -113,9 +116,37 @@ def task_metrics(part: dict[str, Any]) -> Iterator[Metric]:
         failed.add_metric([error], n)
     yield failed
     yield _histogram("dsched_task_queue_wait_seconds", "Seconds a ready task waited in the "
-                     "queue before it was placed", part["queue_wait"])
+                     "queue before it was placed (jobs' attempts apart)", part["queue_wait"])
     yield _histogram("dsched_task_run_seconds", "Seconds finished tasks ran, as their workers "
                      "measured", part["run_time"])
+
+
+def job_metrics(part: dict[str, Any]) -> Iterator[Metric]:
+    yield _gauge("dsched_jobs", "Shell-command jobs the scheduler holds, by state", ["state"],
+                 part["counts"].items())
+    yield _gauge("dsched_jobs_waiting", "Queued and held jobs, by the reason they wait",
+                 ["reason"], part["waiting"].items())
+    ended = CounterMetricFamily("dsched_jobs_ended", "Jobs that ended since the scheduler "
+                                "started, by the state they ended in", labels=["state"])
+    for state in ENDED_STATES:
+        ended.add_metric([state], part["ended"].get(state, 0))
+    yield ended
+    yield GaugeMetricFamily("dsched_jobs_unreachable", "Jobs assigned or running on workers "
+                            "that are away (lost once their lease and margin pass)",
+                            value=part["unreachable"])
+    yield GaugeMetricFamily("dsched_jobs_recovering", "1 while a restarted scheduler waits "
+                            "for the workers that held jobs (no job is dispatched)",
+                            value=1 if part["recovering"] else 0)
+    yield _histogram("dsched_job_queue_wait_seconds", "Seconds an attempt of a job waited in "
+                     "the queue before it was dispatched (holds and dependencies not counted)",
+                     part["queue_wait"])
+    yield _histogram("dsched_job_run_seconds", "Seconds attempts of jobs ran, from start to "
+                     "end, as their workers measured", part["run_time"])
+    yield _histogram("dsched_journal_commit_seconds", "Seconds each group commit of the job "
+                     "journal took (every journaled change waits for its commit)",
+                     part["commit_time"])
+    yield CounterMetricFamily("dsched_journal_rows_written", "Job rows committed to the "
+                              "journal", value=part["rows_written"])
 
 
 class Collector:

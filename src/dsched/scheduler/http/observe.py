@@ -1,9 +1,11 @@
 """What the dashboard learns as the scheduler runs, rather than from its state: how long tasks
-waited and ran (histograms), the recent failures, and the event loop's lag.
+and job attempts waited and ran (histograms), the recent failures of tasks and of jobs, the
+jobs that ended by how, the journal's commits, and the event loop's lag.
 
 The scheduler shell hands ``Observations`` each event with the actions it gave; that costs a
-type test per action and, per placement or finished task, one bucket increment. Nothing here
-changes the state or sends anything, and all of it is bounded.
+type test per action and, per placement, finished task or journaled job, a bucket increment or
+two. It also says how long each journal commit took (``committed``). Nothing here changes the
+state or sends anything, and all of it is bounded.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from bisect import bisect_left
 from collections import Counter, deque
 from typing import Any, Callable, Sequence
 
+from ...jobs import ENDED, JobState
 from .. import actions as act
 from .. import events as ev
 
@@ -22,12 +25,18 @@ from .. import events as ev
 QUEUE_WAIT_BUCKETS = (0.001, 0.01, 0.1, 1.0, 10.0, 60.0, 600.0, 3600.0, 21600.0, 86400.0)
 RUN_TIME_BUCKETS = (0.001, 0.01, 0.1, 1.0, 10.0, 60.0, 600.0, 3600.0, 21600.0, 86400.0)
 LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
+#: A commit is an fsync or two of the WAL: a millisecond on an SSD, more on a busy disk.
+COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 #: Failures kept for the page and the API, newest last.
 FAILURES_KEPT = 100
 #: Characters of a failure's text kept (its traceback, say).
 TEXT_KEPT = 2000
 #: Seconds between two looks at the event loop's lag.
 LAG_INTERVAL = 0.5
+#: How a job ends that is listed among the recent failures.
+FAILED_JOB_STATES = frozenset(s.value for s in (JobState.failed, JobState.timeout,
+                                                 JobState.lost))
+_ENDED = frozenset(s.value for s in ENDED)
 
 
 class Histogram:
@@ -73,6 +82,17 @@ class Observations:
         #: The latest failures, newest last; those failed with an input are left out (one
         #: root cause can fail thousands) but counted in ``failed``.
         self.failures: deque[dict[str, Any]] = deque(maxlen=FAILURES_KEPT)
+        self.job_queue_wait = Histogram(QUEUE_WAIT_BUCKETS)
+        self.job_run_time = Histogram(RUN_TIME_BUCKETS)
+        #: Jobs that ended since start, by the state they ended in.
+        self.jobs_ended: Counter = Counter()
+        #: The latest jobs that ended failed, timed out or lost, newest last.
+        self.job_failures: deque[dict[str, Any]] = deque(maxlen=FAILURES_KEPT)
+        self.commit_time = Histogram(COMMIT_BUCKETS)
+        self.rows_written = 0
+        #: The jobs part's rows of ended jobs, by id, made once (``views.job_table``): a
+        #: snapshot then walks them without making them again.
+        self.ended_job_rows: dict[int, tuple] = {}
 
     def __call__(self, event: Any, actions: list) -> None:
         if type(event) is ev.TaskFinished:
@@ -84,10 +104,13 @@ class Observations:
             kind = type(action)
             if kind is act.Execute:
                 t = tasks.get(action.key)
-                if t is not None:
-                    self.queue_wait.observe(t.started - t.queued_at)
+                if t is not None:  # a job's attempt waits minutes where a task waits ms
+                    histogram = self.queue_wait if action.job is None else self.job_queue_wait
+                    histogram.observe(t.started - t.queued_at)
             elif kind is act.TaskErred:
                 self._failed(action, event)
+            elif kind is act.JournalWrite:
+                self._journaled(action, event)
 
     def _failed(self, action: act.TaskErred, event: Any) -> None:
         self.failed[action.error] += 1
@@ -103,6 +126,31 @@ class Observations:
             "text": text[-TEXT_KEPT:],
             "worker": getattr(event, "worker", None) or getattr(event, "address", None),
         })
+
+    def _journaled(self, write: act.JournalWrite, event: Any) -> None:
+        # A job's row is journaled in an ended state once: in the change that ended it (an
+        # ended job is not changed again), so each such row is one job that ended.
+        for row in write.rows:
+            state = row["state"]
+            if state in _ENDED:
+                self.jobs_ended[state] += 1
+                if state in FAILED_JOB_STATES:
+                    self.job_failures.append({
+                        "time": self.wall_clock(), "id": row["id"],
+                        "name": row["spec"].get("name", ""), "state": state,
+                        "detail": (row.get("detail") or "")[:TEXT_KEPT],
+                        "exit_code": row.get("exit_code"), "worker": row.get("worker", "")})
+        # The book journals a "result" only for the current attempt of a job: a report of an
+        # older attempt, or one repeated, is not timed twice.
+        if type(event) is ev.AttemptEnded and "result" in write.causes:
+            report = event.report
+            if report.started is not None and report.ended >= report.started:
+                self.job_run_time.observe(report.ended - report.started)
+
+    def committed(self, seconds: float, rows: int) -> None:
+        """The scheduler committed ``rows`` job rows to its journal in ``seconds``."""
+        self.commit_time.observe(seconds)
+        self.rows_written += rows
 
     async def probe_loop(self) -> None:
         """For ever: how late the event loop wakes a sleeper, every ``LAG_INTERVAL``."""

@@ -4,17 +4,18 @@ A section names what it reads from the scheduler (``build``, called once per sna
 panel that shows it on the page (a template in ``templates/`` given ``part`` and the page's
 ``query``), the Prometheus families made from it (``metrics``) and its routes under the
 dashboard's prefix (handlers from ``handlers.py``, or subclasses of its ``ListHandler`` and
-``ItemHandler``). ``SECTIONS`` is the dashboard's list, in the page's order: a new kind of
-work (jobs, say) joins by adding its section here, and nothing else changes.
+``ItemHandler``), and any helpers of its own its template calls. ``SECTIONS`` is the
+dashboard's list, in the page's order: a new kind of work joins by adding its section here, as
+jobs did (``jobs.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from . import handlers as h
-from . import metrics, snapshot
+from . import jobs, metrics, snapshot
 
 if TYPE_CHECKING:
     from ..server import Scheduler
@@ -28,6 +29,8 @@ class Section:
     panel: str | None = None
     metrics: Callable[[Any], Iterable[Any]] | None = None
     routes: tuple[tuple[str, type], ...] = ()
+    #: What its panel's template may call besides the page's helpers, by name.
+    helpers: Mapping[str, Callable] | None = None
 
 
 SECTIONS: tuple[Section, ...] = (
@@ -38,6 +41,8 @@ SECTIONS: tuple[Section, ...] = (
     Section("tasks", snapshot.tasks_part, "tasks.html", metrics.task_metrics,
             (("/api/v1/tasks", h.TasksSummary), ("/api/v1/tasks/pending", h.PendingList),
              ("/api/v1/tasks/failures", h.FailureList))),
+    Section("jobs", jobs.jobs_part, "jobs.html", metrics.job_metrics, jobs.ROUTES,
+            jobs.TEMPLATE_HELPERS),
 )
 
 #: Routes that belong to no section: the page itself, its login and polling, health, metrics.

@@ -20,8 +20,10 @@ from tornado.template import Loader
 from tornado.web import Application, StaticFileHandler
 
 from ...comm.addresses import reachable_host
+from ...peers import PeerPool
 from . import auth, metrics
 from .handlers import log_request
+from .joblog import LogReader
 from .observe import Observations
 from .page import HELPERS
 from .sections import ROUTES, SECTIONS, Section
@@ -55,6 +57,9 @@ class Dashboard:
         self.prefix = config.dashboard_prefix or ""
         self.token = auth.dashboard_token(token) if auth.token_required(self.host) else None
         self.sections = sections
+        self.tls = config.tls
+        self._cluster_token = token  # the workers' data ports ask for it: logs are read there
+        self.logs = LogReader(self._log_peers)
         self.observations = Observations(scheduler.state.tasks)
         self.snapshots = Snapshots(self._build, clock=self._clock)
         self._metrics = {s.name: s.metrics for s in sections if s.metrics is not None}
@@ -86,6 +91,7 @@ class Dashboard:
         self.server.add_sockets(sockets)
         self.port = sockets[0].getsockname()[1]
         self.scheduler.observe = self.observations
+        self.scheduler.on_commit = self.observations.committed
         self._probe = asyncio.ensure_future(self.observations.probe_loop())
         self._probe.add_done_callback(_log_failure)
         logger.info("Dashboard at %s%s", self.url,
@@ -101,6 +107,8 @@ class Dashboard:
     async def close(self) -> None:
         if self.scheduler.observe is self.observations:
             self.scheduler.observe = None
+            self.scheduler.on_commit = None
+        await self.logs.close()
         if self._probe is not None:
             self._probe.cancel()
         if self.server is not None:
@@ -109,6 +117,16 @@ class Dashboard:
                 await asyncio.wait_for(self.server.close_all_connections(), CLOSE_TIMEOUT)
             except asyncio.TimeoutError:
                 pass
+
+    def _log_peers(self) -> PeerPool:
+        """Where job logs are read from: the workers' data ports, as a client reads them (TLS
+        with the scheduler's CA, and its certificate where workers ask for one)."""
+        from ...daemon import ssl_contexts
+
+        comm = self.scheduler.comm_config
+        return PeerPool(role="client", name="dashboard", token=self._cluster_token,
+                        ssl=ssl_contexts(self.tls, server=False), timeout=comm.connect_timeout,
+                        limits=comm.limits())
 
     # -- what handlers read -----------------------------------------------------------------
 
@@ -126,7 +144,7 @@ class Dashboard:
         if panels is None:
             panels = {s.name: self._templates.load(s.panel).generate(
                           part=snapshot.parts[s.name], query=query, here="./",
-                          snapshot=snapshot, **HELPERS).decode()
+                          snapshot=snapshot, **HELPERS, **(s.helpers or {})).decode()
                       for s in self.sections if s.panel is not None}
             if len(snapshot.memo) < PANELS_KEPT:
                 snapshot.memo[key] = panels

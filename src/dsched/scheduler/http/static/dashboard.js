@@ -1,14 +1,20 @@
 // Keeps the dashboard's panels current without reloading the page: every few seconds, while
-// the tab is visible, it asks api/v1/panels (relative to the page's <base>) for the panels
-// rendered from the scheduler's latest snapshot and swaps in those that changed. A hidden tab
-// asks nothing; it catches up as soon as it is shown again.
+// the tab is visible, it asks for the panels rendered from the scheduler's latest snapshot
+// (api/v1/panels, or what the page's <body data-panels> names, relative to its <base>) and
+// swaps in those that changed. On a job's page it also follows the job's log: it asks for what
+// was written after what it shows, and appends it, until the job has ended and its log is
+// read to the end. A hidden tab asks nothing; it catches up as soon as it is shown again.
 (function () {
   "use strict";
   var PERIOD_MS = 2000;
+  var LOG_KEPT = 2000000;  // characters of a log the page keeps; the oldest go first
   var shown = {};
   var timer = null;
   var taken = document.getElementById("taken");
   var status = document.getElementById("poll-status");
+  var panels = document.body.dataset.panels || "api/v1/panels";
+  var log = document.getElementById("log");
+  var logProblem = document.getElementById("log-problem");
 
   function schedule() {
     if (timer === null && !document.hidden) {
@@ -18,7 +24,7 @@
 
   function refresh() {
     timer = null;
-    fetch("api/v1/panels" + location.search, {credentials: "same-origin"})
+    fetch(panels + location.search, {credentials: "same-origin"})
       .then(function (response) {
         if (response.status === 401) {
           location.reload();  // the token went stale: the page sends us to the login
@@ -45,7 +51,53 @@
         status.textContent = " (not updated: " + error.message + ")";
         document.body.classList.add("stale");
       })
+      .then(followLog)
       .then(schedule);
+  }
+
+  function jobEnded() {
+    var final = document.querySelector("[data-job-final]");
+    return final !== null && final.dataset.jobFinal === "true";
+  }
+
+  function followLog() {
+    if (!log || (log.dataset.complete && jobEnded())) {
+      return null;
+    }
+    return fetch(log.dataset.src + "?offset=" + log.dataset.offset, {credentials: "same-origin"})
+      .then(function (response) {
+        return response.json().then(function (data) {
+          if (!response.ok) {  // no log yet, or its worker is away: said, and asked again
+            throw new Error(data.error || response.status + " " + response.statusText);
+          }
+          return data;
+        });
+      })
+      .then(function (data) {
+        logProblem.textContent = "";
+        if (String(data.attempt) !== log.dataset.attempt) {  // a new attempt, a new log
+          log.dataset.attempt = data.attempt;
+          log.dataset.offset = 0;
+          log.dataset.complete = "";
+          log.textContent = "";
+          return;
+        }
+        var atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+        if (data.text) {
+          log.appendChild(document.createTextNode(data.text));
+          if (log.textContent.length > LOG_KEPT) {
+            log.textContent = log.textContent.slice(-LOG_KEPT);
+          }
+          if (atBottom) {
+            log.scrollTop = log.scrollHeight;
+          }
+        }
+        log.dataset.offset = data.next_offset;
+        log.dataset.complete = data.ended && data.next_offset >= data.size ? "true" : "";
+      })
+      .catch(function (error) {
+        logProblem.textContent = error.message;
+      });
   }
 
   document.addEventListener("visibilitychange", function () {

@@ -1,0 +1,114 @@
+"""A job's log, read for the dashboard from the worker that ran it.
+
+A log is not state: it lives in the job directory of the worker that ran the attempt, and the
+scheduler keeps only where (the worker's address and the attempt). ``LogReader`` asks that
+worker's data port for a piece of it (GetLog), as a client would, through one ``PeerPool``
+(one authenticated connection per worker asked, opened on first use). A read is bounded in
+size (``MAX_BYTES``), in time (``TIMEOUT``) and in number (``AT_ONCE`` in flight; more are
+refused at once, not queued), and it only awaits, so a slow or vanished worker never holds the
+scheduler's event loop. What goes wrong becomes ``LogUnavailable``, with an HTTP status and
+one line that says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+from typing import Any, Callable
+
+from ...errors import SchedError
+from ...jobs import job_key
+from ...peers import PeerPool
+
+#: The most bytes of a log one read returns, and how many it returns unless asked.
+MAX_BYTES = 1 << 20
+DEFAULT_BYTES = 64 << 10
+#: The end of a log a job's page opens with.
+TAIL_BYTES = 64 << 10
+#: Seconds a worker has to answer (connecting included).
+TIMEOUT = 10.0
+#: Reads in flight at once; one more is refused with 503 (a person retries, the page polls).
+AT_ONCE = 8
+
+
+class LogUnavailable(Exception):
+    """No log can be given now: ``status`` is the HTTP status, the message says why."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class LogReader:
+    """Reads the logs of the jobs of a scheduler from its workers. ``pool`` makes the
+    ``PeerPool`` on first use (so a dashboard nobody asks for a log opens no connection)."""
+
+    def __init__(self, pool: Callable[[], PeerPool], timeout: float = TIMEOUT,
+                 at_once: int = AT_ONCE):
+        self._make_pool = pool
+        self._pool: PeerPool | None = None
+        self.timeout = timeout
+        self.at_once = at_once
+        self.in_flight = 0
+
+    async def read(self, job: dict[str, Any], offset: int, limit: int) -> dict[str, Any]:
+        """Up to ``limit`` bytes of the log of ``job``'s latest attempt (``job`` as
+        ``views.job_view`` shows it) from ``offset``, as ``chunk`` gives them."""
+        where = f"worker {job['worker']} ({job['address']})"
+        if not job["address"] or not job["log"]:
+            raise LogUnavailable(404, f"job {job['id']} has no log yet: it is {job['state']}"
+                                      " and no attempt of it has started")
+        if self.in_flight >= self.at_once:
+            raise LogUnavailable(503, f"{self.in_flight} logs are being read already; try "
+                                      "again in a moment")
+        if self._pool is None:
+            self._pool = self._make_pool()
+        self.in_flight += 1
+        try:
+            async with asyncio.timeout(self.timeout):
+                log = await self._pool.get_log(job["address"], job_key(job["id"], job["attempt"]),
+                                               offset, min(limit, MAX_BYTES))
+        except TimeoutError:
+            raise LogUnavailable(504, f"the log is on {where}, which did not answer within "
+                                      f"{self.timeout:g} s") from None
+        except (OSError, SchedError) as error:  # refused, unreachable, closed, TLS
+            raise LogUnavailable(502, f"the log is on {where}, which cannot be reached: "
+                                      f"{error}") from None
+        finally:
+            self.in_flight -= 1
+        if log.error:
+            raise LogUnavailable(404, f"{where} says: {log.error}")
+        return {"job": job["id"], "attempt": job["attempt"], "worker": job["worker"],
+                **chunk(log.data, offset, log.size, log.ended)}
+
+    async def tail(self, job: dict[str, Any], nbytes: int = TAIL_BYTES) -> dict[str, Any]:
+        """About the last ``nbytes`` of the log, from the start of a line where it is cut."""
+        first = await self.read(job, 0, nbytes)
+        if first["size"] <= nbytes:
+            return first
+        start = first["size"] - nbytes
+        last = await self.read(job, start, nbytes)
+        cut = last["text"].find("\n")
+        if cut >= 0:
+            last["text"] = last["text"][cut + 1:]
+        last["skipped"] = start
+        return last
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+
+def chunk(data: bytes, offset: int, size: int, ended: bool) -> dict[str, Any]:
+    """The bytes of a log read from ``offset`` as text: ``text`` (UTF-8; what is not is
+    replaced), ``next_offset`` where to read on (before a character the read cut in two, so
+    that it is read whole next time), the log's ``size`` then, and ``ended``: nothing more will
+    be written to it."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    text = decoder.decode(data, final=ended and offset + len(data) >= size)
+    pending = len(decoder.getstate()[0])
+    if pending and pending == len(data):  # too little to hold one character: take it as is
+        text, pending = decoder.decode(b"", final=True), 0
+    return {"offset": offset, "next_offset": offset + len(data) - pending, "size": size,
+            "ended": ended, "text": text}
