@@ -275,6 +275,27 @@ def split_gpus(gpus: Sequence[T], nworkers: int) -> list[list[T]]:
     return shares
 
 
+def check_division(resources: Resources, gpus: Sequence[GpuDevice],
+                   shares: Sequence[Sequence[GpuDevice]]) -> None:
+    """Refuse a ``GPU`` per process that the found devices, divided, cannot back.
+
+    A process whose share is smaller than its ``GPU`` would count devices it was not given and
+    pin tasks to devices of another process, so two tasks would share a whole device; without
+    devices found at all, ``GPU=N`` stays abstract.
+    """
+    count = resources.get(GPU) // SCALE
+    if not gpus or not count:
+        return
+    short = [i for i, share in enumerate(shares) if len(share) < count]
+    if short:
+        raise ResourceSpecError(
+            f"{len(shares)} worker processes offering GPU={count} each need {len(shares) * count} "
+            f"GPUs, but {len(gpus)} were found (process {short[0]} would get "
+            f"{len(shares[short[0]])}): lower --nworkers or GPU, or leave GPU out to divide the "
+            "devices found"
+        )
+
+
 def gpus_option(share: Sequence[GpuDevice]) -> str:
     """The ``--gpus`` value that gives one worker process exactly ``share``."""
     return ",".join(str(device.index) for device in share) or "none"

@@ -31,8 +31,8 @@ import psutil
 from ..daemon import ServiceNotifier
 from ..errors import ConfigError, ResourceSpecError
 from ..resources import Resources
-from .gpus import (GpuDevice, detect_gpus, gpus_option, ledger_devices, resources_with_gpus,
-                   split_gpus)
+from .gpus import (GpuDevice, check_division, detect_gpus, gpus_option, ledger_devices,
+                   resources_with_gpus, split_gpus)
 from .lifeline import die_with_parent
 from .nanny import PREVIOUS_EXIT_ENV
 from ..settings import CommConfig, WorkerConfig, build
@@ -191,6 +191,7 @@ def process_commands(w: WorkerConfig, cfg: dict,
     n = w.nworkers
     resources = Resources.parse(w.resources)
     shares = split_gpus(list(devices), n)
+    check_division(resources, devices, shares)
     for share in shares:
         _advertised(resources, share)
     env = {**os.environ, **_settings_env(cfg), NANNY_ENV: str(os.getpid())}

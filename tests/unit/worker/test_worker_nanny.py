@@ -12,6 +12,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from deadline import wait_until_async
 
@@ -152,3 +153,25 @@ def test_processes_keep_one_name_each_for_the_nannys_life_and_their_own_job_dire
     (_, command, env), = process_commands(build(WorkerConfig, cfg["worker"]), cfg, ())
     assert _options(command, "--name") == "w"
     assert env["SCHED_WORKER__JOB_DIRECTORY"] == repr("/var/lib/sched-jobs")
+
+
+def test_a_gpu_per_process_that_the_devices_found_cannot_back_is_refused():
+    from dsched.errors import ResourceSpecError
+    from dsched.settings import WorkerConfig, build, defaults
+    from dsched.worker.gpus import GpuDevice
+    from dsched.worker.main import process_commands
+
+    two = (GpuDevice(0), GpuDevice(1))
+    cfg = defaults()
+    cfg["worker"].update(scheduler_address="127.0.0.1:8786", nworkers=3, resources="GPU=1")
+    # The third process would get no device, yet count one: its tasks would be pinned to
+    # device 0, beside the first process's.
+    with pytest.raises(ResourceSpecError, match="3 worker processes offering GPU=1 each need 3 "
+                       "GPUs, but 2 were found"):
+        process_commands(build(WorkerConfig, cfg["worker"]), cfg, two)
+    cfg["worker"].update(nworkers=2)
+    commands = process_commands(build(WorkerConfig, cfg["worker"]), cfg, two)
+    assert [_options(c, "--gpus") for _, c, _ in commands] == ["0", "1"]
+    cfg["worker"].update(nworkers=3, resources="")  # GPU left out: the devices are divided
+    commands = process_commands(build(WorkerConfig, cfg["worker"]), cfg, two)
+    assert [_options(c, "--gpus") for _, c, _ in commands] == ["0", "1", "none"]
