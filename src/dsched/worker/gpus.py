@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence, TypeVar
 
 from ..errors import ConfigError, ResourceSpecError
-from ..resources import SCALE, Resources, format_units
+from ..resources import SCALE, Resources, format_units, named_devices
 from .ledger import GPU
 
 logger = logging.getLogger(__name__)
@@ -224,10 +224,11 @@ def _select(devices: tuple[GpuDevice, ...], wanted: tuple[str, ...], text: str,
 def resources_with_gpus(resources: Resources, gpus: Sequence[GpuDevice]) -> Resources:
     """What the worker advertises: ``GPU=<count>`` added when GPUs were found and none given.
 
-    A ``GPU`` given explicitly (``GPU=0`` included) is kept as given.
+    A ``GPU`` given explicitly (``GPU=0`` included) is kept as given, and none is added to a
+    worker that names its devices (``gpu0=1 gpu1=1``).
     """
-    if GPU in resources or not gpus:
-        return resources
+    if GPU in resources or not gpus or named_devices(resources):
+        return resources  # devices named gpu<N> are the worker's GPUs: no second count of them
     return resources + Resources({GPU: len(gpus) * SCALE})
 
 
@@ -244,9 +245,16 @@ def ledger_devices(resources: Resources, gpus: Sequence[GpuDevice]) -> tuple[int
             f"invalid worker resource GPU={format_units(units)}: a worker offers whole GPUs"
         )
     count = units // SCALE
+    indices = sorted(device.index for device in gpus) if gpus else list(range(count))
+    named = set(named_devices(resources)) & set(indices[:count])
+    if named:
+        raise ResourceSpecError(
+            f"the worker offers GPU={count} on device(s) {', '.join(map(str, indices[:count]))} "
+            f"and names device(s) {', '.join(map(str, sorted(named)))} as gpu<N> too: two tasks "
+            "would share a device; offer one or the other"
+        )
     if not gpus:
-        return tuple(range(count))
-    indices = sorted(device.index for device in gpus)
+        return tuple(indices)
     if count > len(indices):
         raise ResourceSpecError(
             f"the worker offers GPU={count} but only {len(indices)} GPU(s) were found "

@@ -213,3 +213,20 @@ def test_real_nvml_detection():
     usage = gpu_usage(inventory.indices)
     assert [u.index for u in usage] == list(inventory.indices)
     assert all(0 <= u.utilization <= 100 and u.memory_used <= u.memory_total for u in usage)
+
+
+def test_a_device_counted_as_gpu_and_named_gpu_n_too_is_refused():
+    from dsched.errors import ResourceSpecError
+    from dsched.resources import Resources
+    from dsched.worker.gpus import GpuDevice, ledger_devices, resources_with_gpus
+
+    two = [GpuDevice(0), GpuDevice(1)]
+    # A worker that names its devices gets no GPU count of them as well: a GPU=1 task and a
+    # gpu0=1 task would both be given device 0.
+    assert resources_with_gpus(Resources.parse("gpu0=1 gpu1=1"), two) == Resources.parse(
+        "gpu0=1 gpu1=1")
+    assert resources_with_gpus(Resources.parse("foo=1"), two) == Resources.parse("foo=1 GPU=2")
+    for devices in (two, []):
+        with pytest.raises(ResourceSpecError, match="names device.s. 0 as gpu<N> too"):
+            ledger_devices(Resources.parse("GPU=1 gpu0=1"), devices)
+    assert ledger_devices(Resources.parse("GPU=1 gpu1=1"), two) == (0,)
