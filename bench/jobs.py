@@ -40,7 +40,7 @@ def start_scheduler(state_dir: str, token: str) -> tuple[subprocess.Popen, str, 
     started = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, "-m", "dsched.cli.scheduler", "--host", "127.0.0.1", "--port", "0",
-         "--state-dir", state_dir, "--log-level", "warning"],
+         "--state-dir", state_dir, "--log-level", "warning", "--no-dashboard"],
         env={**os.environ, "SCHED_TOKEN": token}, stdout=subprocess.PIPE, text=True)
     for line in process.stdout:
         match = re.search(r"listening at (\S+)", line)

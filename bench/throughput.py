@@ -18,7 +18,9 @@ is better). Install Dask in a separate environment, never as a dependency of thi
     /tmp/dask-venv/bin/python bench/throughput.py
 
 Options: ``--tasks`` (per map round), ``--rounds``, ``--latency`` (round trips), ``--chain``,
-``--prefetch``, ``--no-dask``.
+``--prefetch``, ``--no-dask``; ``--poll-dashboard SECONDS`` runs the dsched side while a
+client reads the scheduler's dashboard (the page's panels, the workers and tasks API and the
+metrics) every SECONDS (0: back to back), to show that looking does not slow placement.
 """
 
 from __future__ import annotations
@@ -92,20 +94,59 @@ def gpu_workload(client, args) -> dict:
         map_rate(client, args.tasks, args.rounds, resources={"GPU": 1}))}
 
 
+def poll_dashboard(url: str, interval: float, stop, count) -> None:
+    """Read the dashboard at ``url`` every ``interval`` seconds until ``stop`` is set, as a
+    browser tab and a Prometheus scrape would; ``count`` counts the requests."""
+    import urllib.request
+
+    while not stop.is_set():
+        for path in ("api/v1/panels", "api/v1/workers", "api/v1/tasks", "metrics"):
+            with urllib.request.urlopen(url + path, timeout=30) as reply:
+                reply.read()
+            with count.get_lock():
+                count.value += 1
+        stop.wait(interval)
+
+
+@contextlib.contextmanager
+def dashboard_poller(cluster, interval: float | None, polls: list[int]):
+    """While the block runs, a process of its own (as a browser is) reads ``cluster``'s
+    dashboard every ``interval`` seconds (None: not at all); adds its requests to ``polls``."""
+    if interval is None:
+        yield
+        return
+    import multiprocessing
+
+    stop, count = multiprocessing.Event(), multiprocessing.Value("l", 0)
+    poller = multiprocessing.Process(target=poll_dashboard, daemon=True,
+                                     args=(cluster.dashboard_link, interval, stop, count))
+    poller.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        poller.join(30)
+        polls.append(count.value)
+
+
 def run_dsched(args) -> dict:
     from dsched import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as client:
+    polls: list[int] = []
+    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as client, \
+            dashboard_poller(cluster, args.poll_dashboard, polls):
         result = workload(client, args)
     # Dask runs with worker-saturation inf (every task sent to a worker at once); the nearest
     # setting here is a deep prefetch queue on each worker.
     with LocalCluster(n_workers=2, threads_per_worker=1, prefetch=args.prefetch) as cluster, \
-            Client(cluster) as client:
+            Client(cluster) as client, dashboard_poller(cluster, args.poll_dashboard, polls):
         client.gather(client.map(noop, range(500), pure=False))
         result["map_tasks_per_s_prefetch"] = round(map_rate(client, args.tasks, args.rounds))
     with LocalCluster(n_workers=2, threads_per_worker=1, resources={"GPU": 2}) as cluster, \
-            Client(cluster) as client:
+            Client(cluster) as client, dashboard_poller(cluster, args.poll_dashboard, polls):
         result.update(gpu_workload(client, args))
+    if args.poll_dashboard is not None:
+        result["dashboard_requests"] = sum(polls)
     return result
 
 
@@ -152,12 +193,14 @@ def main() -> None:
     parser.add_argument("--prefetch", type=int, default=32,
                         help="scheduler.prefetch for the map_tasks_per_s_prefetch run")
     parser.add_argument("--no-dask", action="store_true")
+    parser.add_argument("--poll-dashboard", type=float, metavar="SECONDS",
+                        help="read the dashboard every SECONDS during the dsched runs")
     args = parser.parse_args()
     logging.getLogger("dsched").setLevel(logging.ERROR)
     report = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
               "workload": {"tasks": args.tasks, "rounds": args.rounds,
                            "latency_round_trips": args.latency, "chain": args.chain,
-                           "prefetch": args.prefetch},
+                           "prefetch": args.prefetch, "poll_dashboard": args.poll_dashboard},
               "dsched": run_dsched(args)}
     with contextlib.suppress(ImportError):
         if not args.no_dask:

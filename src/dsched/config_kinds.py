@@ -1,7 +1,8 @@
 """The kinds of configuration values: each checks and normalizes one value, or raises
 :class:`Bad` saying what it expected. ``settings.py`` gives every setting its kind.
 
-Pure: no I/O, no environment, no logging.
+No I/O and no logging; the one thing read from outside is the home directory, for a path
+that starts with ``~``.
 """
 
 from __future__ import annotations
@@ -107,3 +108,12 @@ def resource_table(v: Any) -> dict[str, int | float]:
 
 
 port = integer(0, 65535)
+
+
+def url_prefix(v: Any) -> str:
+    """A path a reverse proxy serves under: ``/sched`` (one leading slash, no trailing one, no
+    query, fragment or spaces); ``""`` or ``/`` for none."""
+    if isinstance(v, str) and re.fullmatch(r"/?([A-Za-z0-9._~!$&'()*+,;=:@%-]+/?)*", v.strip()):
+        parts = [part for part in v.strip().split("/") if part]
+        return "".join(f"/{part}" for part in parts)
+    raise Bad("a URL path such as '/sched' (letters, digits and -._~ between slashes)")

@@ -56,8 +56,16 @@ class SchedulerConfig:
                         "must reach it (the token guards it)")
     port: int = setting(8786, k.port, "Port for workers and clients; 0 for any free one")
     dashboard_port: int | None = setting(8787, k.nullable(k.port),
-                                         "Port of the dashboard, API and metrics (reserved: "
-                                         "not served yet)")
+                                         "Port of the dashboard, JSON API and Prometheus "
+                                         "metrics (HTTP); 0 for any free one, none to turn "
+                                         "them off")
+    dashboard_host: str = setting("127.0.0.1", k.text,
+                                  "Interface the dashboard listens on; any other than "
+                                  "127.0.0.1, ::1 or localhost requires the dashboard token "
+                                  "(sched-scheduler --print-dashboard-token)")
+    dashboard_prefix: str | None = setting(None, k.nullable(k.url_prefix),
+                                           "Path the dashboard is served under, for a reverse "
+                                           "proxy (/sched); none: the root")
     state_dir: str | None = setting(None, k.nullable(k.path),
                                     "Directory of the token file and the job journal; none: "
                                     "$XDG_STATE_HOME/sched (~/.local/state/sched)")

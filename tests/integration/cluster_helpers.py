@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +19,7 @@ from deadline import wait_until
 from dsched.auth import generate_token
 
 LISTENING = re.compile(r"listening at (\S+)")
+DASHBOARD = re.compile(r"dashboard at (\S+)")
 
 
 class Daemons:
@@ -31,6 +34,8 @@ class Daemons:
             "XDG_CONFIG_HOME": str(tmp_path / "config"),
             "XDG_STATE_HOME": str(tmp_path / "state"),
             "PYTHONUNBUFFERED": "1",
+            # Any free port: tests run side by side, and 8787 may be taken.
+            "SCHED_SCHEDULER__DASHBOARD_PORT": "0",
         }
         self.env.pop("SCHED_CONFIG", None)
         self.processes: list[subprocess.Popen] = []
@@ -39,7 +44,8 @@ class Daemons:
 
     def scheduler(self, *args: str, env: dict | None = None, timeout: float = 30.0,
                   port: int = 0, host: str = "127.0.0.1", prefix: tuple[str, ...] = ()) -> str:
-        """Start a scheduler; its log goes to a file, read by :meth:`scheduler_log`.
+        """Start a scheduler; its log goes to a file, read by :meth:`scheduler_log`, and the
+        URL of its dashboard is ``self.dashboard`` (None when it serves none).
 
         ``prefix`` goes before the command (``("ip", "netns", "exec", NAME)`` runs the
         scheduler in a network namespace, where it listens on ``host``)."""
@@ -52,10 +58,15 @@ class Daemons:
             )
         self.processes.append(process)
         deadline = time.monotonic() + timeout
+        self.dashboard = None
         while time.monotonic() < deadline and process.poll() is None:
             ready, _, _ = select.select([process.stdout], [], [], 0.5)
             if ready:
-                match = LISTENING.search(process.stdout.readline())
+                line = process.stdout.readline()
+                dashboard = DASHBOARD.search(line)
+                if dashboard:  # on the listening line, when it serves one
+                    self.dashboard = dashboard.group(1)
+                match = LISTENING.search(line)
                 if match:
                     self.scheduler_process = process
                     self.address = match.group(1)
@@ -137,3 +148,36 @@ def running_cluster(tmp_path, workers):
         yield daemons
     finally:
         daemons.stop()
+
+
+class NotifySocket:
+    """Where a test listens as systemd would for a daemon's notifications (``NOTIFY_SOCKET``):
+    an abstract datagram socket, so no path length limit, and nothing left behind."""
+
+    def __init__(self):
+        self.name = f"@dsched-test-{os.getpid()}-{secrets.token_hex(4)}"
+        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.socket.bind("\0" + self.name[1:])
+        self.received: list[dict[str, str]] = []
+
+    def until(self, predicate, timeout: float = 30.0, what: str = "notification") -> dict:
+        """Receive notifications (each a dict of its fields, kept in ``received``) until one
+        satisfies ``predicate``; return it. AssertionError at the deadline."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{what} not received within {timeout:g}s; "
+                                     f"received {self.received}")
+            self.socket.settimeout(left)
+            try:
+                datagram = self.socket.recv(4096)
+            except TimeoutError:
+                continue
+            fields = dict(line.split("=", 1) for line in datagram.decode().splitlines())
+            self.received.append(fields)
+            if predicate(fields):
+                return fields
+
+    def close(self) -> None:
+        self.socket.close()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from cluster_helpers import TWO_WORKERS, Daemons, running_cluster
+from cluster_helpers import TWO_WORKERS, Daemons, NotifySocket, running_cluster
 
 
 @pytest.fixture(scope="module")
@@ -30,3 +30,13 @@ def daemons(tmp_path):
         yield d
     finally:
         d.stop()
+
+
+@pytest.fixture
+def notify():
+    """A socket listening as systemd would; its ``name`` goes in a daemon's NOTIFY_SOCKET."""
+    sock = NotifySocket()
+    try:
+        yield sock
+    finally:
+        sock.close()

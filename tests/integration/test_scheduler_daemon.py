@@ -1,5 +1,6 @@
 """sched-scheduler as a program: it starts, tells systemd, logs placements, drains, and fails
-clearly when it cannot start."""
+clearly when it cannot start. (tests/integration/test_systemd.py has the watchdog and the
+units.)"""
 
 import os
 import signal
@@ -27,15 +28,27 @@ def scheduler_command(*args):
     return [sys.executable, "-m", "dsched.cli.scheduler", "--host", "127.0.0.1", *args]
 
 
-def test_it_tells_systemd_it_is_ready_once_listening(daemons, tmp_path):
-    path = str(tmp_path / "notify")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
-        notify.bind(path)
-        notify.settimeout(30)
-        address = daemons.scheduler(env={"NOTIFY_SOCKET": path})
-        assert notify.recv(64) == b"READY=1"
-    with socket.create_connection(tuple(address.rsplit(":", 1))):
+def test_it_tells_systemd_it_is_ready_once_listening_and_stopping_on_sigterm(daemons, notify,
+                                                                           tmp_path):
+    with open(tmp_path / "scheduler.log", "wb") as log:
+        # Not daemons.scheduler(), which waits for the line printed after READY.
+        process = subprocess.Popen(
+            scheduler_command("--port", "0", "--state-dir", str(tmp_path / "state")),
+            env={**daemons.env, "NOTIFY_SOCKET": notify.name},
+            stdout=subprocess.DEVNULL, stderr=log)
+    daemons.processes.append(process)
+    ready = notify.until(lambda fields: "READY" in fields, what="READY=1")
+    # Right after READY, before anything else: the port is already bound.
+    host, port = ready["STATUS"].removeprefix("Listening at ").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10):
         pass
+    assert notify.received[:2] == [{"STATUS": "Starting: loading the job journal"},
+                                   {"STATUS": "Starting: listening on 127.0.0.1:0"}]
+    assert ready == {"READY": "1", "STATUS": f"Listening at {host}:{port}"}
+    process.send_signal(signal.SIGTERM)
+    stopping = notify.until(lambda fields: "STOPPING" in fields, what="STOPPING=1")
+    assert stopping == {"STOPPING": "1", "STATUS": "Received SIGTERM: draining"}
+    assert process.wait(30) == 0
 
 
 def test_a_taken_port_is_a_clear_error_and_a_non_zero_exit(daemons):

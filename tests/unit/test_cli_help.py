@@ -37,7 +37,9 @@ def recorded(monkeypatch, module, name):
 
 
 HELP_CASES = [
-    (scheduler.main, [], ["--host", "--port", "--dashboard-port", "--token-file", "--tls-cert",
+    (scheduler.main, [], ["--host", "--port", "--dashboard-port", "--dashboard-host",
+                          "--dashboard-prefix", "--no-dashboard", "--print-dashboard-token",
+                          "--token-file", "--tls-cert",
                           "--tls-key", "--tls-ca", "--state-dir", "--config", "--log-level"]),
     (worker.main, [], ["SCHEDULER_ADDRESS", "--resources", "--nthreads", "--nworkers",
                        "--no-nanny", "--name",
@@ -167,6 +169,35 @@ def test_scheduler_options_reach_the_config(monkeypatch, tmp_path):
     [(cfg,)] = calls
     assert cfg["scheduler"]["port"] == 9000
     assert cfg["scheduler"]["token_file"] == str(tmp_path / "state" / "token")
+
+
+def test_dashboard_options_reach_the_config(monkeypatch):
+    calls = recorded(monkeypatch, scheduler, "run_scheduler")
+    result = run(scheduler.main, "--dashboard-port", "0", "--dashboard-host", "0.0.0.0",
+                 "--dashboard-prefix", "/sched/")
+    assert result.exit_code == 0, result.output
+    result = run(scheduler.main, "--no-dashboard")
+    assert result.exit_code == 0, result.output
+    [(on,), (off,)] = calls
+    assert (on["scheduler"]["dashboard_port"], on["scheduler"]["dashboard_host"],
+            on["scheduler"]["dashboard_prefix"]) == (0, "0.0.0.0", "/sched")
+    assert off["scheduler"]["dashboard_port"] is None
+    assert off["scheduler"]["dashboard_host"] == "127.0.0.1"
+
+
+def test_bad_dashboard_options_exit_2():
+    result = run(scheduler.main, "--dashboard-prefix", "/a b")
+    assert result.exit_code == 2 and "a URL path such as '/sched'" in result.output
+    result = run(scheduler.main, "--no-dashboard", "--dashboard-port", "1")
+    assert result.exit_code == 2 and "contradict" in result.output
+
+
+def test_print_dashboard_token_prints_the_token_of_the_cluster_token(monkeypatch):
+    from dsched.scheduler.http import dashboard_token
+
+    result = run(scheduler.main, "--print-dashboard-token", env={"SCHED_TOKEN": "cluster"})
+    assert result.exit_code == 0, result.output
+    assert result.output == dashboard_token("cluster") + "\n"
 
 
 def test_sched_submit_passes_the_job(monkeypatch):

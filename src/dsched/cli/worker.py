@@ -29,7 +29,10 @@ def run_worker(cfg: dict) -> int:
 @click.option("--nthreads", type=click.IntRange(min=1), help=help_of("worker.nthreads"))
 @click.option("--nanny/--no-nanny", default=None, help=help_of("worker.nanny"))
 @click.option("--nworkers", type=click.IntRange(min=1), help=help_of("worker.nworkers"))
-@click.option("--name", help=help_of("worker.name"))
+@click.option("--name", help=help_of(
+    "worker.name", " (with --no-nanny); under the nanny, HOST-NANNYPID-I, which a process keeps "
+    "when the nanny starts it again, so that it finds its job records (give a name that "
+    "outlives the nanny where jobs must survive its restart too)"))
 @click.option("--host", metavar="HOST", help=help_of("worker.host"))
 @click.option("--port", type=click.IntRange(0, 65535), help=help_of("worker.port"))
 @click.option("--gpus", type=ConfigValue("worker.gpus", "auto|none|0,1,..."),

@@ -1,13 +1,13 @@
 """LocalCluster: a scheduler and workers as real processes on 127.0.0.1, for one machine.
 
-The scheduler listens on a port the OS chooses and prints it; the workers are ordinary
-``sched-worker`` processes. A fresh random token is handed to every process through
-``SCHED_TOKEN``, so a LocalCluster needs no files and no other user on the machine can submit
-to it. Worker settings not given as arguments come from ``dsched.config`` in this process,
-``dsched.config.set({"worker.resources.GPU": 2})`` included. ``prefetch`` sets the
-scheduler's ``scheduler.prefetch`` (resource-free tasks queued on a worker beyond its threads):
-raise it for many tiny tasks. ``close()`` stops everything it started, and a finalizer does
-the same if the program forgets.
+The scheduler listens on a port the OS chooses and prints it, and so does its dashboard
+(``dashboard_link``); the workers are ordinary ``sched-worker`` processes. A fresh random
+token is handed to every process through ``SCHED_TOKEN``, so a LocalCluster needs no files
+and no other user on the machine can submit to it. Worker settings not given as arguments
+come from ``dsched.config`` in this process, ``dsched.config.set({"worker.resources.GPU":
+2})`` included. ``prefetch`` sets the scheduler's ``scheduler.prefetch`` (resource-free
+tasks queued on a worker beyond its threads): raise it for many tiny tasks. ``close()`` stops
+everything it started, and a finalizer does the same if the program forgets.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ..worker.gpus import detect_gpus, gpus_option, load_nvml, split_gpus
 from ..worker.ledger import GPU
 
 _LISTENING = re.compile(r"listening at (\S+)")
+_DASHBOARD = re.compile(r"dashboard at (\S+)")
 
 
 def _stop(processes: list[subprocess.Popen], timeout: float = 10.0) -> None:
@@ -79,6 +80,8 @@ class LocalCluster:
         self._machine_has_gpus = bool(found)
         self._unassigned_gpus = list(found)
         self.scheduler: subprocess.Popen | None = None
+        #: The URL of the scheduler's dashboard (on a port the OS chose).
+        self.dashboard_link: str | None = None
         self.workers: list[subprocess.Popen] = []
         # Every process, workers first so they go before the scheduler they report to.
         self._processes: list[subprocess.Popen] = []
@@ -98,7 +101,7 @@ class LocalCluster:
     def _start_scheduler(self) -> None:
         self.scheduler = subprocess.Popen(
             [sys.executable, "-m", "dsched.cli.scheduler", "--host", "127.0.0.1", "--port", "0",
-             "--state-dir", self._state_dir.name,
+             "--state-dir", self._state_dir.name, "--dashboard-port", "0",
              "--log-level", self.log_level],
             env=self._env, stdout=subprocess.PIPE, text=True,
         )
@@ -111,7 +114,11 @@ class LocalCluster:
                 raise RuntimeError("the local scheduler did not start (see its log above)")
             ready, _, _ = select.select([self.scheduler.stdout], [], [], remaining)
             if ready:
-                match = _LISTENING.search(self.scheduler.stdout.readline())
+                line = self.scheduler.stdout.readline()
+                dashboard = _DASHBOARD.search(line)
+                if dashboard:  # on the listening line
+                    self.dashboard_link = dashboard.group(1)
+                match = _LISTENING.search(line)
                 if match:
                     self.scheduler_address = match.group(1)
                     return
@@ -136,7 +143,10 @@ class LocalCluster:
                    "--nthreads", str(nthreads or self.threads_per_worker),
                    "--name", name or f"local-{index}", "--gpus", option,
                    "--host", "127.0.0.1", "--log-level", self.log_level,
-                   "--resources", str(spec)]
+                   "--resources", str(spec),
+                   # Job records under the cluster's own directory, not a machine-wide one
+                   # that another cluster's "local-0" would also claim.
+                   "--local-directory", self._state_dir.name]
         process = subprocess.Popen(command, env=self._env)
         self.workers.append(process)
         self._processes.insert(0, process)

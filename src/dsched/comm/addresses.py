@@ -37,8 +37,14 @@ def reachable_host(host: str) -> str:
 
     import psutil
 
-    stats = psutil.net_if_stats()
-    for name, addresses in sorted(psutil.net_if_addrs().items()):
+    try:
+        stats = psutil.net_if_stats()
+        interfaces = psutil.net_if_addrs()
+    except OSError:
+        # A sandbox may hide the table (no netlink sockets, no /proc/net: the systemd unit
+        # allows neither); the host name is what a deployment's workers use anyway.
+        return socket.gethostname()
+    for name, addresses in sorted(interfaces.items()):
         if not stats.get(name) or not stats[name].isup:
             continue
         for address in addresses:

@@ -50,7 +50,7 @@ class ShapeQueue:
         self.heap: list[tuple[int, Task]] = []
         self.live = 0
         self.reason: str | None = None
-        self.reason_kind: str | None = None  # see ``reasons.KINDS``
+        self.reason_kind: str | None = None  # see ``reasons.REASON_KINDS``
         self.unrunnable_since = 0.0
         self.fifo: deque[Task] | None = None
         self.head_order: int | None = None

@@ -5,7 +5,9 @@ grant (a GPU fraction above one); no workers yet; every worker draining; a restr
 workers that are not connected (or are draining); a resource name no worker offers; more of
 a resource than the largest worker offers; or a combination no single worker offers. A shape
 queue carries its reason while it has one; its clients are told when it changes, and
-``no_worker_timeout`` fails the tasks that waited with a reason for too long.
+``no_worker_timeout`` fails the tasks that waited with a reason for too long. Each reason
+also has a kind, one short fixed name (``REASON_KINDS``), kept on the queue beside the words,
+for job reasons, metrics labels and filters.
 
 Pure: no I/O, no clock.
 """
@@ -24,10 +26,9 @@ if TYPE_CHECKING:
     from .placer import Placer
 
 
-#: The kinds of reason: a demand no worker could ever grant; no worker taking work; a
-#: restriction to workers not connected (or draining); a resource no worker offers; more
-#: than any one worker offers.
-KINDS = ("misspecified", "no_workers", "restricted", "missing_resources", "too_large")
+#: The kinds of reason, in the order ``Reasons.of`` looks for them.
+REASON_KINDS = ("invalid_request", "no_workers", "all_draining", "restricted",
+                "missing_resource", "too_large", "no_single_worker")
 
 
 class Reasons:
@@ -40,17 +41,17 @@ class Reasons:
 
     def of(self, q: ShapeQueue) -> tuple[str, str] | None:
         """Why no connected worker can ever start the tasks of ``q`` (its kind, one of
-        ``KINDS``, and the words), or None if one can."""
+        ``REASON_KINDS``, and the words), or None if one can."""
         demand = q.resources
         error = demand_error(demand)
         if error:
-            return "misspecified", error
+            return "invalid_request", error
         placer = self.placer
         index = placer.index
         if not index.by_name:
             return "no_workers", "no workers connected yet"
         if not index.totals:
-            return "no_workers", "every connected worker is draining"
+            return "all_draining", "every connected worker is draining"
         where = ""
         if q.restrict is not None:
             allowed = placer.restricted(q.restrict)
@@ -70,7 +71,7 @@ class Reasons:
         missing = demand.missing_names(offered)
         if missing:
             s = "s" if len(missing) > 1 else ""
-            return "missing_resources", f"no worker{where} offers resource{s} {', '.join(missing)}"
+            return "missing_resource", f"no worker{where} offers resource{s} {', '.join(missing)}"
         too_large = []
         for n in q.names:
             largest = max(total.get(n, 0) for total in totals)
@@ -81,7 +82,7 @@ class Reasons:
                 )
         if too_large:
             return "too_large", "needs " + "; ".join(too_large)
-        return "too_large", f"needs {demand} but no single worker{where} offers all of it"
+        return "no_single_worker", f"needs {demand} but no single worker{where} offers all of it"
 
     def refresh(self) -> None:
         """The workers changed: look at every queue's reason again."""

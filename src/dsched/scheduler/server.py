@@ -136,6 +136,15 @@ class Scheduler:
         self._client_ids = itertools.count(1)
         self._ticker: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Why the scheduler takes no work now, by who says so ("starting" until it listens,
+        #: "draining" once it drains; other parts may add theirs): readyz answers 503 meanwhile.
+        self.not_ready: dict[str, str] = {"starting": "not listening yet"}
+        #: Called with each event and the actions it gave, when set (the dashboard's metrics).
+        self.observe: Callable[[Any, list], None] | None = None
+
+    @property
+    def ready(self) -> bool:
+        return not self.not_ready
 
     @property
     def address(self) -> str:
@@ -158,7 +167,16 @@ class Scheduler:
         finally:
             gc.enable()
             gc.freeze()
+        self._note_recovery()
         return len(rows)
+
+    def _note_recovery(self) -> None:
+        """Not ready while recovering: jobs are not dispatched yet."""
+        if self.state.jobs.recovering:
+            self.not_ready["recovering"] = ("recovering after a restart: no job is dispatched "
+                                            "until the workers that held jobs are back")
+        else:
+            self.not_ready.pop("recovering", None)
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -169,6 +187,7 @@ class Scheduler:
                                      accept_roles={"worker", "client"},
                                      handshake_timeout=comm.handshake_timeout, **comm.limits())
         self._ticker = asyncio.ensure_future(self._tick())
+        self.not_ready.pop("starting", None)
         logger.info("Scheduler listening at %s", self.address)
 
     async def close(self, reason: str = "scheduler shutting down") -> None:
@@ -180,6 +199,7 @@ class Scheduler:
     async def drain(self, deadline: float) -> None:
         """Stop taking work, wait up to ``deadline`` seconds for running tasks, then close."""
         self.draining = True
+        self.not_ready["draining"] = "draining: it takes no new work"
         logger.info("Draining: no new submissions; waiting up to %.0fs for running tasks", deadline)
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
@@ -313,7 +333,10 @@ class Scheduler:
     # -- the state and its actions ----------------------------------------------------------
 
     def _handle(self, event: Any) -> None:
-        self._carry_out_all(self.state.handle(event))
+        actions = self.state.handle(event)
+        if self.observe is not None:
+            self.observe(event, actions)
+        self._carry_out_all(actions)
 
     def _carry_out_all(self, actions: list) -> None:
         """Carry out ``actions`` in order, once the journal write they start with (if any) is
@@ -411,5 +434,7 @@ class Scheduler:
             await asyncio.sleep(self.config.tick_interval)
             try:
                 self._handle(ev.Tick(now=self.now()))
+                if "recovering" in self.not_ready:
+                    self._note_recovery()
             except Exception:  # a bug in one tick must not stop the clock
                 logger.exception("Scheduler tick failed")

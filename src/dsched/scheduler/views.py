@@ -1,7 +1,10 @@
-"""Read-only views of a SchedulerState for the API, ``sched status`` and the client's
-``scheduler_info``: plain dicts that msgpack and JSON can carry.
+"""Read-only views of a SchedulerState for the dashboard and its API, ``sched status`` and the
+client's ``scheduler_info``: plain dicts and lists that msgpack and JSON can carry.
 
-Pure: no I/O, no clock; never changes the state.
+Each costs the number of workers, shape queues or tasks it walks, said in its docstring; the
+dashboard calls them at most once a second, never per request or per task.
+
+Pure: no I/O, no clock (ages are measured on the state's own clock); never changes the state.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from collections import Counter
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from .task import PROCESSING, QUEUED
+from .task import PROCESSING, QUEUED, TaskState
 
 if TYPE_CHECKING:
     from .state import SchedulerState
@@ -42,6 +45,113 @@ def worker_info(state: "SchedulerState") -> dict[str, dict[str, Any]]:
 def task_counts(state: "SchedulerState") -> dict[str, int]:
     """How many tasks are in each state."""
     return dict(Counter(task.state.value for task in state.tasks.values()))
+
+
+def tasks_by_state(state: "SchedulerState") -> dict[str, int]:
+    """How many tasks are in each state, every state named (zero included). Walks the tasks."""
+    counts = Counter(task.state for task in state.tasks.values())
+    return {s.value: counts.get(s, 0) for s in TaskState}
+
+
+def workers(state: "SchedulerState") -> list[dict[str, Any]]:
+    """Each connected worker, by name: its state, threads (busy: running a task; the rest of
+    its assigned tasks wait there for a thread), each resource used of total, each GPU with
+    what its last heartbeat said, memory and the age of that heartbeat. Walks the workers."""
+    now = state.now
+    out = []
+    for w in sorted(state.workers.values(), key=lambda w: w.name):
+        metrics = w.metrics or {}
+        used = w.used
+        out.append({
+            "name": w.name,
+            "address": w.address,
+            "state": "draining" if w.draining else "connected",
+            "nthreads": w.nthreads,
+            "threads_busy": w.assigned - w.prefetched,
+            "tasks_waiting": w.prefetched,
+            "resources": [{"name": name, "used": used.quantity(name),
+                           "total": w.resources.quantity(name)} for name in sorted(w.resources)],
+            "gpus": _gpus(w.gpus, metrics.get("gpus") or ()),
+            "cpu": metrics.get("cpu"),
+            "memory": metrics.get("memory"),
+            "memory_limit": metrics.get("memory_limit"),
+            "heartbeat_age": max(0.0, now - w.last_seen),
+        })
+    return out
+
+
+def _gpus(devices, usage) -> list[dict[str, Any]]:
+    """The devices a worker registered, joined by index with its last heartbeat's use of
+    them (``utilization`` as a fraction of time busy; None until a heartbeat says)."""
+    by_index = {u.get("index"): u for u in usage}
+    out = []
+    for device in sorted(devices, key=lambda d: d.get("index", 0)):
+        u = by_index.get(device.get("index"), {})
+        utilization = u.get("utilization")
+        out.append({
+            "index": device.get("index"),
+            "name": device.get("name") or "",
+            "uuid": device.get("uuid") or "",
+            "memory_total": u.get("memory_total") or device.get("memory_total") or 0,
+            "memory_used": u.get("memory_used"),
+            "utilization": None if utilization is None else utilization / 100,
+        })
+    return out
+
+
+def resource_totals(state: "SchedulerState") -> dict[str, dict[str, float]]:
+    """Each resource name: its total over the connected workers and how much of it running
+    tasks hold. Walks the workers."""
+    totals: dict[str, dict[str, float]] = {}
+    for w in state.workers.values():
+        used = w.used
+        for name in w.resources:
+            entry = totals.setdefault(name, {"used": 0.0, "total": 0.0})
+            entry["used"] += used.quantity(name)
+            entry["total"] += w.resources.quantity(name)
+    return dict(sorted(totals.items()))
+
+
+#: What keeps a task that has no unrunnable reason from running, by kind (the unrunnable
+#: reasons are ``reasons.REASON_KINDS``, with their own texts).
+PENDING_TEXTS = {
+    "capacity": "waiting for a worker with a free thread and the resources",
+    "dependencies": "waiting for its inputs",
+    "retry_backoff": "refused by a worker; trying again shortly",
+}
+
+
+def pending(state: "SchedulerState", counts: dict[str, int],
+            limit: int = 1000) -> dict[str, Any]:
+    """Work that has not started and why: ``by_reason`` counts the tasks of each kind of
+    reason, ``groups`` (at most ``limit``, the unrunnable first, then the largest) the queued
+    tasks of one demand and reason, and the tasks waiting for inputs or for a refusal's
+    back-off. ``counts`` is ``tasks_by_state``. Walks the shape queues, not the tasks."""
+    now = state.now
+    by_reason: Counter = Counter()
+    groups = []
+    for q in state.queue.queues.values():
+        if not q.live:
+            continue
+        if q.reason is None:
+            kind, text, since = "capacity", PENDING_TEXTS["capacity"], None
+        else:
+            kind, text, since = q.reason_kind, q.reason, max(0.0, now - q.unrunnable_since)
+        by_reason[kind] += q.live
+        groups.append({"reason": kind, "text": text, "tasks": q.live,
+                       "resources": str(q.resources) if q.resources else "",
+                       "workers": sorted(q.restrict) if q.restrict is not None else None,
+                       "unrunnable_for": since})
+    retrying = len(state.graph.retrying)
+    dependencies = counts.get(TaskState.waiting.value, 0) - retrying
+    for kind, n in (("dependencies", dependencies), ("retry_backoff", retrying)):
+        if n > 0:
+            by_reason[kind] += n
+            groups.append({"reason": kind, "text": PENDING_TEXTS[kind], "tasks": n,
+                           "resources": "", "workers": None, "unrunnable_for": None})
+    groups.sort(key=lambda g: (g["unrunnable_for"] is None, -g["tasks"], g["text"]))
+    return {"by_reason": dict(sorted(by_reason.items())), "total": sum(by_reason.values()),
+            "groups": groups[:limit], "groups_total": len(groups)}
 
 
 def waiting(state: "SchedulerState", limit: int = 100) -> dict[str, int]:
@@ -77,10 +187,11 @@ def who_has(state: "SchedulerState", keys) -> dict[str, list[str]]:
 
 # -- jobs ---------------------------------------------------------------------------------------
 
-#: The job reason for each kind of reason a queue has (``reasons.KINDS``).
-_JOB_REASON = {"misspecified": "too_large", "no_workers": "no_workers",
-               "restricted": "no_workers", "missing_resources": "missing_resources",
-               "too_large": "too_large"}
+#: The job reason for each kind of reason a queue has (``reasons.REASON_KINDS``).
+_JOB_REASON = {"invalid_request": "too_large", "no_workers": "no_workers",
+               "all_draining": "no_workers", "restricted": "no_workers",
+               "missing_resource": "missing_resources", "too_large": "too_large",
+               "no_single_worker": "too_large"}
 
 
 def jobs_view(state: "SchedulerState", ids=(), states=(), offset: int = 0,

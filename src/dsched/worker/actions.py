@@ -2,10 +2,11 @@
 
 What the worker tells the scheduler is an op of ``protocol.ops``, which the shell sends as it
 is: ``TaskFinished``, ``TaskErred``, ``TaskStopped``, ``TaskRejected``, ``MissingData``,
-``Draining``, ``Replicated``, ``ReplicateFailed``. The rest, below, are for the shell itself;
-it carries them out in order and reports back with events (a fetch ends in DependencyFetched
-or DependencyFetchFailed, a StartTask in exactly one of TaskFinished, TaskErred or
-TaskStopped).
+``Draining``, ``Replicated``, ``ReplicateFailed``, ``AttemptStarted``, ``AttemptEnded``. The
+rest, below, are for the shell itself; it carries them out in order and reports back with
+events (a fetch ends in DependencyFetched or DependencyFetchFailed, a StartTask in exactly one
+of TaskFinished, TaskErred or TaskStopped, a StartJob or an EndUnstartedJob in one
+AttemptEnded, after an AttemptStarted for a job that could be spawned).
 
 Pure data: no I/O, no logic.
 """
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 from typing import Mapping, Union
 
 from ..protocol.ops import (
-    Draining, MissingData, ReplicateFailed, Replicated, TaskErred, TaskFinished, TaskRejected,
-    TaskStopped,
+    AttemptEnded, AttemptStarted, Draining, MissingData, ReplicateFailed, Replicated, TaskErred,
+    TaskFinished, TaskRejected, TaskStopped,
 )
 from ..resources import EMPTY, Resources
 
@@ -56,6 +57,58 @@ class KillTask:
 
 
 @dataclass(frozen=True)
+class StartJob:
+    """Record the job attempt ``key`` durably, then spawn its supervisor: ``job`` is the
+    Execute's (command, env, cwd, time_limit, name); ``gpus`` its devices (NVML indices, those
+    of ``GPU=N`` and of ``gpu<N>`` together); it may run until ``lease_until`` (monotonic)
+    unless the lease is extended."""
+
+    key: str
+    job: Mapping
+    gpus: tuple[int, ...] = ()
+    resources: Resources = EMPTY
+    lease_until: float = 0.0
+
+
+#: Why a job is stopped (``KillJob.why``): the scheduler cancelled it, or the worker shuts down.
+CANCEL = "cancel"
+SHUTDOWN = "shutdown"
+
+
+@dataclass(frozen=True)
+class KillJob:
+    """Stop the running job ``key``: SIGTERM to its group, SIGKILL after the grace period.
+    Its supervisor then reports the AttemptEnded (cancelled, or lost for a shutdown)."""
+
+    key: str
+    why: str = CANCEL
+
+
+@dataclass(frozen=True)
+class ExtendLease:
+    """The running jobs may run until ``until`` (the worker's monotonic clock)."""
+
+    until: float
+
+
+@dataclass(frozen=True)
+class EndUnstartedJob:
+    """Report that the job ``key`` ended without starting (hand an AttemptEnded stamped with
+    the time back to the state): nothing was recorded or spawned for it."""
+
+    key: str
+    outcome: str
+    error: str
+
+
+@dataclass(frozen=True)
+class ForgetAttempt:
+    """The scheduler has the outcome of ``key``: delete its record (its log stays)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
 class ReleaseResult:
     """Drop the stored data of ``key``: a freed result, or an input no local task needs."""
 
@@ -77,20 +130,26 @@ class RunningTask:
 class WorkerSnapshot:
     """``WorkerState.snapshot()``: what a worker tells a scheduler it (re)connects to, so that
     work under way is kept, not run twice: running tasks, tasks not yet started (in arrival
-    order) and the results held here that the scheduler counts (key -> nbytes)."""
+    order) and the results held here that the scheduler counts (key -> nbytes); and the job
+    attempts it knows, running ones as AttemptStarted, ended ones not yet acknowledged as
+    AttemptEnded (jobs are in neither ``running`` nor ``waiting``)."""
 
     running: tuple[RunningTask, ...]
     waiting: tuple[str, ...]
     results: Mapping[str, int]
+    attempts: tuple[AttemptStarted | AttemptEnded, ...] = ()
 
 
 #: What the worker tells the scheduler.
 Report = Union[TaskFinished, TaskErred, TaskStopped, TaskRejected, MissingData, Draining,
-               Replicated, ReplicateFailed]
-Action = Union[FetchDependency, StartTask, KillTask, ReleaseResult, Report]
+               Replicated, ReplicateFailed, AttemptStarted, AttemptEnded]
+Action = Union[FetchDependency, StartTask, KillTask, ReleaseResult, StartJob, KillJob,
+               ExtendLease, EndUnstartedJob, ForgetAttempt, Report]
 
 __all__ = [
-    "Action", "Draining", "FetchDependency", "GPU_PROCESS", "KillTask", "MissingData",
-    "ReleaseResult", "ReplicateFailed", "Replicated", "Report", "RunningTask", "StartTask",
-    "THREAD", "TaskErred", "TaskFinished", "TaskRejected", "TaskStopped", "WorkerSnapshot",
+    "Action", "AttemptEnded", "AttemptStarted", "CANCEL", "Draining", "EndUnstartedJob",
+    "ExtendLease", "FetchDependency", "ForgetAttempt", "GPU_PROCESS", "KillJob", "KillTask",
+    "MissingData", "ReleaseResult", "ReplicateFailed", "Replicated", "Report", "RunningTask",
+    "SHUTDOWN", "StartJob", "StartTask", "THREAD", "TaskErred", "TaskFinished", "TaskRejected",
+    "TaskStopped", "WorkerSnapshot",
 ]

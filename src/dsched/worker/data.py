@@ -1,6 +1,7 @@
 """The results a worker holds, and how they travel: served on the worker's data port to peer
 workers and clients, and fetched from peers as the inputs of tasks here.
 
+The same port serves the logs of the worker's job attempts (GetLog, answered by the job runner).
 Which results to keep is ``WorkerState``'s decision; this module stores the values and moves
 bytes. A result that cannot be pickled, or that is too large for one message, is answered
 with an error that says so, and results that together outgrow a message go in several.
@@ -9,7 +10,7 @@ with an error that says so, and results that together outgrow a message go in se
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from .. import serialize
 from ..comm import Comm
@@ -23,23 +24,30 @@ logger = logging.getLogger("dsched.worker")
 
 
 class Data:
-    """``values`` by key: the results computed here and the inputs fetched for tasks here."""
+    """``values`` by key: the results computed here and the inputs fetched for tasks here.
+    ``logs`` answers a GetLog."""
 
-    def __init__(self, peers: PeerPool, comm: CommConfig):
+    def __init__(self, peers: PeerPool, comm: CommConfig,
+                 logs: Callable[[ops.GetLog], Awaitable[ops.Log]] | None = None):
         self.values: dict[str, Any] = {}
         self.peers = peers
         self.comm = comm
+        self.logs = logs
 
     # -- serving ------------------------------------------------------------------------------
 
     async def serve(self, comm: Comm) -> None:
-        """Answer one peer's GetData requests until it goes; any other op ends the connection."""
+        """Answer one peer's GetData and GetLog requests until it goes; any other op ends the
+        connection."""
         try:
             async for d in comm:
                 request = ops.decode(d)
-                if type(request) is not ops.GetData:
+                if type(request) is ops.GetData:
+                    await self._answer(comm, request)
+                elif type(request) is ops.GetLog and self.logs is not None:
+                    await comm.send((await self.logs(request)).to_wire())
+                else:
                     raise ops.BadOp(f"{request.OP} is not an op a worker's data port takes")
-                await self._answer(comm, request)
         except CommClosedError:
             pass
         except RemoteProtocolError as error:

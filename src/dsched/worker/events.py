@@ -2,11 +2,14 @@
 operator said.
 
 What the scheduler sends is an op of ``protocol.ops`` and goes to the state as it is:
-``Execute``, ``StopTask``, ``Free``, ``Replicate``. So does what the executor says of a task,
-named as the scheduler will hear it: ``TaskFinished``, ``TaskErred``, ``TaskStopped`` (its
-process is gone). The events below are the worker's own: a fetch from a peer ended, or the
-worker was told to drain. Times are wall-clock seconds the shell measured, because the state
-itself reads no clock.
+``Execute``, ``StopTask``, ``Free``, ``Replicate``, ``Lease``, ``AttemptAck``. So does what the
+executor says of a task, named as the scheduler will hear it: ``TaskFinished``, ``TaskErred``,
+``TaskStopped`` (its process is gone), and what a job's supervisor says of its attempt:
+``AttemptStarted``, ``AttemptEnded``. The events below are the worker's own: a fetch from a peer
+ended, the session with the scheduler opened or was lost, the attempts an earlier worker
+process left were found, or the worker was told to drain. Times are seconds the shell measured
+(wall-clock, or ``time.monotonic()`` where a lease is concerned), because the state itself reads
+no clock.
 
 Pure data: no I/O, no logic.
 """
@@ -16,7 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from ..protocol.ops import Execute, Free, Replicate, StopTask, TaskErred, TaskFinished, TaskStopped
+from ..protocol.ops import (
+    AttemptAck, AttemptEnded, AttemptStarted, Execute, Free, Lease, Replicate, StopTask, TaskErred,
+    TaskFinished, TaskStopped,
+)
 
 
 @dataclass(frozen=True)
@@ -45,12 +51,41 @@ class DrainRequested:
     """Stop taking work (SIGTERM): hand back tasks not yet started; running ones go on."""
 
 
+@dataclass(frozen=True)
+class DrainTimedOut:
+    """The drain deadline passed with work still running: stop the jobs too."""
+
+
+@dataclass(frozen=True)
+class SessionOpened:
+    """The scheduler accepted the Register this worker sent at ``sent`` (its monotonic clock):
+    the job lease runs from then."""
+
+    sent: float
+
+
+@dataclass(frozen=True)
+class SessionLost:
+    """The registered session with the scheduler ended (it reconnects on its own)."""
+
+
+@dataclass(frozen=True)
+class AttemptsRecovered:
+    """A worker process that starts found these ended attempts in its job directory, kept
+    until the scheduler acknowledges them."""
+
+    ended: tuple[AttemptEnded, ...]
+
+
 Event = Union[
-    Execute, StopTask, Free, Replicate, TaskFinished, TaskErred, TaskStopped, DependencyFetched,
-    DependencyFetchFailed, DrainRequested,
+    Execute, StopTask, Free, Replicate, Lease, AttemptAck, TaskFinished, TaskErred, TaskStopped,
+    AttemptStarted, AttemptEnded, DependencyFetched, DependencyFetchFailed, DrainRequested,
+    DrainTimedOut, SessionOpened, SessionLost, AttemptsRecovered,
 ]
 
 __all__ = [
-    "DependencyFetchFailed", "DependencyFetched", "DrainRequested", "Event", "Execute", "Free",
-    "Replicate", "StopTask", "TaskErred", "TaskFinished", "TaskStopped",
+    "AttemptAck", "AttemptEnded", "AttemptStarted", "AttemptsRecovered", "DependencyFetchFailed",
+    "DependencyFetched", "DrainRequested", "DrainTimedOut", "Event", "Execute", "Free", "Lease",
+    "Replicate", "SessionLost", "SessionOpened", "StopTask", "TaskErred", "TaskFinished",
+    "TaskStopped",
 ]

@@ -8,8 +8,9 @@ kills the whole group when the worker goes (end of file on the worker's ``Lifeli
 once) or when the leader dies (the guard is handed to another parent; it looks twice a second).
 The guard is a process of its own so that it acts even when task code holds the leader's GIL or
 is stuck in C, and it reaches the leader's own children, which no parent-death signal covers. Python children call ``hold_group`` first
-thing; other commands run under ``python -m dsched.worker.lifeline PARENT FD -- COMMAND...``
-(see ``Lifeline.wrap``), which does the same and then runs the command.
+thing; a job's supervisor calls it in the job's process between fork and exec; other commands
+run under ``python -m dsched.worker.lifeline PARENT FD -- COMMAND...`` (see ``Lifeline.wrap``),
+which does the same and then runs the command.
 
 Linux is the target. Elsewhere there is no parent-death signal: guarded groups still die with
 the worker, but a process that leads no group outlives a parent killed with SIGKILL.

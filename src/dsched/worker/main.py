@@ -4,10 +4,16 @@
 Everything that would make every worker process fail alike is checked once, before any starts:
 the token, the TLS files, the resources against the GPUs. GPUs are found once, here, before a
 worker process hides them from itself, and said once: a nanny divides them among its processes
-and starts each as ``sched-worker --no-nanny --gpus <its share>``, with the nanny's merged
-settings in its environment and ``NANNY_ENV`` naming the nanny. That variable tells a process
-that it dies with the nanny, that the nanny has already said which GPUs there are, and that
-the nanny owns "a second signal stops at once".
+and starts each as ``sched-worker --no-nanny --gpus <its share> --name <its name>``, with the
+nanny's merged settings in its environment and ``NANNY_ENV`` naming the nanny. That variable
+tells a process that it dies with the nanny, that the nanny has already said which GPUs there
+are, and that the nanny owns "a second signal stops at once". A process keeps its name when
+the nanny starts it again, so that it finds the job records it left.
+
+A worker process tells the service manager it is ready once started (its data port open), not
+once registered: it waits for its scheduler by itself, so a scheduler that is down must not
+fail the worker's start; how the connection stands goes in its status line instead. Under a
+nanny these notifications go to the nanny, which speaks for all its processes (``nanny.py``).
 """
 
 from __future__ import annotations
@@ -16,11 +22,13 @@ import asyncio
 import logging
 import os
 import shutil
+import socket
 import sys
 from typing import Any
 
 import psutil
 
+from ..daemon import ServiceNotifier
 from ..errors import ConfigError, ResourceSpecError
 from ..resources import Resources
 from .gpus import (GpuDevice, detect_gpus, gpus_option, ledger_devices, resources_with_gpus,
@@ -69,11 +77,12 @@ def run_worker(cfg: dict) -> int:
     # Read once, and kept from the tasks, which inherit this process's environment.
     nanny = os.environ.pop(NANNY_ENV, None)
     previous_exit = os.environ.pop(PREVIOUS_EXIT_ENV, None) or None
+    service = ServiceNotifier.from_environment()
     if nanny:
         die_with_parent(int(nanny))
     try:
         if w.nanny and not nanny:
-            return _run_nanny(w, cfg, detect_gpus(select=gpus_text(w.gpus)).devices)
+            return _run_nanny(w, cfg, detect_gpus(select=gpus_text(w.gpus)).devices, service)
         if w.nworkers > 1:
             raise ConfigError("--nworkers needs the nanny: drop --no-nanny "
                               "(or worker.nanny = false)")
@@ -81,7 +90,7 @@ def run_worker(cfg: dict) -> int:
         quiet = nanny and gpus_text(w.gpus) == "none"
         devices = () if quiet else detect_gpus(select=gpus_text(w.gpus)).devices
         return _run_one(w, build(CommConfig, cfg["comm"]), devices, supervised=bool(nanny),
-                        previous_exit=previous_exit)
+                        previous_exit=previous_exit, service=service)
     except (ResourceSpecError, ConfigError) as error:
         print(f"sched-worker: error: {error}", file=sys.stderr)
         return 2
@@ -103,7 +112,7 @@ def _advertised(resources: Resources, devices) -> tuple[Resources, tuple[int, ..
 
 
 def _run_one(w: WorkerConfig, comm: CommConfig, devices: tuple[GpuDevice, ...], *,
-             supervised: bool, previous_exit: str | None) -> int:
+             supervised: bool, previous_exit: str | None, service: ServiceNotifier) -> int:
     from ..daemon import EXIT_CONFIG, install_signal_handlers
     from .server import Worker, WorkerSetup
 
@@ -117,6 +126,7 @@ def _run_one(w: WorkerConfig, comm: CommConfig, devices: tuple[GpuDevice, ...], 
 
     async def main() -> int:
         worker = Worker(w, comm, setup)
+        watchdog = service.start_watchdog()
         try:
             await worker.start()
         except OSError as error:  # a port taken, a scratch directory that cannot be made
@@ -124,8 +134,12 @@ def _run_one(w: WorkerConfig, comm: CommConfig, devices: tuple[GpuDevice, ...], 
             shutil.rmtree(getattr(worker, "local_directory", ""), ignore_errors=True)
             return EXIT_CONFIG
         # Under a nanny this process dies with it: its GPU children then die with this one.
-        install_signal_handlers(worker.drain, supervised=supervised)
+        install_signal_handlers(worker.drain, supervised=supervised, service=service)
+        # Ready once started, not once registered (see above).
+        worker.session.on_status = service.status
+        service.ready(f"Started; connecting to the scheduler at {w.scheduler_address}")
         await worker.stopped.wait()
+        watchdog.cancel()
         await worker.close()
         status = EXIT_CONFIG if worker.refusal else 0
         if not worker.state.is_idle():
@@ -139,12 +153,36 @@ def _run_one(w: WorkerConfig, comm: CommConfig, devices: tuple[GpuDevice, ...], 
     return asyncio.run(main())
 
 
-def _run_nanny(w: WorkerConfig, cfg: dict, devices: tuple[GpuDevice, ...]) -> int:
+def _run_nanny(w: WorkerConfig, cfg: dict, devices: tuple[GpuDevice, ...],
+               service: ServiceNotifier) -> int:
     from ..daemon import install_signal_handlers
     from .nanny import Nanny
 
-    n = w.nworkers
     _credentials(w)
+    commands = process_commands(w, cfg, devices)
+
+    # A draining process gives its tasks drain_timeout, then its jobs their kill grace.
+    deadline = w.drain_timeout + w.job_kill_grace + 5
+
+    async def main() -> int:
+        nanny = Nanny(commands, stop_deadline=deadline, service=service)
+
+        async def drain() -> None:
+            await nanny.stop(deadline=deadline)
+
+        install_signal_handlers(drain, at_once=nanny.kill, service=service)
+        watchdog = service.start_watchdog()
+        status = await nanny.run()
+        watchdog.cancel()
+        return status
+
+    return asyncio.run(main())
+
+
+def process_commands(w: WorkerConfig, cfg: dict,
+                     devices: tuple[GpuDevice, ...]) -> list[tuple[str, list[str], dict]]:
+    """(name, command line, environment) of each worker process the nanny runs."""
+    n = w.nworkers
     resources = Resources.parse(w.resources)
     shares = split_gpus(list(devices), n)
     for share in shares:
@@ -153,18 +191,21 @@ def _run_nanny(w: WorkerConfig, cfg: dict, devices: tuple[GpuDevice, ...]) -> in
     limit = memory_limit(w.memory_limit, n)
     commands = []
     for i, share in enumerate(shares):
+        name = process_name(w.name, n, i)
+        if w.job_directory and n > 1:  # one job directory per process: each locks its own
+            env = {**env, "SCHED_WORKER__JOB_DIRECTORY": _literal(
+                os.path.join(w.job_directory, name))}
         command = [sys.executable, "-m", "dsched.cli.worker", w.scheduler_address,
                    "--no-nanny", "--gpus", gpus_option(share),
                    "--log-level", w.log_level, "--host", w.host,
                    # A fixed port is the first of a range: process i serves on port + i.
                    "--port", str(w.port + i if w.port else 0),
-                   "--memory-limit", str(limit) if limit else "none"]
+                   "--memory-limit", str(limit) if limit else "none",
+                   "--name", name]
         if resources:
             command += ["--resources", str(resources)]
         if w.nthreads:
             command += ["--nthreads", str(w.nthreads)]
-        if w.name:
-            command += ["--name", w.name if n == 1 else f"{w.name}-{i}"]
         for option, value in (("--token-file", w.token_file),
                               ("--local-directory", w.local_directory),
                               ("--tls-cert", w.tls.cert), ("--tls-key", w.tls.key),
@@ -172,17 +213,16 @@ def _run_nanny(w: WorkerConfig, cfg: dict, devices: tuple[GpuDevice, ...]) -> in
             if value:
                 command += [option, str(value)]
         commands.append((f"worker-{i}", command, env))
+    return commands
 
-    async def main() -> int:
-        nanny = Nanny(commands, stop_deadline=w.drain_timeout + 5)
 
-        async def drain() -> None:
-            await nanny.stop(deadline=w.drain_timeout + 5)
-
-        install_signal_handlers(drain, at_once=nanny.kill)
-        return await nanny.run()
-
-    return asyncio.run(main())
+def process_name(name: str | None, nworkers: int, i: int) -> str:
+    """The name of the nanny's process ``i``. A process the nanny starts again keeps it (a new
+    port would otherwise make it a new worker), so it finds its job records; without a name
+    given, ``HOST-NANNYPID-I``, stable for the nanny's life."""
+    if name:
+        return name if nworkers == 1 else f"{name}-{i}"
+    return f"{socket.gethostname()}-{os.getpid()}-{i}"
 
 
 def _settings_env(cfg: dict) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """The worker daemon's async shell: ops in, ``WorkerState`` decides, actions carried out.
 
 A ``Worker`` holds the pure ``WorkerState``, the session with the scheduler (``session.py``),
-the results it holds and the data port that serves them (``data.py``), and the executor that
-runs tasks (``executor.py``: a thread pool, and pinned child processes for GPU tasks). Ops
+the results it holds and the data port that serves them and its jobs' logs (``data.py``), the
+executor that runs tasks (``executor.py``: a thread pool, and pinned child processes for GPU
+tasks) and the runner of shell-command jobs (``jobrunner.py``: a supervisor process each). Ops
 from the scheduler go to the state through a table; the state's actions come back out
 through another. Every background activity runs in one task group, so a failure in any of
 them is seen: the worker stops and says why, and its nanny starts it again.
@@ -16,6 +17,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +36,8 @@ from . import events as ev
 from .data import Data
 from .executor import GpuProcessPool, TaskKilled, ThreadRunner
 from .gpus import GpuDevice, gpu_usage
+from .jobrecords import default_directory
+from .jobrunner import JobRunner
 from .session import SchedulerSession
 from .state import WorkerState
 
@@ -45,7 +49,8 @@ WORKER_NAME_ENV = "SCHED_WORKER_NAME"
 LOCAL_DIRECTORY_ENV = "SCHED_LOCAL_DIRECTORY"
 
 #: The ops the scheduler sends that the state takes as they are.
-_TO_STATE = frozenset((ops.Execute, ops.StopTask, ops.Free, ops.Replicate))
+_TO_STATE = frozenset((ops.Execute, ops.StopTask, ops.Free, ops.Replicate, ops.Lease,
+                       ops.AttemptAck))
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,8 @@ class Worker:
     def __init__(self, config: WorkerConfig, comm: CommConfig, setup: WorkerSetup):
         self.config, self.comm_config, self.setup = config, comm, setup
         s = setup
-        self.state = WorkerState(s.nthreads, s.resources, gpus=s.ledger_indices)
+        self.state = WorkerState(s.nthreads, s.resources, gpus=s.ledger_indices,
+                                 job_lease=config.job_lease)
         self.threads = ThreadRunner(s.nthreads)
         # GPU children start from the environment the worker was given; the worker process
         # itself (and so its thread tasks) sees no GPU.
@@ -86,14 +92,17 @@ class Worker:
         self.draining = False
         self.data = Data(PeerPool(limits=comm.limits(), role="worker", name=self.name or "worker",
                                   token=s.token, ssl=s.ssl_client, timeout=comm.connect_timeout),
-                         comm)
+                         comm, logs=self._log)
         self.session = SchedulerSession(
             config.scheduler_address, token=s.token, ssl=s.ssl_client, limits=comm.limits(),
             name=lambda: self.name or "worker", register=self._register, on_op=self._on_op,
             heartbeat=self._heartbeat, heartbeat_interval=config.heartbeat_interval,
             reconnect_min=config.reconnect_backoff_min, reconnect_max=config.reconnect_backoff_max,
             connect_timeout=comm.connect_timeout, death_timeout=config.death_timeout,
-            stopped=self.stopped)
+            stopped=self.stopped, opened=self._session_opened,
+            lost=lambda: self._handle(ev.SessionLost()))
+        self.jobs: JobRunner | None = None  # once started: its name decides the job directory
+        self._register_sent = 0.0
         self._previous_exit = s.previous_exit  # told to the first scheduler only
         self._retired = asyncio.Event()  # the scheduler says a draining worker may leave
         self._process = psutil.Process()
@@ -115,8 +124,9 @@ class Worker:
     # -- lifetime ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Make the scratch directory and listen on the data port (OSError if either cannot
-        be done), then start talking to the scheduler."""
+        """Make the scratch directory, listen on the data port, take the job directory and
+        read what an earlier process left there (OSError if any of that cannot be done), then
+        start talking to the scheduler."""
         config, comm = self.config, self.comm_config
         # A private scratch directory per worker process, removed when the worker stops.
         if config.local_directory:
@@ -128,6 +138,16 @@ class Worker:
                                      role="worker", name=self.name or "worker",
                                      accept_roles={"worker", "client"},
                                      handshake_timeout=comm.handshake_timeout, **comm.limits())
+        host = config.host
+        if host in WILDCARD_HOSTS:
+            host = local_ip_towards(config.scheduler_address)
+        self.address = f"{host}:{self.listener.port}"
+        self.name = self.name or self.address
+        self._publish(WORKER_NAME_ENV, self.name)  # tasks may read which worker runs them
+        directory = config.job_directory or default_directory(config.local_directory, self.name)
+        self.jobs = JobRunner(os.path.abspath(directory), self.name, config.job_kill_grace,
+                              self._handle)
+        self._handle(ev.AttemptsRecovered(tuple(await self.jobs.open())))
         self._supervisor = asyncio.ensure_future(self._supervise())
 
     async def _supervise(self) -> None:
@@ -168,6 +188,8 @@ class Worker:
         await self.listener.close(reason)
         await self.data.peers.close()
         await self.gpu_children.close()
+        if self.jobs is not None:
+            await self.jobs.close()
         self.threads.close()
         shutil.rmtree(self.local_directory, ignore_errors=True)
 
@@ -191,9 +213,14 @@ class Worker:
         while not done() and loop.time() < deadline:
             await asyncio.sleep(0.05)
         if not self.state.is_idle():
-            logger.warning("Drain deadline passed; stopping the tasks still running")
+            logger.warning("Drain deadline passed; stopping the tasks and jobs still running")
             for task in self.state.snapshot().running:
                 self.gpu_children.kill(task.key)
+            self._handle(ev.DrainTimedOut())
+            # Jobs get SIGTERM and their grace period; their outcomes go out before we leave.
+            deadline = loop.time() + self.config.job_kill_grace + 5
+            while self.state.running_jobs() and loop.time() < deadline:
+                await asyncio.sleep(0.05)
         elif not done():
             logger.warning("Drain deadline passed before the results only this worker holds "
                            "were copied to other workers; they are computed again if needed")
@@ -203,13 +230,7 @@ class Worker:
 
     def _register(self) -> ops.Register:
         """The register op for a (re)connection: who this worker is and what it holds."""
-        if not self.address:
-            host = self.config.host
-            if host in WILDCARD_HOSTS:
-                host = local_ip_towards(self.config.scheduler_address)
-            self.address = f"{host}:{self.listener.port}"
-            self.name = self.name or self.address
-            self._publish(WORKER_NAME_ENV, self.name)  # tasks may read which worker runs them
+        self._register_sent = time.monotonic()  # sent next: the lease runs from here
         s = self.setup
         snapshot = self.state.snapshot()
         previous_exit, self._previous_exit = self._previous_exit, None
@@ -217,7 +238,12 @@ class Worker:
             name=self.name, address=self.address, nthreads=s.nthreads, resources=s.resources,
             gpus=tuple(vars(gpu) for gpu in s.gpus), pid=os.getpid(), host=socket.gethostname(),
             memory_limit=s.memory_limit, held=dict(snapshot.results),
-            running=tuple(task.key for task in snapshot.running), previous_exit=previous_exit)
+            running=tuple(task.key for task in snapshot.running), previous_exit=previous_exit,
+            attempts=tuple(attempt.to_wire() for attempt in snapshot.attempts),
+            job_lease=self.config.job_lease)
+
+    def _session_opened(self) -> None:
+        self._handle(ev.SessionOpened(self._register_sent))
 
     def _on_op(self, op: Any) -> None:
         kind = type(op)
@@ -233,7 +259,7 @@ class Worker:
         return ops.Heartbeat(
             cpu=self._process.cpu_percent(), memory=self._process.memory_info().rss,
             memory_limit=self.setup.memory_limit, gpus=tuple(vars(u) for u in usage),
-            executing=self.setup.nthreads - self.state.free_threads)
+            executing=self.setup.nthreads - self.state.free_threads, sent=time.monotonic())
 
     # -- decisions and actions --------------------------------------------------------------
 
@@ -250,6 +276,19 @@ class Worker:
                                 action.key)
             elif kind is act.ReleaseResult:
                 self.data.values.pop(action.key, None)
+            elif kind is act.StartJob:
+                self._spawn(self.jobs.run(action))
+            elif kind is act.ExtendLease:
+                self.jobs.extend(action.until)
+            elif kind is act.KillJob:
+                self.jobs.kill(action.key, action.why)
+            elif kind is act.ForgetAttempt:
+                self._spawn(self.jobs.forget(action.key))
+            elif kind is act.EndUnstartedJob:
+                # Stamped here, where there is a clock; handled after this batch of actions.
+                ended = ops.AttemptEnded(action.key, action.outcome, None, action.error,
+                                         started=None, ended=time.time())
+                asyncio.get_running_loop().call_soon(self._handle, ended)
             else:  # a report: an op for the scheduler
                 self.session.send(action)
 
@@ -283,6 +322,11 @@ class Worker:
         else:
             self._handle(ops.TaskErred(start.key, outcome.exception, outcome.traceback,
                                        outcome.start, outcome.stop))
+
+    async def _log(self, request: ops.GetLog) -> ops.Log:
+        if self.jobs is None:
+            return ops.Log(request.id, error="the worker is starting")
+        return await self.jobs.log(request, request.key in self.state.running_jobs())
 
     async def _fetch(self, fetch: act.FetchDependency) -> None:
         self._handle(await self.data.fetch(fetch.key, fetch.worker, fetch.nbytes))

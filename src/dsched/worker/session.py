@@ -25,16 +25,22 @@ logger = logging.getLogger("dsched.worker")
 class SchedulerSession:
     """``register()`` builds the register op each time (what the worker holds changes);
     ``on_op(op)`` takes each op the scheduler sends; ``heartbeat()`` builds a heartbeat, run
-    in a thread (it may read NVML). ``stopped`` is set when the session gives up for good."""
+    in a thread (it may read NVML); ``opened()`` and ``lost()`` are called when a registered
+    session begins (before the first op the scheduler sends in it) and ends. ``stopped`` is set
+    when the session gives up for good. ``on_status`` (settable) is told in a few words how the
+    connection stands, each time that changes: for the service manager's status line."""
 
     def __init__(self, address: str, *, token: str, ssl: Any, limits: dict, name: Callable[[], str],
                  register: Callable[[], ops.Register], on_op: Callable[[Any], None],
                  heartbeat: Callable[[], ops.Heartbeat], heartbeat_interval: float,
                  reconnect_min: float, reconnect_max: float, connect_timeout: float,
-                 death_timeout: float | None, stopped: asyncio.Event):
+                 death_timeout: float | None, stopped: asyncio.Event,
+                 opened: Callable[[], None] = lambda: None,
+                 lost: Callable[[], None] = lambda: None):
         self.address = address
         self._token, self._ssl, self._limits, self._name = token, ssl, limits, name
         self._register, self._on_op, self._heartbeat = register, on_op, heartbeat
+        self._opened, self._lost = opened, lost
         self._heartbeat_interval = heartbeat_interval
         self._reconnect = (reconnect_min, reconnect_max)
         self._connect_timeout, self._death_timeout = connect_timeout, death_timeout
@@ -42,7 +48,9 @@ class SchedulerSession:
         self.comm: Comm | None = None  # set while registered
         self.registered = asyncio.Event()
         self.refusal: str | None = None  # why the scheduler refused this worker, if it did
+        self.on_status: Callable[[str], None] = lambda text: None
         self._unsent: list[dict] = []
+        self._last: Comm | None = None  # the connection a stop cut the session short on
 
     @property
     def connected(self) -> bool:
@@ -58,7 +66,7 @@ class SchedulerSession:
 
     async def close(self, reason: str, last: Any = None) -> None:
         """Say ``last`` (an Unregister, say) if connected, then close."""
-        comm = self.comm
+        comm = self.comm or self._last
         if comm is not None and not comm.closed:
             if last is not None:
                 comm.write_nowait(last.to_wire())
@@ -89,6 +97,7 @@ class SchedulerSession:
                     return
                 logger.info("Cannot reach the scheduler at %s (%s); retrying in %.1fs",
                             self.address, error, backoff)
+                self.on_status(f"Cannot reach the scheduler at {self.address}; retrying")
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, high)
                 continue
@@ -100,13 +109,18 @@ class SchedulerSession:
                 if (error.reason or "").startswith("refused"):
                     return self._refused(error.reason.removeprefix("refused").lstrip(": "))
                 logger.warning("Lost the scheduler (%s); reconnecting", error.reason)
+                self.on_status(f"Lost the scheduler at {self.address}; reconnecting")
             except RemoteProtocolError as error:  # the scheduler sent something malformed
                 logger.error("The scheduler sent a malformed op (%s); reconnecting", error)
                 comm.protocol_error(error)
             finally:
                 was_registered = self.registered.is_set()
+                if self.stopped.is_set():  # the worker is stopping: close() says goodbye on it
+                    self._last = self.comm
                 self.comm = None
                 self.registered.clear()
+                if was_registered:
+                    self._lost()
             if was_registered:  # back-off starts again only after a session that got going
                 backoff, lost_at = low, None
             else:
@@ -117,6 +131,7 @@ class SchedulerSession:
         # Trying again would be refused again: stop, and exit with a status that says so.
         self.refusal = reason
         logger.error("The scheduler at %s refused this worker: %s", self.address, reason)
+        self.on_status(f"Refused by the scheduler at {self.address}: {reason}")
         self.stopped.set()
 
     async def _serve(self, comm: Comm) -> None:
@@ -130,9 +145,11 @@ class SchedulerSession:
         logger.info("Registered with the scheduler at %s as %s (resources: %s, threads: %d)",
                     self.address, register.name, register.resources or "none",
                     register.nthreads)
+        self.on_status(f"Registered with the scheduler at {self.address} as {register.name}")
         unsent, self._unsent = self._unsent, []
         for wire in unsent:
             comm.write_nowait(wire)
+        self._opened()
         for d in reply[1:]:
             self._on_op(ops.decode(d))
         async for d in comm:

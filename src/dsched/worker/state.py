@@ -9,7 +9,9 @@ It trusts the scheduler with nothing it can check: it never runs more tasks than
 or than its resources allow. Tasks over that wait in a ready queue, scanned in priority order,
 where a task that does not fit now does not hold back the ones behind it. Inputs fetched from
 peers are held only while a task here needs them; results computed here are held until the
-scheduler frees them.
+scheduler frees them. A shell-command job's attempt takes a thread and its resources and waits
+in the same queue as a task; what else it decides about jobs (start only while registered,
+never twice, keep outcomes until acknowledged, the lease) it keeps in an ``AttemptBook``.
 
 Pure: no I/O, no clock, no asyncio, no NVML.
 """
@@ -20,12 +22,13 @@ import bisect
 from typing import Iterable
 
 from ..protocol import ops
-from ..resources import EMPTY, Resources, demand_error, format_units
+from ..resources import EMPTY, Resources, demand_error, format_units, named_devices
 from . import events as ev
 from .actions import (
-    GPU_PROCESS, THREAD, Action, FetchDependency, KillTask, ReleaseResult, RunningTask, StartTask,
-    WorkerSnapshot,
+    CANCEL, GPU_PROCESS, SHUTDOWN, THREAD, Action, EndUnstartedJob, FetchDependency, KillJob,
+    KillTask, ReleaseResult, RunningTask, StartJob, StartTask, WorkerSnapshot,
 )
+from .attempts import AttemptBook, job_error
 from .ledger import GPU, GpuLedger
 from .task import RUNNING, Fetch, HeldResult, TaskState, WorkerTask
 
@@ -39,9 +42,11 @@ class WorkerState:
         resources: Resources = EMPTY,
         gpus: Iterable[int] | None = None,
         address: str = "",
+        job_lease: float = 1800.0,
     ):
         """``gpus``: the NVML indices behind the ``GPU`` resource; ``None`` maps an abstract
-        ``GPU=N`` to ``0..N-1``. ``address``: this worker's own, never fetched from."""
+        ``GPU=N`` to ``0..N-1``. ``address``: this worker's own, never fetched from.
+        ``job_lease``: seconds jobs may run after the scheduler was last heard."""
         if nthreads < 1:
             raise ValueError(f"a worker needs at least one thread, not {nthreads}")
         units = resources.get(GPU)
@@ -67,6 +72,7 @@ class WorkerState:
         self.needed_by: dict[str, set[str]] = {}
         self.ready: list[tuple[int, int, str]] = []  # sorted queue entries of READY tasks
         self._seq = 0
+        self.attempts = AttemptBook(job_lease)
         self._handlers = {
             ops.Execute: self._execute,
             ev.DependencyFetched: self._fetched,
@@ -78,6 +84,14 @@ class WorkerState:
             ops.Free: self._free_keys,
             ev.DrainRequested: self._drain,
             ops.Replicate: self._replicate,
+            ev.SessionOpened: self.attempts.opened,
+            ev.SessionLost: self._session_lost,
+            ops.Lease: self.attempts.leased,
+            ops.AttemptStarted: self.attempts.heard_started,
+            ops.AttemptEnded: self._attempt_ended,
+            ops.AttemptAck: self.attempts.acknowledged,
+            ev.AttemptsRecovered: self.attempts.recovered,
+            ev.DrainTimedOut: self._drain_timed_out,
         }
 
     # -- the one mutator ------------------------------------------------------------------
@@ -103,7 +117,7 @@ class WorkerState:
         return TaskState.DONE if held is not None and held.owned else None
 
     def snapshot(self) -> WorkerSnapshot:
-        tasks = sorted(self.tasks.values(), key=lambda t: t.seq)
+        tasks = sorted((t for t in self.tasks.values() if t.job is None), key=lambda t: t.seq)
         return WorkerSnapshot(
             running=tuple(
                 RunningTask(t.key, t.state.value, t.resources, t.gpus)
@@ -111,7 +125,12 @@ class WorkerState:
             ),
             waiting=tuple(t.key for t in tasks if t.state not in RUNNING),
             results={key: held.nbytes for key, held in self.results.items() if held.owned},
+            attempts=self.attempts.registration(),
         )
+
+    def running_jobs(self) -> list[str]:
+        """The job attempts that hold a thread here (started, not yet ended)."""
+        return list(self.attempts.running)
 
     def is_idle(self) -> bool:
         """Nothing running, waiting or being fetched, and nothing held for a task."""
@@ -125,6 +144,10 @@ class WorkerState:
 
     def _execute(self, event: ops.Execute) -> list[Action]:
         key = event.key
+        if event.job is not None:
+            known = self.attempts.known(key)
+            if known is not None:
+                return known
         if key in self.tasks:
             return []  # sent again (a reconnect): the copy here stands and will report
         held = self.results.get(key)
@@ -137,6 +160,8 @@ class WorkerState:
         if self.closing:
             return [ops.TaskRejected(key, "the worker is closing")]
         reason = self._never_fits(event.resources)
+        if event.job is not None:
+            return self._execute_job(event, reason)
         if reason:
             return [ops.TaskRejected(key, reason)]
         dependencies = tuple(dep for dep in event.who_has if dep != key)
@@ -165,6 +190,18 @@ class WorkerState:
         if not task.missing:
             self._make_ready(task)
         return actions
+
+    def _execute_job(self, event: ops.Execute, never_fits: str) -> list[Action]:
+        error = job_error(event.key, event.job)
+        if error or never_fits:
+            return [ops.TaskRejected(event.key, f"a malformed job: {error}" if error
+                                     else never_fits)]
+        self._seq += 1
+        task = WorkerTask(event.key, event.spec, event.resources, event.priority, self._seq, (),
+                          set(), job=dict(event.job))
+        self.tasks[task.key] = task
+        self._make_ready(task)
+        return []
 
     def _fetched(self, event: ev.DependencyFetched) -> list[Action]:
         key = event.key
@@ -248,7 +285,11 @@ class WorkerState:
             return []
         if task.state is TaskState.EXECUTING:
             task.state = TaskState.CANCELLING
-            return [KillTask(task.key)]
+            return [KillJob(task.key, CANCEL) if task.job is not None else KillTask(task.key)]
+        if task.job is not None:
+            self.attempts.ending_unstarted.add(task.key)
+            return [*self._forget(task),
+                    EndUnstartedJob(task.key, "cancelled", "cancelled before it started")]
         return [ops.TaskStopped(task.key)] + self._end_without_result(task)
 
     def _free_keys(self, event: ops.Free) -> list[Action]:
@@ -299,6 +340,33 @@ class WorkerState:
                                           replicate=True)
         return [FetchDependency(key, fetch.worker, fetch.nbytes)]
 
+    # -- jobs -------------------------------------------------------------------------------
+
+    def _session_lost(self, event: ev.SessionLost) -> list[Action]:
+        # A job not yet started is dropped unreported: the scheduler, which lost the session
+        # too, puts it back itself. Started ones run on under their lease.
+        self.attempts.registered = False
+        actions: list[Action] = []
+        for task in sorted(self.tasks.values(), key=lambda t: t.seq):
+            if task.job is not None and task.state not in RUNNING:
+                actions += self._forget(task)
+        return actions
+
+    def _attempt_ended(self, event: ops.AttemptEnded) -> list[Action]:
+        task = self.tasks.get(event.key)
+        if task is not None and task.job is not None and task.state in RUNNING:
+            self._free(task)
+            self._forget(task)
+        return self.attempts.heard_ended(event)
+
+    def _drain_timed_out(self, event: ev.DrainTimedOut) -> list[Action]:
+        actions: list[Action] = []
+        for task in sorted(self.tasks.values(), key=lambda t: t.seq):
+            if task.job is not None and task.state is TaskState.EXECUTING:
+                task.state = TaskState.CANCELLING
+                actions.append(KillJob(task.key, SHUTDOWN))
+        return actions
+
     # -- bookkeeping ----------------------------------------------------------------------
 
     def _never_fits(self, resources: Resources) -> str:
@@ -326,7 +394,9 @@ class WorkerState:
         for entry in self.ready:
             task = self.tasks[entry[2]]
             gpus = None
-            if self.free_threads and task.resources.fits(available):
+            # A job starts only while registered: its start is reported, and its lease runs.
+            if self.free_threads and task.resources.fits(available) \
+                    and (task.job is None or self.attempts.registered):
                 gpus = self.ledger.allocate(task.key, task.resources.get(GPU))
             if gpus is None:
                 waiting.append(entry)  # does not fit now; later tasks may
@@ -334,7 +404,14 @@ class WorkerState:
             available = available - task.resources
             self.used = self.used + task.resources
             self.free_threads -= 1
+            # gpu<N> resources stand for device N: pinned like the ledger's grant.
+            gpus = tuple(sorted({*gpus, *named_devices(task.resources)}))
             task.state, task.gpus = TaskState.EXECUTING, gpus
+            if task.job is not None:
+                self.attempts.started(task.key, gpus)
+                actions.append(StartJob(task.key, task.job, gpus, task.resources,
+                                        self.attempts.lease_until))
+                continue
             actions.append(StartTask(
                 task.key, task.spec, gpus, GPU_PROCESS if gpus else THREAD,
                 task.dependencies, task.resources,
@@ -390,32 +467,7 @@ class WorkerState:
     # -- checks ---------------------------------------------------------------------------
 
     def validate(self) -> None:
-        """Raise AssertionError when any of the worker's books do not balance."""
-        running = [t for t in self.tasks.values() if t.state in RUNNING]
-        assert 0 <= self.free_threads == self.nthreads - len(running), (
-            f"free threads {self.free_threads}, running {len(running)} of {self.nthreads}"
-        )
-        assert sum((t.resources for t in running), EMPTY) == self.used, f"used {self.used}"
-        assert self.used.fits(self.total), f"using {self.used} of {self.total}"
-        self.ledger.validate()
-        assert self.ledger.holders() == {t.key: t.gpus for t in running if t.gpus}
-        assert self.ledger.in_use() == self.used.get(GPU)
-        assert all(self.ledger.units_held(t.key) == t.resources.get(GPU) for t in running)
-        assert self.ready == sorted(self.ready)
-        assert {e[2] for e in self.ready} == {
-            t.key for t in self.tasks.values() if t.state is TaskState.READY
-        } and len(self.ready) == len(set(self.ready))
-        for task in self.tasks.values():
-            assert task.key not in self.results and task.key not in self.fetches, task.key
-            assert task.missing == {d for d in task.dependencies if d not in self.results}
-            assert bool(task.missing) == (task.state is TaskState.FETCHING), task
-            assert all(d in self.fetches or d in self.tasks for d in task.missing), task
-            assert all(task.key in self.needed_by.get(d, ()) for d in task.dependencies)
-            assert not (self.closing and task.state not in RUNNING), task
-        for dep, needers in self.needed_by.items():
-            assert needers and all(dep in self.tasks[k].dependencies for k in needers), dep
-        for key, held in self.results.items():
-            assert held.owned or key in self.needed_by, f"fetched {key} is held for nobody"
-            assert held.owned == (held.report is not None), key
-        for key in self.fetches:
-            assert key not in self.results and key not in self.tasks, key
+        """Raise AssertionError when any of the worker's books do not balance (for tests)."""
+        from .invariants import check
+
+        check(self)

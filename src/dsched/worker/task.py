@@ -1,4 +1,5 @@
-"""The records ``WorkerState`` keeps: a task received, a result held, a fetch under way.
+"""The records ``WorkerState`` keeps: a task (or a job's attempt) received, a result held, a
+fetch under way.
 
 Plain mutable records owned by one ``WorkerState``; nothing outside it changes them.
 
@@ -38,6 +39,7 @@ class WorkerTask:
     missing: set[str]
     state: TaskState = TaskState.FETCHING
     gpus: tuple[int, ...] = ()
+    job: dict | None = None  # a shell-command job's attempt: what Execute.job said
 
     @property
     def queue_entry(self) -> tuple[int, int, str]:

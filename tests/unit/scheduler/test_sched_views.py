@@ -2,6 +2,8 @@
 
 from sched_story import Story, task
 
+from dsched.resources import Resources
+
 from dsched.scheduler.views import task_counts, waiting, worker_info
 
 
@@ -26,3 +28,77 @@ def test_worker_info_shows_total_used_and_free():
     assert info["resources"] == {"GPU": 2}
     assert info["used"] == {"GPU": 0.5} and info["free"] == {"GPU": 1.5}
     assert info["executing"] == 1 and info["nthreads"] == 2
+
+
+# -- the dashboard's views ------------------------------------------------------------------
+
+from dsched.scheduler import events as ev  # noqa: E402
+from dsched.scheduler.reasons import REASON_KINDS  # noqa: E402
+from dsched.scheduler.views import pending, tasks_by_state, workers  # noqa: E402
+
+
+def kinds(story):
+    return pending(story.state, tasks_by_state(story.state))["by_reason"]
+
+
+def test_every_unrunnable_reason_has_its_kind():
+    story = Story()
+    story.submit(task("early", "TPU=1"))
+    assert kinds(story) == {"no_workers": 1}
+    story.worker("w", nthreads=4, resources="GPU=2 TPU=0.5")
+    story.worker("x", nthreads=1, resources="MEM=8")
+    story.submit(task("odd", "GPU=1.5"), task("fpga", "FPGA=1"),
+                 task("pinned", workers=("elsewhere",)), task("both", "TPU=0.5 MEM=8"),
+                 task("first", "GPU=2"), task("second", "GPU=2"))
+    assert kinds(story) == {"too_large": 1, "invalid_request": 1, "missing_resource": 1,
+                            "restricted": 1, "no_single_worker": 1, "capacity": 1}
+    story(ev.Draining(address="tcp://w", now=0))
+    story(ev.Draining(address="tcp://x", now=0))
+    assert kinds(story) == {"all_draining": 5, "invalid_request": 1}  # "first" runs on
+    assert set(REASON_KINDS) == {"invalid_request", "no_workers", "all_draining", "restricted",
+                                 "missing_resource", "too_large", "no_single_worker"}
+
+
+def test_pending_names_each_group_with_its_demand_reason_and_age():
+    story = Story()
+    story.worker("w", nthreads=1, resources="GPU=1")
+    story.submit(task("a", "GPU=1"), task("b", "GPU=1"), task("c", "TPU=2"))
+    story.submit(task("d", dependencies=("a",)))
+    story.at(5)
+    story(ev.Tick(now=5))
+    view = pending(story.state, tasks_by_state(story.state))
+    assert view["total"] == 3 and view["groups_total"] == 3
+    tpu, gpu, deps = view["groups"]  # the unrunnable first, then the largest
+    assert (tpu["reason"], tpu["text"], tpu["resources"], tpu["tasks"], tpu["unrunnable_for"]) \
+        == ("missing_resource", "no worker offers resource TPU", "TPU=2", 1, 5)
+    assert (gpu["reason"], gpu["tasks"], gpu["unrunnable_for"]) == ("capacity", 1, None)
+    assert (deps["reason"], deps["tasks"]) == ("dependencies", 1)
+    assert pending(story.state, tasks_by_state(story.state), limit=1)["groups"] == [tpu]
+
+
+def test_workers_show_resources_threads_and_gpus_from_heartbeats():
+    story = Story()
+    story(ev.WorkerJoined(address="tcp://g", name="g", nthreads=2,
+                          resources=Resources.parse("GPU=2"),
+                          gpus=({"index": 0, "name": "A", "uuid": "GPU-0",
+                                 "memory_total": 100},
+                                {"index": 1, "name": "A", "uuid": "GPU-1",
+                                 "memory_total": 100}), now=0))
+    story.submit(task("a", "GPU=1"))
+    (w,) = workers(story.state)
+    assert w["resources"] == [{"name": "GPU", "used": 1, "total": 2}]
+    assert (w["threads_busy"], w["nthreads"], w["state"]) == (1, 2, "connected")
+    assert [g["memory_used"] for g in w["gpus"]] == [None, None]  # no heartbeat yet
+    story.at(3)
+    story(ev.WorkerHeartbeat(address="tcp://g", now=3, metrics={
+        "cpu": 10, "memory": 50, "memory_limit": 200, "executing": 1,
+        "gpus": [{"index": 1, "utilization": 40, "memory_used": 30, "memory_total": 100}]}))
+    story.at(4)
+    story(ev.Tick(now=4))
+    (w,) = workers(story.state)
+    first, second = w["gpus"]
+    assert (first["memory_used"], first["utilization"]) == (None, None)
+    assert (second["name"], second["memory_used"], second["utilization"]) == ("A", 30, 0.4)
+    assert (w["memory"], w["memory_limit"], w["heartbeat_age"]) == (50, 200, 1)
+    assert tasks_by_state(story.state) == {"waiting": 0, "queued": 0, "processing": 1,
+                                           "memory": 0, "released": 0, "erred": 0}

@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import sys
 import time
 
@@ -126,3 +127,28 @@ async def test_kill_stops_every_process_at_once_even_one_ignoring_sigterm():
 
     assert all(p.status() == psutil.STATUS_ZOMBIE for p in processes if p.is_running())
     await asyncio.wait_for(supervising, 10)
+
+
+def _options(command: list[str], option: str) -> str:
+    return command[command.index(option) + 1]
+
+
+def test_processes_keep_one_name_each_for_the_nannys_life_and_their_own_job_directory():
+    from dsched.settings import WorkerConfig, build, defaults
+    from dsched.worker.main import process_commands
+
+    cfg = defaults()
+    cfg["worker"].update(scheduler_address="127.0.0.1:8786", nworkers=2,
+                         job_directory="/var/lib/sched-jobs")
+    commands = process_commands(build(WorkerConfig, cfg["worker"]), cfg, ())
+    host = socket.gethostname()
+    # Named without a --name, each restart of a process would be a new worker, with a new
+    # job directory: a stable name lets it find what its predecessor left.
+    assert [_options(c, "--name") for _, c, _ in commands] == [f"{host}-{os.getpid()}-0",
+                                                               f"{host}-{os.getpid()}-1"]
+    assert [env["SCHED_WORKER__JOB_DIRECTORY"] for _, _, env in commands] == [
+        repr(f"/var/lib/sched-jobs/{host}-{os.getpid()}-{i}") for i in range(2)]
+    cfg["worker"].update(nworkers=1, name="w")
+    (_, command, env), = process_commands(build(WorkerConfig, cfg["worker"]), cfg, ())
+    assert _options(command, "--name") == "w"
+    assert env["SCHED_WORKER__JOB_DIRECTORY"] == repr("/var/lib/sched-jobs")

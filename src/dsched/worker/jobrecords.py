@@ -1,0 +1,223 @@
+"""A worker's job directory on disk: one record and one log per job attempt it started.
+
+``job-<id>.<attempt>.json`` says what the attempt runs, its devices and log, and, once its
+supervisor has spawned it, its pid and start time, and once it has ended, its AttemptEnded as on
+the wire. Records are replaced atomically (write, fsync, rename, fsync the directory), so a
+reader finds the old one or the new one, never half of either. ``job-<id>.<attempt>.log`` holds
+the job's output; it stays after the record is forgotten. The supervisor of a running attempt
+holds an exclusive ``flock`` on its log file (taken by the worker before it starts the
+supervisor), so a worker process that starts can tell a live supervisor from a dead one without
+trusting a pid. The worker process itself holds one on ``worker.lock`` for as long as it lives:
+two worker processes never share a job directory.
+
+Only keys made by ``dsched.jobs.job_key`` become file names; nothing here decides what to run or
+what to report (``WorkerState`` does). Light to import: the job supervisor imports it.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+
+from ..jobs import parse_job_key
+from ..protocol.ops import AttemptEnded
+
+logger = logging.getLogger("dsched.worker")
+
+RECORD_SUFFIX = ".json"
+LOG_SUFFIX = ".log"
+LOCK_NAME = "worker.lock"
+#: What a worker name may keep in a directory name; anything else becomes "_".
+_UNSAFE = re.compile(r"[^A-Za-z0-9._:@+-]")
+
+#: How a worker process that starts finds an attempt of an earlier one without an outcome.
+DIED_WHILE_RUNNING = "its worker process ended while it ran"
+DIED_WHILE_STARTING = "its worker process ended as it was starting it (it may have started)"
+
+
+def default_directory(local_directory: str | None, worker_name: str) -> str:
+    """``sched-jobs/<worker name>`` under ``local_directory`` or the temp dir."""
+    base = local_directory or tempfile.gettempdir()
+    safe = _UNSAFE.sub("_", worker_name)
+    if set(safe) <= {"."}:  # "", "." and ".." name no directory of their own
+        safe = "_" * len(safe) or "worker"
+    return os.path.join(base, "sched-jobs", safe)
+
+
+def record_path(directory: str, key: str) -> str:
+    return os.path.join(directory, _checked(key) + RECORD_SUFFIX)
+
+
+def log_path(directory: str, key: str) -> str:
+    return os.path.join(directory, _checked(key) + LOG_SUFFIX)
+
+
+def _checked(key: str) -> str:
+    if parse_job_key(key) is None:
+        raise ValueError(f"{key!r} is not the key of a job attempt")
+    return key
+
+
+# -- records ------------------------------------------------------------------------------------
+
+
+def new_record(key: str, job: dict, gpus: tuple[int, ...], log: str, worker: str) -> dict:
+    """The record of an attempt about to be started."""
+    return {"key": key, "job": job, "gpus": list(gpus), "log": log, "worker": worker,
+            "pid": None, "started": None, "ended": None}
+
+
+def write_record(path: str, record: dict) -> None:
+    """Replace the record at ``path`` durably and atomically."""
+    directory = os.path.dirname(path)
+    fd, temporary = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as file:
+            json.dump(record, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+    _sync_directory(directory)
+
+
+def read_record(path: str) -> dict:
+    """The record at ``path``; OSError or ValueError (not JSON, or not a record) if none."""
+    with open(path) as file:
+        record = json.load(file)
+    if not isinstance(record, dict) or parse_job_key(record.get("key", "")) is None:
+        raise ValueError(f"{path} is not a job attempt record")
+    return record
+
+
+def remove_record(directory: str, key: str) -> None:
+    """Forget an attempt the scheduler has acknowledged (its log stays)."""
+    try:
+        os.unlink(record_path(directory, key))
+    except FileNotFoundError:
+        return
+    _sync_directory(directory)
+
+
+def ended_of(record: dict) -> AttemptEnded | None:
+    ended = record.get("ended")
+    return AttemptEnded.from_wire(ended) if ended else None
+
+
+def _sync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- locks ----------------------------------------------------------------------------------------
+
+
+def lock_directory(directory: str) -> int:
+    """Make the directory (private to this user) and lock it for this process: the descriptor,
+    held until the process ends; OSError (EBUSY, saying so) when another process has it."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise OSError(errno.EBUSY, f"the job directory {directory} is in use by another worker "
+                                   "process: give each worker its own --name or "
+                                   "worker.job_directory") from None
+    return fd
+
+
+def open_locked_log(path: str) -> int:
+    """Create (or open) a log for appending, locked: the descriptor to hand its supervisor."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise OSError(errno.EBUSY, f"{path} is held by a running supervisor") from None
+    return fd
+
+
+def supervisor_alive(log: str) -> bool:
+    """Whether a supervisor still holds the lock on ``log``."""
+    try:
+        fd = os.open(log, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+# -- a worker process that starts ------------------------------------------------------------
+
+
+def recover(directory: str, wait: float) -> list[AttemptEnded]:
+    """The attempts an earlier worker process left in ``directory``, each ended.
+
+    A supervisor of that process may still be ending its attempt (it kills the job at once
+    when its worker goes): wait up to ``wait`` seconds for it. An attempt with no outcome then
+    is lost: its worker process died under it (or before its supervisor could say it had
+    started it); the outcome is written to its record, to be kept until acknowledged.
+    """
+    found: list[AttemptEnded] = []
+    deadline = time.monotonic() + wait
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.startswith(".") and name.endswith(".tmp"):
+            os.unlink(path)  # a record write cut short: its old version (if any) stands
+            continue
+        if not name.endswith(RECORD_SUFFIX):
+            continue
+        try:
+            record = read_record(path)
+            while record.get("ended") is None and supervisor_alive(record["log"]) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.02)
+                record = read_record(path)
+            ended = ended_of(record)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            logger.warning("Ignoring %s: %s", path, error)
+            continue
+        if ended is None:
+            if supervisor_alive(record["log"]):
+                logger.warning("The supervisor of %s did not end within %.0fs; reporting the "
+                               "attempt lost", record["key"], wait)
+            ended = AttemptEnded(
+                record["key"], "lost", None,
+                DIED_WHILE_RUNNING if record.get("pid") else DIED_WHILE_STARTING,
+                record["log"], record.get("started"), time.time())
+            write_record(path, {**record, "ended": ended.to_wire()})
+        found.append(ended)
+    return found
+
+
+# -- logs ---------------------------------------------------------------------------------------
+
+
+def read_log(path: str, offset: int, limit: int) -> tuple[bytes, int]:
+    """Up to ``limit`` bytes of the log at ``path`` from ``offset``, and its size now;
+    FileNotFoundError when there is none."""
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        file.seek(offset)
+        data = file.read(limit)
+    return data, max(size, offset + len(data)) if data else size

@@ -1,0 +1,218 @@
+"""The worker's side of its jobs: the job directory, and one supervisor process per attempt.
+
+``JobRunner`` locks the job directory for this worker process and reads what an earlier one
+left there (``jobrecords.recover``); for each StartJob it records the attempt durably, then
+starts ``python -m dsched.worker.jobsupervisor`` (in a session of its own, so a terminal's
+signals do not reach it, and holding the lock on the job's log) and hands what the supervisor
+says, AttemptStarted then AttemptEnded, back as events. It writes new lease deadlines and
+stops to the supervisors' stdin, and serves the logs. A supervisor that dies without saying how
+its attempt ended takes the job with it (``lifeline``); the runner then records it lost.
+
+This is I/O: which attempts start, and what is reported, is ``WorkerState``'s decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any, Callable
+
+from ..jobs import parse_job_key
+from ..protocol import ops
+from .actions import SHUTDOWN, StartJob
+from .jobrecords import (
+    ended_of, lock_directory, log_path, new_record, open_locked_log, read_log, read_record,
+    record_path, recover, remove_record, write_record,
+)
+from .lifeline import describe_exit
+
+logger = logging.getLogger("dsched.worker")
+
+#: The most bytes of a log one GetLog is answered with.
+MAX_LOG_CHUNK = 8 << 20
+#: Seconds a worker process that starts waits for the supervisors of an earlier one to record
+#: how their attempts ended (they kill their jobs at once when their worker goes).
+RECOVERY_WAIT = 10.0
+
+
+class JobRunner:
+    """``await open()`` first (it returns the attempts found ended); ``run(start)`` for each
+    StartJob, in the worker's task group; ``await close()`` at the end, which ends the jobs
+    still running (their supervisors record them lost)."""
+
+    def __init__(self, directory: str, worker_name: str, kill_grace: float,
+                 on_event: Callable[[Any], None]):
+        self.directory = directory
+        self.worker_name = worker_name
+        self.kill_grace = kill_grace
+        self._on_event = on_event
+        self._lock_fd: int | None = None
+        self._supervisors: dict[str, asyncio.subprocess.Process] = {}
+        self._orders: dict[str, str] = {}  # a stop given before its supervisor was started
+        self.lease_until = 0.0
+
+    async def open(self) -> list[ops.AttemptEnded]:
+        """Lock the job directory (OSError if that cannot be done) and recover what is there."""
+        self._lock_fd = await asyncio.to_thread(lock_directory, self.directory)
+        found = await asyncio.to_thread(recover, self.directory, RECOVERY_WAIT)
+        if found:
+            logger.info("Found %d job attempt(s) of an earlier worker process in %s; reporting "
+                        "them to the scheduler", len(found), self.directory)
+        return found
+
+    # -- one attempt ----------------------------------------------------------------------------
+
+    async def run(self, start: StartJob) -> None:
+        key = start.key
+        record, log = record_path(self.directory, key), log_path(self.directory, key)
+        self.lease_until = max(self.lease_until, start.lease_until)
+        try:
+            lock_fd = await asyncio.to_thread(self._record, record, log, start)
+        except OSError as error:
+            return self._cannot_start(key, log, f"cannot record it in {self.directory}: "
+                                                f"{error.strerror or error}")
+        try:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "dsched.worker.jobsupervisor", record, str(lock_fd),
+                repr(self.kill_grace), repr(self.lease_until), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, pass_fds=(lock_fd,), start_new_session=True)
+        except OSError as error:
+            why = f"cannot start its supervisor: {error.strerror or error}"
+            return self._cannot_start(key, log, why, record)
+        finally:
+            os.close(lock_fd)
+        self._supervisors[key] = process
+        logger.debug("Started job attempt %s (supervisor pid %d)", key, process.pid)
+        self._tell(key, repr(self.lease_until))  # the lease may have grown meanwhile
+        if key in self._orders:
+            self._tell(key, self._orders.pop(key))
+        ended = False
+        assert process.stdout is not None
+        async for line in process.stdout:
+            report = self._decode(key, line)
+            if report is not None:
+                ended = ended or type(report) is ops.AttemptEnded
+                self._tell_state(report)
+        code = await process.wait()
+        del self._supervisors[key]
+        if not ended:
+            self._tell_state(await asyncio.to_thread(self._supervisor_died, key, record, code))
+
+    def _record(self, record: str, log: str, start: StartJob) -> int:
+        write_record(record, new_record(start.key, dict(start.job), start.gpus, log,
+                                        self.worker_name))
+        return open_locked_log(log)
+
+    def _decode(self, key: str, line: bytes) -> Any:
+        try:
+            report = ops.decode(json.loads(line))
+        except (ValueError, ops.BadOp) as error:
+            logger.warning("The supervisor of %s said something unexpected (%s)", key, error)
+            return None
+        if type(report) not in (ops.AttemptStarted, ops.AttemptEnded) or report.key != key:
+            logger.warning("The supervisor of %s said %s", key, report.OP)
+            return None
+        return report
+
+    def _supervisor_died(self, key: str, record: str, code: int) -> ops.AttemptEnded:
+        """The supervisor ended without telling how its attempt ended: read it from the record,
+        or record it lost (its job died with it)."""
+        try:
+            written = read_record(record)
+            ended = ended_of(written)
+            if ended is not None:
+                return ended
+        except (OSError, ValueError) as error:
+            logger.warning("Cannot read the record of %s: %s", key, error)
+            written = {"log": log_path(self.directory, key)}
+        ended = ops.AttemptEnded(key, "lost", None, f"its supervisor process {describe_exit(code)}"
+                                 "; the job was killed with it", written["log"],
+                                 written.get("started"), time.time())
+        logger.warning("Job attempt %s: %s", key, ended.error)
+        try:
+            write_record(record, {**written, "ended": ended.to_wire()})
+        except (OSError, KeyError, TypeError) as error:
+            logger.warning("Cannot record how %s ended: %s", key, error)
+        return ended
+
+    def _cannot_start(self, key: str, log: str, why: str, record: str | None = None) -> None:
+        ended = ops.AttemptEnded(key, "failed", None, f"cannot start: {why}", log, None,
+                                 time.time())
+        if record is not None:
+            try:
+                write_record(record, {**read_record(record), "ended": ended.to_wire()})
+            except (OSError, ValueError) as error:
+                logger.warning("Cannot record how %s ended: %s", key, error)
+        self._tell_state(ended)
+
+    def _tell_state(self, report: Any) -> None:
+        if type(report) is ops.AttemptEnded and report.started is None:
+            logger.warning("Job attempt %s %s", report.key, report.error)
+        else:
+            logger.debug("Job attempt %s: %s", report.key, report.OP)
+        self._on_event(report)
+
+    # -- orders to the supervisors --------------------------------------------------------------
+
+    def extend(self, until: float) -> None:
+        self.lease_until = max(self.lease_until, until)
+        for key in list(self._supervisors):
+            self._tell(key, repr(self.lease_until))
+
+    def kill(self, key: str, why: str) -> None:
+        order = "shutdown" if why == SHUTDOWN else "kill"
+        if not self._tell(key, order):
+            self._orders[key] = order  # its supervisor is being started: told once it is
+
+    def _tell(self, key: str, line: str) -> bool:
+        process = self._supervisors.get(key)
+        if process is None or process.stdin is None or process.stdin.is_closing():
+            return False
+        process.stdin.write(line.encode() + b"\n")
+        return True
+
+    async def forget(self, key: str) -> None:
+        await asyncio.to_thread(remove_record, self.directory, key)
+
+    # -- logs ---------------------------------------------------------------------------------
+
+    async def log(self, request: ops.GetLog, running: bool) -> ops.Log:
+        """The answer to GetLog; ``running``: the attempt had not ended when it was asked, so
+        that ``ended`` is only said once nothing more will be written."""
+        key = request.key
+        if parse_job_key(key) is None:
+            return ops.Log(request.id, error=f"{key!r:.80} is not the key of a job attempt")
+        if request.offset < 0 or request.limit < 0:
+            return ops.Log(request.id, error="offset and limit must not be negative")
+        try:
+            data, size = await asyncio.to_thread(read_log, log_path(self.directory, key),
+                                                 request.offset, min(request.limit, MAX_LOG_CHUNK))
+        except FileNotFoundError:
+            return ops.Log(request.id, error=f"no log of {key} on this worker")
+        except OSError as error:
+            return ops.Log(request.id, error=f"cannot read the log of {key}: {error.strerror}")
+        return ops.Log(request.id, data=data, size=size, ended=not running)
+
+    # -- the end ----------------------------------------------------------------------------------
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """End of file to every supervisor (each kills its job at once and records it lost),
+        then wait for them; release the job directory."""
+        live = [p for p in self._supervisors.values() if p.returncode is None]
+        for process in live:
+            if process.stdin is not None and not process.stdin.is_closing():
+                process.stdin.close()
+        for process in live:
+            try:
+                await asyncio.wait_for(process.wait(), timeout)
+            except asyncio.TimeoutError:  # a supervisor that will not end: its group dies with it
+                process.kill()
+                await process.wait()
+        self._supervisors.clear()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None

@@ -1,0 +1,246 @@
+"""The supervisor of one job attempt: a small process per job, started by the worker as
+``python -m dsched.worker.jobsupervisor RECORD LOCK_FD KILL_GRACE LEASE_UNTIL``.
+
+It reads what to run from the attempt's record (``jobrecords``), spawns the command as the
+leader of a process group of its own, guarded by ``lifeline`` (the group dies with this
+process, however it ends), with stdout and stderr appended to the job's log, and watches:
+
+- the command's exit (a pidfd wakes it at once where there is one), after which whatever the
+  command left in its group is killed;
+- its stdin from the worker, one line at a time: a number is a new lease deadline (the
+  worker's ``time.monotonic()``, the same clock in every process of the machine); ``kill``
+  cancels the job; ``shutdown`` stops it because the worker is shutting down; end of file means
+  the worker is gone: the group is killed at once;
+- the job's time limit and its lease deadline. A job that outlives its lease is killed here, so
+  that happens even while the worker process is frozen or busy.
+
+Cancel, time limit, lease and shutdown send SIGTERM to the group and SIGKILL after
+``KILL_GRACE`` seconds. The supervisor writes the outcome into the record itself before it
+exits, so the outcome survives the worker's death, and tells the worker each step as one JSON
+line on stdout: the AttemptStarted, then the AttemptEnded, as on the wire. It holds the lock on
+the job's log (``LOCK_FD``) while it lives.
+
+It makes no scheduling decisions: it runs one command and says how it ended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from ..gpu_ids import task_environment
+from ..jobs import parse_job_key
+from ..protocol.ops import AttemptEnded, AttemptStarted
+from .jobrecords import read_record, write_record
+from .lifeline import Lifeline, describe_exit, hold_group
+
+#: Variables a job sees beyond the worker's environment, its own and its GPUs.
+JOB_ID_ENV = "SCHED_JOB_ID"
+JOB_ATTEMPT_ENV = "SCHED_JOB_ATTEMPT"
+WORKER_NAME_ENV = "SCHED_WORKER_NAME"
+#: Seconds between looks at the command where no pidfd tells of its exit.
+_POLL_INTERVAL = 0.05
+
+#: Why a job was stopped, in the words of its AttemptEnded; and the outcome.
+CANCELLED = ("cancelled", "killed because it was cancelled")
+SHUTDOWN = ("lost", "killed because its worker shut down")
+LEASE_EXPIRED = ("lost", "killed because its worker lost the scheduler for longer than its "
+                         "job lease")
+WORKER_GONE = ("lost", "killed because its worker process ended while it ran")
+
+
+def job_environment(base: dict[str, str], key: str, job: dict, gpus: tuple[int, ...],
+                    worker: str) -> dict[str, str]:
+    """The worker's environment, plus the job's own, plus what dsched tells every job: its
+    GPUs (``CUDA_VISIBLE_DEVICES``, empty for none, in PCI bus order), id, attempt and worker."""
+    job_id, attempt = parse_job_key(key) or (0, 0)
+    env = task_environment(gpus, {**base, **job.get("env", {})})
+    env.update({JOB_ID_ENV: str(job_id), JOB_ATTEMPT_ENV: str(attempt), WORKER_NAME_ENV: worker})
+    return env
+
+
+def start_problem(command: list[str], cwd: str | None, env: dict[str, str]) -> str:
+    """Why ``command`` cannot be started as asked, in words; "" when it can be tried."""
+    if cwd is not None and not os.path.isdir(cwd):
+        return f"its working directory {cwd} does not exist"
+    program = command[0]
+    if os.sep in program:
+        path = os.path.join(cwd or os.getcwd(), program)
+        if not os.path.isfile(path):
+            return f"{program}: no such file"
+        if not os.access(path, os.X_OK):
+            return f"{program}: permission denied"
+        return ""
+    if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        return f"{program}: command not found"
+    return ""
+
+
+class Supervision:
+    """One attempt, from spawn to outcome."""
+
+    def __init__(self, path: str, record: dict, kill_grace: float, lease_until: float):
+        self.path, self.record = path, record
+        self.key, self.job, self.log = record["key"], record["job"], record["log"]
+        self.kill_grace, self.lease_until = kill_grace, lease_until
+        self.ending: tuple[str, str] | None = None  # (outcome, error) once it is being stopped
+        self.kill_at: float | None = None
+        self.process: subprocess.Popen | None = None
+
+    def run(self) -> None:
+        command, cwd = list(self.job["command"]), self.job.get("cwd")
+        env = job_environment(dict(os.environ), self.key, self.job, tuple(self.record["gpus"]),
+                              self.record.get("worker", ""))
+        problem = start_problem(command, cwd, env)
+        lifeline = Lifeline()
+        parent = os.getpid()
+        if not problem:
+            try:
+                with open(self.log, "ab") as out:
+                    # The command leads a group that lifeline's guard ties to this process,
+                    # set up between fork and exec: no second interpreter to start (this
+                    # process has one thread, so the fork in there is safe).
+                    self.process = subprocess.Popen(
+                        command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                        cwd=cwd, env=env, start_new_session=True, pass_fds=(lifeline.fd,),
+                        preexec_fn=lambda: hold_group(parent, lifeline.fd))
+            except OSError as error:  # exec failed after all (the guard then ends the group)
+                problem = f"{command[0]}: {error.strerror or error}"
+        if self.process is None:
+            self._note(f"cannot start {self.key}: {problem}")
+            return self._end("failed", None, f"cannot start: {problem}")
+        started = time.time()
+        self.record.update(pid=self.process.pid, started=started)
+        write_record(self.path, self.record)
+        self._tell(AttemptStarted(self.key, self.process.pid, self.log,
+                                  tuple(self.record["gpus"]), started))
+        returncode = self._watch(time.monotonic())
+        outcome, error = self.ending or (("completed", "") if returncode == 0
+                                         else ("failed", describe_exit(returncode)))
+        if self.ending:
+            self._note(f"{self.key} {error}")
+        self._end(outcome, returncode, error, started)
+
+    def _watch(self, spawned: float) -> int:
+        """Run until the command's leader exits; its returncode."""
+        process = self.process
+        assert process is not None
+        limit = self.job.get("time_limit")
+        limit_at = spawned + limit if limit else None
+        poller = select.poll()
+        poller.register(0, select.POLLIN)
+        try:
+            exit_fd = os.pidfd_open(process.pid)
+            poller.register(exit_fd, select.POLLIN)
+        except (AttributeError, OSError):  # no pidfd here: look every _POLL_INTERVAL
+            exit_fd = None
+        pending = b""
+        while not self._leader_exited():
+            now = time.monotonic()
+            deadlines = [d for d in (limit_at, self.lease_until) if self.ending is None
+                         and d is not None] + ([self.kill_at] if self.kill_at else [])
+            wait = min(deadlines, default=now + 60) - now
+            if exit_fd is None:
+                wait = min(wait, _POLL_INTERVAL)
+            # Orders first: a lease extended in time must not lose to its own deadline.
+            for fd, _ in poller.poll(max(0, wait) * 1000 + 1):
+                if fd != 0:
+                    continue
+                data = os.read(0, 4096)
+                if not data:  # the worker is gone: nobody will renew the lease or say more
+                    poller.unregister(0)
+                    self.ending = self.ending or WORKER_GONE
+                    self._kill_group(signal.SIGKILL)
+                    continue
+                *lines, pending = (pending + data).split(b"\n")
+                for line in lines:
+                    self._order(line.decode(errors="replace").strip())
+            now = time.monotonic()
+            if self.ending is None:
+                if limit_at is not None and now >= limit_at:
+                    self._stop(("timeout", f"killed after running past its time limit of "
+                                           f"{limit:g} s"))
+                elif now >= self.lease_until:
+                    self._stop(LEASE_EXPIRED)
+            if self.kill_at is not None and now >= self.kill_at:
+                self._kill_group(signal.SIGKILL)
+                self.kill_at = None
+        # Whatever the leader left in its group goes with it: killed while the leader, not yet
+        # reaped, still holds the group's number.
+        self._kill_group(signal.SIGKILL)
+        if exit_fd is not None:
+            os.close(exit_fd)
+        return process.wait()
+
+    def _order(self, line: str) -> None:
+        if line == "kill":
+            self._stop(CANCELLED)
+        elif line == "shutdown":
+            self._stop(SHUTDOWN)
+        elif line:
+            try:
+                self.lease_until = max(self.lease_until, float(line))
+            except ValueError:
+                print(f"jobsupervisor: ignoring {line!r:.80} from the worker", file=sys.stderr)
+
+    def _stop(self, why: tuple[str, str]) -> None:
+        if self.ending is not None:
+            return
+        self.ending = why
+        self._kill_group(signal.SIGTERM)
+        self.kill_at = time.monotonic() + self.kill_grace
+
+    def _leader_exited(self) -> bool:
+        assert self.process is not None
+        # WNOWAIT: look without reaping, so the group's number stays the leader's until the
+        # rest of the group is killed.
+        return os.waitid(os.P_PID, self.process.pid,
+                         os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+    def _kill_group(self, signum: int) -> None:
+        assert self.process is not None
+        try:
+            os.killpg(self.process.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _end(self, outcome: str, returncode: int | None, error: str,
+             started: float | None = None) -> None:
+        ended = AttemptEnded(self.key, outcome, returncode, error, self.log, started, time.time())
+        self.record["ended"] = ended.to_wire()
+        write_record(self.path, self.record)
+        self._tell(ended)
+
+    def _note(self, text: str) -> None:
+        """A line of dsched's own in the job's log, where its user will look."""
+        try:
+            with open(self.log, "ab") as out:
+                out.write(f"sched: {text}\n".encode())
+        except OSError:
+            pass
+
+    @staticmethod
+    def _tell(op) -> None:
+        try:
+            sys.stdout.write(json.dumps(op.to_wire(), separators=(",", ":")) + "\n")
+            sys.stdout.flush()
+        except (BrokenPipeError, ValueError):  # the worker is gone; the record says it all
+            pass
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 4:
+        sys.exit("usage: python -m dsched.worker.jobsupervisor RECORD LOCK_FD KILL_GRACE "
+                 "LEASE_UNTIL")
+    path, _lock_fd, kill_grace, lease_until = argv  # the lock is held by holding the descriptor
+    Supervision(path, read_record(path), float(kill_grace), float(lease_until)).run()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,247 @@
+"""A worker running shell-command jobs for a stand-in scheduler on loopback: a job runs and
+reports, its log is served on the data port, its record goes once acknowledged; a cancel; the
+lease kept alive by heartbeats and running out without them; a restarted worker (same name,
+same job directory) reports what the earlier one left, the attempt it was running as lost."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+import psutil
+import pytest
+
+from deadline import wait_until_async
+from dsched.comm import connect, listen
+from dsched.protocol import ops
+from dsched.resources import Resources
+from dsched.settings import CommConfig, WorkerConfig
+from dsched.worker.server import Worker, WorkerSetup
+
+TOKEN = "jobs-test-token"
+
+
+@pytest.fixture(autouse=True)
+def environment():
+    """A worker writes what its tasks should see into os.environ: undo that afterwards (later
+    tests start daemons with this environment)."""
+    names = ("CUDA_VISIBLE_DEVICES", "SCHED_TASK_GPUS", "SCHED_WORKER_NAME",
+             "SCHED_LOCAL_DIRECTORY")
+    saved = {name: os.environ.get(name) for name in names}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+class StandInScheduler:
+    """Welcomes each worker, answers its heartbeats with leases while ``leasing``, and keeps
+    every other op it sends."""
+
+    def __init__(self) -> None:
+        self.registers: list[ops.Register] = []
+        self.received: list = []
+        self.comm = None
+        self.leasing = True
+
+    async def serve(self, comm) -> None:
+        batch = await comm.recv()
+        self.registers.append(ops.decode(batch[0]))
+        await comm.send({"op": "registered", "address": "127.0.0.1:1"})
+        self.comm = comm
+        async for d in comm:
+            op = ops.decode(d)
+            if type(op) is ops.Heartbeat:
+                if self.leasing:
+                    comm.write_nowait(ops.Lease(op.sent).to_wire())
+            else:
+                self.received.append(op)
+
+    def send(self, *sent) -> None:
+        for op in sent:
+            self.comm.write_nowait(op.to_wire())
+
+    async def told(self, kind, key, timeout=30.0):
+        """The first ``kind`` op the worker sent about ``key``, once it has."""
+        def find():
+            return next((op for op in self.received if type(op) is kind and op.key == key), None)
+        return await wait_until_async(find, timeout, what=f"{kind.__name__} of {key}")
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    """Start workers (named w1, one thread, jobs in tmp_path/jobs) for one stand-in scheduler;
+    all closed at the end."""
+    scheduler = StandInScheduler()
+    listener = await listen("127.0.0.1", 0, scheduler.serve, token=TOKEN, accept_roles={"worker"})
+    workers: list[Worker] = []
+
+    async def start(**settings) -> Worker:
+        config = WorkerConfig(**{
+            "scheduler_address": listener.address, "host": "127.0.0.1", "name": "w1",
+            "local_directory": str(tmp_path), "job_directory": str(tmp_path / "jobs"),
+            "reconnect_backoff_min": 0.05, "reconnect_backoff_max": 0.1, "job_kill_grace": 0.5,
+            **settings})
+        worker = Worker(config, CommConfig(), WorkerSetup(token=TOKEN, nthreads=1,
+                                                          resources=Resources.parse({})))
+        workers.append(worker)
+        await worker.start()
+        await worker.wait_registered(30)
+        await wait_until_async(lambda: scheduler.comm is not None, 30, what="a session")
+        return worker
+
+    scheduler.start = start
+    yield scheduler
+    for worker in workers:
+        await worker.close()
+    await listener.close()
+
+
+def job(key: str, *command: str, time_limit=None) -> ops.Execute:
+    return ops.Execute(key, (b"", b""), job={"command": list(command), "env": {}, "cwd": None,
+                                             "time_limit": time_limit, "name": "test"})
+
+
+async def get_log(worker: Worker, key: str, offset: int = 0) -> ops.Log:
+    comm = await connect(worker.address, role="client", name="test", token=TOKEN)
+    try:
+        await comm.send(ops.GetLog(7, key, offset).to_wire())
+        reply = ops.decode((await comm.recv())[0])
+    finally:
+        await comm.close()
+    assert type(reply) is ops.Log and reply.id == 7
+    return reply
+
+
+async def test_a_job_runs_reports_serves_its_log_and_is_forgotten_once_acknowledged(cluster,
+                                                                                   tmp_path):
+    worker = await cluster.start()
+    assert cluster.registers[0].attempts == () and cluster.registers[0].job_lease == 1800.0
+    cluster.send(job("job-1.1", "sh", "-c", "echo hello; exit 3"))
+
+    started = await cluster.told(ops.AttemptStarted, "job-1.1")
+    ended = await cluster.told(ops.AttemptEnded, "job-1.1")
+
+    log = str(tmp_path / "jobs" / "job-1.1.log")
+    assert started.log == ended.log == log and started.pid > 0
+    assert (ended.outcome, ended.exit_code, ended.error) == ("failed", 3, "exited with code 3")
+    assert await get_log(worker, "job-1.1") == ops.Log(7, b"hello\n", 6, ended=True)
+    assert await get_log(worker, "job-1.1", offset=2) == ops.Log(7, b"llo\n", 6, ended=True)
+    assert (await get_log(worker, "job-9.1")).error == "no log of job-9.1 on this worker"
+    assert "not the key of a job attempt" in (await get_log(worker, "../../etc/passwd")).error
+
+    record = tmp_path / "jobs" / "job-1.1.json"
+    assert record.exists()
+    cluster.send(ops.AttemptAck(("job-1.1",)))
+    await wait_until_async(lambda: not record.exists(), 30, what="the record to be deleted")
+    assert (await get_log(worker, "job-1.1")).data == b"hello\n"  # the log stays
+
+
+async def test_a_running_job_is_cancelled_and_its_log_says_it_is_running_until_then(cluster):
+    worker = await cluster.start()
+    cluster.send(job("job-2.1", "sh", "-c", "echo working; exec sleep 600"))
+    await cluster.told(ops.AttemptStarted, "job-2.1")
+    assert (await get_log(worker, "job-2.1")).ended is False
+
+    cluster.send(ops.StopTask("job-2.1"))
+
+    ended = await cluster.told(ops.AttemptEnded, "job-2.1")
+    assert (ended.outcome, ended.error) == ("cancelled", "killed because it was cancelled")
+    assert (await get_log(worker, "job-2.1")).ended is True
+    assert worker.state.is_idle()
+
+
+async def test_heartbeats_renew_the_lease_and_without_them_the_job_is_lost(cluster):
+    await cluster.start(job_lease=0.6, heartbeat_interval=0.1)
+    cluster.send(job("job-3.1", "sleep", "600"))
+    await cluster.told(ops.AttemptStarted, "job-3.1")
+    # Leases keep it running past twice their length.
+    since = time.monotonic()
+    await wait_until_async(lambda: time.monotonic() - since > 1.5 or cluster.received[1:], 10)
+    assert [type(op) for op in cluster.received] == [ops.AttemptStarted]
+
+    cluster.leasing = False  # the scheduler goes quiet (the connection stays up)
+
+    ended = await cluster.told(ops.AttemptEnded, "job-3.1", timeout=10)
+    assert ended.outcome == "lost" and "longer than its job lease" in ended.error
+
+
+async def test_a_draining_worker_lets_a_job_run_to_the_deadline_then_stops_it(cluster):
+    worker = await cluster.start(drain_timeout=0.5)
+    cluster.send(job("job-7.1", "sleep", "600"))
+    await cluster.told(ops.AttemptStarted, "job-7.1")
+
+    await worker.drain()  # SIGTERM's work
+
+    ended = await cluster.told(ops.AttemptEnded, "job-7.1")
+    assert (ended.outcome, ended.error) == ("lost", "killed because its worker shut down")
+    assert ended.ended - ended.started >= 0.5
+    kinds = await wait_until_async(
+        lambda: ops.Unregister in (kinds := [type(op) for op in cluster.received]) and kinds, 30)
+    assert kinds.index(ops.AttemptEnded) < kinds.index(ops.Unregister)  # told before it left
+
+
+async def test_a_restarted_worker_reports_what_the_earlier_one_left(cluster, tmp_path):
+    first = await cluster.start()
+    cluster.send(job("job-4.1", "true"))
+    await cluster.told(ops.AttemptEnded, "job-4.1")  # not acknowledged
+    cluster.send(job("job-5.1", "sleep", "600"))
+    running = await cluster.told(ops.AttemptStarted, "job-5.1")
+
+    await first.close()  # its supervisors see the end: each kills its job and records it lost
+    cluster.received.clear()
+    second = await cluster.start()
+
+    attempts = [ops.decode(wire) for wire in cluster.registers[-1].attempts]
+    assert [(a.key, a.outcome) for a in attempts] == [("job-4.1", "completed"),
+                                                        ("job-5.1", "lost")]
+    assert attempts[1].error == "killed because its worker process ended while it ran"
+    assert not alive(running.pid)
+    # Sent again, an attempt it knows is answered, not run again.
+    cluster.send(job("job-5.1", "sleep", "600"))
+    assert (await cluster.told(ops.AttemptEnded, "job-5.1")).outcome == "lost"
+    assert second.state.is_idle()
+    assert sorted(os.listdir(tmp_path / "jobs")) == [
+        "job-4.1.json", "job-4.1.log", "job-5.1.json", "job-5.1.log", "worker.lock"]
+
+
+async def test_a_worker_killed_with_signal_9_takes_its_job_and_its_next_process_says_so(tmp_path):
+    scheduler = StandInScheduler()
+    listener = await listen("127.0.0.1", 0, scheduler.serve, token=TOKEN, accept_roles={"worker"})
+    env = {**os.environ, "SCHED_TOKEN": TOKEN, "SCHED_WORKER__JOB_DIRECTORY": str(tmp_path / "j")}
+    command = [sys.executable, "-m", "dsched.cli.worker", listener.address, "--no-nanny",
+               "--name", "w1", "--nthreads", "1", "--gpus", "none", "--host", "127.0.0.1",
+               "--local-directory", str(tmp_path)]
+    processes = []
+    try:
+        processes.append(await asyncio.create_subprocess_exec(*command, env=env))
+        await wait_until_async(lambda: scheduler.comm is not None, 30, what="the worker")
+        scheduler.send(job("job-6.1", "sleep", "600"))
+        running = await scheduler.told(ops.AttemptStarted, "job-6.1")
+
+        processes[0].kill()
+
+        await wait_until_async(lambda: not alive(running.pid), 10, what="the job to die")
+        scheduler.comm = None
+        processes.append(await asyncio.create_subprocess_exec(*command, env=env))
+        await wait_until_async(lambda: scheduler.comm is not None, 30, what="the new process")
+        attempt, = [ops.decode(wire) for wire in scheduler.registers[-1].attempts]
+        assert (attempt.key, attempt.outcome, attempt.exit_code) == ("job-6.1", "lost", -9)
+        assert attempt.error == "killed because its worker process ended while it ran"
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.kill()
+            await process.wait()
+        await listener.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
