@@ -291,3 +291,86 @@ def test_a_report_the_client_fails_to_handle_fails_its_futures_instead_of_hangin
     assert isinstance(future.exception(), SchedulerLostError)
     assert "client error: a bug in a handler" in str(future.exception())
     assert "Client failed handling a report" in caplog.text and client.status == "disconnected"
+
+
+class QuietComm:
+    """A connection on which the scheduler says nothing until ``end(reason)``."""
+
+    def __init__(self):
+        self.ops, self.closed = [], False
+        self.reading = asyncio.Event()
+        self._ended = asyncio.Event()
+        self._reason = ""
+
+    def write_nowait(self, op, bulk=False):
+        self.ops.append(op)
+
+    def end(self, reason):
+        self._reason = reason
+        self._ended.set()
+
+    async def close(self, reason):
+        self.closed = True
+        self.end(reason)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        from dsched.errors import CommClosedError
+
+        self.reading.set()
+        await self._ended.wait()
+        raise CommClosedError(self._reason)
+
+
+async def started_on(comm, monkeypatch):
+    """An AsyncClient started on the running loop, connected to ``comm``."""
+    from dsched.client.client import AsyncClient
+
+    client = AsyncClient("127.0.0.1:1", token="t")
+
+    async def connect(loop):
+        return comm
+
+    monkeypatch.setattr(client, "_connect", connect)
+    await client.start()
+    await comm.reading.wait()
+    return client
+
+
+async def test_a_cancelled_reader_fails_the_pending_futures_instead_of_leaving_them(
+        monkeypatch):
+    from dsched import SchedulerLostError
+
+    client = await started_on(QuietComm(), monkeypatch)
+    future = client.submit(inc, 1)
+    client._reader.cancel()  # as the loop's end does to a client nobody closed
+    with pytest.raises(SchedulerLostError, match="reader was cancelled"):
+        await asyncio.wait_for(future, 5)
+    assert client.status == "disconnected"
+    with pytest.raises(SchedulerLostError, match="reader was cancelled"):
+        client.submit(inc, 2)
+    await client.close()
+
+
+async def test_a_failure_of_the_reader_itself_is_logged_and_fails_the_pending_futures(
+        monkeypatch, caplog):
+    from dsched import SchedulerLostError
+
+    comm = QuietComm()
+    client = await started_on(comm, monkeypatch)
+    future = client.submit(inc, 1)
+    lost = client._reports.lost
+
+    def broken_once(error):
+        monkeypatch.setattr(client._reports, "lost", lost)
+        raise RuntimeError("a bug while failing requests")
+
+    monkeypatch.setattr(client._reports, "lost", broken_once)
+    with caplog.at_level(logging.ERROR, logger="dsched.client"):
+        comm.end("the scheduler went away")
+        with pytest.raises(SchedulerLostError, match="a bug while failing requests"):
+            await asyncio.wait_for(future, 5)
+    assert "The client's reader failed" in caplog.text
+    await client.close()

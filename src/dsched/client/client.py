@@ -121,6 +121,7 @@ class AsyncClient:
         if self.status != "created":
             return self
         loop = asyncio.get_running_loop()
+        self._outbox.attach(loop)
         self.status = "connecting"
         try:
             comm = await self._connect(loop)
@@ -133,6 +134,7 @@ class AsyncClient:
             limits=self._limits, role="client", name=self.name, token=self._token,
             ssl=self._ssl, timeout=self._timeout)
         self._reader = loop.create_task(self._read(), name=f"dsched-client-{self.id}")
+        self._reader.add_done_callback(self._reader_ended)
         self.status = "running"
         return self
 
@@ -171,14 +173,24 @@ class AsyncClient:
         return comm
 
     async def _read(self) -> None:
-        """The client's one background task, from start to close: whatever ends it, every
-        future still pending learns why."""
+        """The client's one background task, from start to close."""
         try:
             reason = await self._reports.read(self.comm)
         except Exception as error:  # a bug here must not leave futures hanging
             logger.exception("Client failed handling a report")
             reason = f"client error: {error}"
         self._lost(reason)
+
+    def _reader_ended(self, reader: asyncio.Task) -> None:
+        """However the reader ended, nothing pending is left waiting for it: cancelled (its
+        loop ended before the client was closed) or failed itself, everything pending fails
+        with the reason, and a failure is logged."""
+        if reader.cancelled():
+            self._lost("the client's reader was cancelled before the client was closed")
+        elif reader.exception() is not None:
+            error = reader.exception()
+            logger.error("The client's reader failed", exc_info=error)
+            self._lost(f"client error: {error!r}")
 
     def _broken(self, reason: str) -> None:
         """Queued ops could not be sent: the scheduler may never hear of some, so end the

@@ -57,8 +57,9 @@ class Outbox:
         self._ids = itertools.count(1)
         self._on_failure = on_failure
 
-    def attach(self, loop: asyncio.AbstractEventLoop, comm: Any) -> None:
-        """Send through ``comm``, flushing on ``loop`` (once connected)."""
+    def attach(self, loop: asyncio.AbstractEventLoop, comm: Any = None) -> None:
+        """Flush on ``loop`` (the client's, from its start) and send through ``comm`` (once
+        connected; nothing is sent before)."""
         self.loop, self.comm = loop, comm
 
     def next_id(self) -> int:
