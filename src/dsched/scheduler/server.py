@@ -4,7 +4,7 @@ Every decision is ``SchedulerState``'s. This module accepts connections, decodes
 worker or client sends (``protocol.ops``: a malformed one closes that connection, with the
 reason), turns it into an event stamped with the loop's monotonic clock through a table,
 hands it to ``state.handle`` and carries out the returned actions in order, through another
-table. It also ticks the clock for timeouts and drains on request.
+table, behind the journal commit they wait for (``commits.py``). It also ticks the clock for timeouts and drains on request.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import gc
 import itertools
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..comm import Comm, Listener, listen
@@ -27,7 +26,7 @@ from ..resources import ResourceSpecError
 from ..settings import CommConfig, SchedulerConfig
 from . import actions as act
 from . import events as ev
-from .failpoints import Failpoints
+from .commits import GroupCommit
 from .journal import Journal
 from .state import SchedulerState
 from .views import jobs_view, processing_count, task_counts, waiting, who_has, worker_info
@@ -122,11 +121,7 @@ class Scheduler:
                                     lease_margin=config.lease_margin,
                                     recovery_timeout=config.recovery_timeout)
         self.journal = journal
-        self.failpoints = Failpoints()
-        #: Batches of actions waiting for a journal commit (None: none is pending), in order.
-        self._held: list[list] | None = None
-        self._commits = ThreadPoolExecutor(1, thread_name_prefix="sched-journal")
-        self._committing: asyncio.Task | None = None  # the one commit under way
+        self.commits = GroupCommit(journal, self._carry_out, self._fail, self._committed)
         #: Set, with the reason, when the scheduler cannot go on (the journal failed).
         self.fatal: asyncio.Future | None = None
         self.workers: dict[str, Comm] = {}
@@ -245,7 +240,7 @@ class Scheduler:
             actions = self.state.handle(_joined(first, self.now()))
             if address in self.state.workers:  # accepted: say so before anything else
                 comm.write_nowait(ops.Registered(address=address).to_wire())
-            self._carry_out_all(actions)
+            self.commits.carry_out_all(actions)
             for d in batch[1:]:
                 self._worker_op(address, ops.decode(d))
             async for d in comm:
@@ -339,71 +334,15 @@ class Scheduler:
         actions = self.state.handle(event)
         if self.observe is not None:
             self.observe(event, actions)
-        self._carry_out_all(actions)
+        self.commits.carry_out_all(actions)
 
-    def _carry_out_all(self, actions: list) -> None:
-        """Carry out ``actions`` in order, once the journal write they start with (if any) is
-        committed; while a commit is pending, later actions wait behind it."""
-        if self._held is not None:
-            if actions:
-                self._held.append(actions)
-            return
-        if actions and type(actions[0]) is act.JournalWrite:
-            self._held = [actions]
-            self._committing = asyncio.get_running_loop().create_task(self._commit())
-            self._committing.add_done_callback(self._committed)
-            return
-        for action in actions:
-            self._carry_out(action)
-
-    async def _commit(self) -> None:
-        """Commit what the held batches journal, in one transaction (more batches join while
-        the event loop turns), then carry them out in order; again while more wait."""
-        await asyncio.sleep(0)
-        loop = asyncio.get_running_loop()
-        reached = self.failpoints.reached
-        while self._held:
-            batches, self._held = self._held, []
-            rows: dict[int, Any] = {}
-            causes: set[str] = set()
-            for actions in batches:
-                if type(actions[0]) is act.JournalWrite:
-                    rows.update((row["id"], row) for row in actions[0].rows)
-                    causes |= actions[0].causes
-            if rows:
-                if "dispatch" in causes:
-                    reached("before-dispatch-commit")
-                started = time.perf_counter()
-                try:
-                    await loop.run_in_executor(self._commits, self.journal.write, rows.values())
-                except Exception as error:  # the disk is full or gone: no promise can be kept
-                    self._fail(f"cannot write the journal {self.journal.path}: {error}")
-                    return
-                if self.on_commit is not None:  # what the held actions waited, thread hop too
-                    self.on_commit(time.perf_counter() - started, len(rows))
-                for cause, name in (("submit", "after-submit-commit"),
-                                    ("dispatch", "after-dispatch-commit"),
-                                    ("result", "after-result-commit"),
-                                    ("reconcile", "in-reconciliation")):
-                    if cause in causes:
-                        reached(name)
-            for actions in batches:
-                for action in actions:
-                    if type(action) is not act.JournalWrite:
-                        self._carry_out(action)
-        self._held = None
-
-    def _committed(self, task: asyncio.Task) -> None:
-        # Batches wait behind a commit: one that died would hold every later action back for
-        # good, unseen. It cannot be carried on, so the scheduler stops and says why.
-        if not task.cancelled() and task.exception() is not None:
-            error = task.exception()
-            logger.critical("Carrying out a journal commit failed", exc_info=error)
-            self._fail(f"carrying out a journal commit failed: {type(error).__name__}: {error}")
+    def _committed(self, seconds: float, rows: int) -> None:
+        if self.on_commit is not None:
+            self.on_commit(seconds, rows)
 
     def _fail(self, reason: str) -> None:
         logger.critical("Stopping: %s", reason)
-        self._held = []  # nothing more is said: what is not journaled was never promised
+        self.commits.stop()
         if self.fatal is not None and not self.fatal.done():
             self.fatal.set_result(reason)
 

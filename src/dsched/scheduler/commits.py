@@ -1,0 +1,103 @@
+"""The journal's group commit: actions wait for the commit of the rows they promise.
+
+A batch of actions from ``SchedulerState.handle`` that starts with a ``JournalWrite`` is held
+until those rows are committed (on one journal thread), and every batch that comes meanwhile
+waits behind it, so nothing is said before what it depends on is durable, and order is kept.
+Batches that arrive while the event loop turns join the same transaction. The named failpoints
+of the crash tests sit at these commits.
+
+It carries out nothing itself (``carry_out`` does) and decides nothing about jobs: that is the
+state's. A commit that fails, or a batch that cannot be carried out, calls ``fail``: no later
+promise could be kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from . import actions as act
+from .failpoints import Failpoints
+from .journal import Journal
+
+logger = logging.getLogger("dsched.scheduler")
+
+#: Where a cause's commit is the crash tests' failpoint, after it is durable.
+_AFTER_COMMIT = (("submit", "after-submit-commit"), ("dispatch", "after-dispatch-commit"),
+                 ("result", "after-result-commit"), ("reconcile", "in-reconciliation"))
+
+
+class GroupCommit:
+    """``carry_out_all(actions)`` for the scheduler's shell; see the module docstring."""
+
+    def __init__(self, journal: Journal | None, carry_out: Callable[[Any], None],
+                 fail: Callable[[str], None], committed: Callable[[float, int], None]):
+        self.journal = journal
+        self.failpoints = Failpoints()
+        self._carry_out, self._fail, self._timed = carry_out, fail, committed
+        #: Batches of actions waiting for a journal commit (None: none is pending), in order.
+        self._held: list[list] | None = None
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="sched-journal")
+
+    def carry_out_all(self, actions: list) -> None:
+        """Carry out ``actions`` in order, once the journal write they start with (if any) is
+        committed; while a commit is pending, later actions wait behind it."""
+        if self._held is not None:
+            if actions:
+                self._held.append(actions)
+            return
+        if actions and type(actions[0]) is act.JournalWrite:
+            self._held = [actions]
+            task = asyncio.get_running_loop().create_task(self._commit())
+            task.add_done_callback(self._committed)
+            return
+        for action in actions:
+            self._carry_out(action)
+
+    def stop(self) -> None:
+        """Say nothing more: what is not journaled was never promised."""
+        self._held = []
+
+    async def _commit(self) -> None:
+        """Commit what the held batches journal, in one transaction (more batches join while
+        the event loop turns), then carry them out in order; again while more wait."""
+        await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        reached = self.failpoints.reached
+        while self._held:
+            batches, self._held = self._held, []
+            rows: dict[int, Any] = {}
+            causes: set[str] = set()
+            for actions in batches:
+                if type(actions[0]) is act.JournalWrite:
+                    rows.update((row["id"], row) for row in actions[0].rows)
+                    causes |= actions[0].causes
+            if rows:
+                if "dispatch" in causes:
+                    reached("before-dispatch-commit")
+                started = time.perf_counter()
+                try:
+                    await loop.run_in_executor(self._thread, self.journal.write, rows.values())
+                except Exception as error:  # the disk is full or gone: no promise can be kept
+                    self._fail(f"cannot write the journal {self.journal.path}: {error}")
+                    return
+                self._timed(time.perf_counter() - started, len(rows))  # thread hop included
+                for cause, name in _AFTER_COMMIT:
+                    if cause in causes:
+                        reached(name)
+            for actions in batches:
+                for action in actions:
+                    if type(action) is not act.JournalWrite:
+                        self._carry_out(action)
+        self._held = None
+
+    def _committed(self, task: asyncio.Task) -> None:
+        # Batches wait behind a commit: one that died would hold every later action back for
+        # good, unseen. It cannot be carried on, so the scheduler stops and says why.
+        if not task.cancelled() and task.exception() is not None:
+            error = task.exception()
+            logger.critical("Carrying out a journal commit failed", exc_info=error)
+            self._fail(f"carrying out a journal commit failed: {type(error).__name__}: {error}")
