@@ -50,8 +50,7 @@ def count_end_reports(client) -> collections.Counter:
     second end, so only the wire shows one; a ``task-finished`` without ``nbytes`` says where a
     recomputed result lives now, and is not an end.)"""
     ends: collections.Counter = collections.Counter()
-    reports = client._async._reports
-    on_op = reports.on_op
+    on_op = client._async._on_op
 
     def counting(op: dict) -> None:
         kind = op.get("op")
@@ -60,7 +59,7 @@ def count_end_reports(client) -> collections.Counter:
             ends[op["key"]] += 1
         on_op(op)
 
-    reports.on_op = counting
+    client._async._on_op = counting
     return ends
 
 

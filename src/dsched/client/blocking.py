@@ -1,20 +1,20 @@
 """``Client``: the AsyncClient's API for ordinary, blocking code.
 
-It runs an :class:`AsyncClient` on a private event loop in a daemon thread (the bridge's
-:class:`~.bridge.LoopThread`). ``submit`` and ``map`` pickle in the caller's thread and return
-at once; ``gather`` and ``result`` block only their caller. ``Client()`` with no address starts
-a :class:`LocalCluster` and closes it again; ``Client(address, asynchronous=True)`` returns an
-AsyncClient to ``await`` instead. Holds no client logic of its own: each method is the
-AsyncClient's, run through the bridge.
+It runs an :class:`AsyncClient` on a private event loop in a daemon thread. ``submit`` and
+``map`` pickle in the caller's thread and return at once; ``gather`` and ``result`` block only
+their caller. ``Client()`` with no address starts a :class:`LocalCluster` and closes it again;
+``Client(address, asynchronous=True)`` returns an AsyncClient to ``await`` instead.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import threading
 from typing import Any, Callable, Iterable, Iterator
 
 from ..dask.default import set_as_default as become_dask_default, unset_default
 from ..errors import SchedError
-from .bridge import LoopThread
 from .client import AsyncClient
 from .settings import resolve_token
 from .cluster import LocalCluster
@@ -22,14 +22,6 @@ from .future import Future
 from .jobs import JobFuture
 
 __all__ = ["Client", "resolve_token"]
-
-
-class LoopThreadClient(AsyncClient):
-    """The AsyncClient inside a blocking Client, run on the Client's loop thread: code on that
-    loop (a done-callback) that waits on a future would hang it, so it raises instead of
-    getting a coroutine."""
-
-    asynchronous = False
 
 
 class Client:
@@ -53,22 +45,31 @@ class Client:
                  token: str | None = None, token_file: str | None = None, ssl: Any = None,
                  name: str = "client", timeout: float | None = None, set_as_default: bool = True,
                  **cluster_kwargs: Any):
-        self._async = LoopThreadClient(address, token=token, token_file=token_file, ssl=ssl,
-                                       name=name, timeout=timeout, **cluster_kwargs)
-        self._thread = LoopThread("dsched-client")
+        self._async = AsyncClient(address, token=token, token_file=token_file, ssl=ssl,
+                                  name=name, timeout=timeout, **cluster_kwargs)
+        self._async.asynchronous = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="dsched-client",
+                                        daemon=True)
+        self._thread.start()
         try:
             self._run(self._async.start())
         except BaseException:
-            self._thread.stop()
+            self._stop_loop()
             raise
         if set_as_default:
             become_dask_default(self)
 
     def _run(self, coroutine: Any, timeout: float | None = None) -> Any:
-        if self._thread.closed:
+        if self._loop.is_closed():
             coroutine.close()
             raise SchedError("the client is closed")
-        return self._thread.run(coroutine, timeout)
+        running = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return running.result(timeout)
+        except concurrent.futures.TimeoutError:
+            running.cancel()
+            raise TimeoutError(f"no answer within {timeout} seconds") from None
 
     # -- the API ----------------------------------------------------------------------------
 
@@ -178,14 +179,20 @@ class Client:
 
     def close(self, timeout: float = 30.0) -> None:
         """Cancel pending tasks, disconnect, and stop the LocalCluster ``Client()`` started."""
-        if self._thread.closed:
+        if self._loop.is_closed():
             return
         unset_default(self)
         try:
             if self._async.status != "closed":
                 self._run(self._async.close(), timeout)
         finally:
-            self._thread.stop()
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     def __enter__(self) -> "Client":
         return self
