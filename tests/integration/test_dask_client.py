@@ -102,8 +102,9 @@ def test_a_graph_larger_than_a_frame_is_sent_in_parts(cluster, monkeypatch):
     with client:
         assert client._async._limits["max_frame_size"] == 200_000
         sent = []
-        enqueue = client._async._enqueue
-        monkeypatch.setattr(client._async, "_enqueue",
+        outbox = client._async._outbox
+        enqueue = outbox.enqueue
+        monkeypatch.setattr(outbox, "enqueue",
                             lambda op: (sent.append(op), enqueue(op))[1])
         x = da.arange(4000, chunks=4)
         assert ((x + 1) * 2).sum().compute() == 2 * sum(range(1, 4001))

@@ -50,7 +50,8 @@ def count_end_reports(client) -> collections.Counter:
     second end, so only the wire shows one; a ``task-finished`` without ``nbytes`` says where a
     recomputed result lives now, and is not an end.)"""
     ends: collections.Counter = collections.Counter()
-    on_op = client._async._on_op
+    reports = client._async._reports
+    on_op = reports.on_op
 
     def counting(op: dict) -> None:
         kind = op.get("op")
@@ -59,7 +60,7 @@ def count_end_reports(client) -> collections.Counter:
             ends[op["key"]] += 1
         on_op(op)
 
-    client._async._on_op = counting
+    reports.on_op = counting
     return ends
 
 

@@ -1,44 +1,55 @@
 """Shared fixtures of the unit tests (no sockets, no processes)."""
 
-import asyncio
 import os
-import threading
 
 import pytest
 
 from dsched import config
+from dsched.client.blocking import LoopThreadClient
+from dsched.client.bridge import LoopThread
 from dsched.client.client import AsyncClient
 
 
 class FakeComm:
     """Stands in for the scheduler connection: records the ops the client sends."""
 
-    closed = False
-
     def __init__(self):
         self.ops = []
         self.bulk = []  # the ops sent as bulk data
+        self.closed = False
+        self.close_reason = None
 
     def write_nowait(self, op, bulk=False):
         self.ops.append(op)
         if bulk:
             self.bulk.append(op)
 
+    def close_nowait(self, reason):
+        self.closed, self.close_reason = True, reason
+
+
+def offline(kind):
+    """A ``kind`` of client running on a loop thread, connected to a FakeComm instead of a
+    scheduler; stopped when the generator resumes."""
+    thread = LoopThread("offline-client")
+    client = kind("127.0.0.1:1", token="t")
+    client._outbox.attach(thread.loop, FakeComm())
+    client.status = "running"
+    yield client
+    client.status = "closed"
+    thread.stop(5)
+
 
 @pytest.fixture
 def client():
-    """An AsyncClient running on a loop thread, connected to a FakeComm instead of a scheduler."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    client = AsyncClient("127.0.0.1:1", token="t")
-    client.loop, client.comm, client.status = loop, FakeComm(), "running"
-    client.asynchronous = False
-    yield client
-    client.status = "closed"
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
-    loop.close()
+    """A blocking Client's AsyncClient (its futures block), offline."""
+    yield from offline(LoopThreadClient)
+
+
+@pytest.fixture
+def async_client():
+    """An asynchronous client (its futures give coroutines on its loop), offline."""
+    yield from offline(AsyncClient)
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ def sent(client, op=None):
 
 
 def report(client, **op):
-    on_loop(client, client._on_op, op)
+    on_loop(client, client._reports.on_op, op)
 
 
 def erred(client, key, exception):
@@ -101,7 +101,7 @@ def test_deleting_a_future_while_the_client_lock_is_held_does_not_block(client):
 
     def drop():
         nonlocal future
-        with client._lock:
+        with client._outbox.lock:
             del future
 
     thread = threading.Thread(target=drop, daemon=True)
@@ -194,8 +194,8 @@ def test_blocking_calls_on_the_clients_own_loop_are_refused(client):
         on_loop(client, future.result)
 
 
-def test_an_asynchronous_clients_futures_give_coroutines_on_its_loop(client):
-    client.asynchronous = True
+def test_an_asynchronous_clients_futures_give_coroutines_on_its_loop(async_client):
+    client = async_client
     future = client.submit(inc, 1)
     erred(client, future.key, Boom("async"))
 
@@ -226,3 +226,151 @@ def test_a_waiting_reason_reaches_the_future_and_clears_when_it_can_run(client):
     assert future.reason == reason and future.status == "pending"
     report(client, op="task-waiting", keys=[future.key], reason=None)
     assert future.reason == ""
+
+
+# -- failures of the client's own background work ------------------------------------------------
+
+class Unsendable:
+    """An op that cannot be put on the wire: stands for a bug in the client."""
+
+    def to_wire(self):
+        raise ValueError("cannot encode this op")
+
+
+def test_ops_that_cannot_be_sent_fail_every_pending_future_with_the_reason(client, caplog):
+    from dsched import SchedulerLostError
+
+    future = client.submit(inc, 1)
+    with caplog.at_level(logging.ERROR, logger="dsched.client"):
+        client._outbox.enqueue(Unsendable())
+        with pytest.raises(SchedulerLostError, match="cannot encode this op"):
+            future.result(timeout=5)
+    assert "Client failed sending queued ops" in caplog.text
+    assert client.comm.closed and "cannot encode this op" in client.comm.close_reason
+    with pytest.raises(SchedulerLostError, match="cannot encode this op"):
+        client.submit(inc, 2)
+
+
+class ScriptedComm:
+    """A connection that delivers ``ops`` and then ends with ``reason``."""
+
+    closed = False
+
+    def __init__(self, ops, reason):
+        self._ops, self._reason = list(ops), reason
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        from dsched.errors import CommClosedError
+
+        if not self._ops:
+            raise CommClosedError(self._reason)
+        return self._ops.pop(0)
+
+
+def test_a_report_the_client_fails_to_handle_fails_its_futures_instead_of_hanging(
+        async_client, caplog, monkeypatch):
+    from dsched import SchedulerLostError
+    from dsched.protocol import ops
+
+    client = async_client
+    future = client.submit(inc, 1)
+
+    def broken(op):
+        raise RuntimeError("a bug in a handler")
+
+    monkeypatch.setitem(client._reports._handlers, ops.TaskFinished, broken)
+    assert len(sent(client, "submit")) == 1  # flushed to the FakeComm before it is replaced
+    client._outbox.attach(client.loop, ScriptedComm(
+        [{"op": "task-finished", "key": future.key, "nbytes": 1, "who_has": ["w:1"]}],
+        "never reached"))
+    with caplog.at_level(logging.ERROR, logger="dsched.client"):
+        asyncio.run_coroutine_threadsafe(client._read(), client.loop).result(5)
+    assert isinstance(future.exception(), SchedulerLostError)
+    assert "client error: a bug in a handler" in str(future.exception())
+    assert "Client failed handling a report" in caplog.text and client.status == "disconnected"
+
+
+class QuietComm:
+    """A connection on which the scheduler says nothing until ``end(reason)``."""
+
+    def __init__(self):
+        self.ops, self.closed = [], False
+        self.reading = asyncio.Event()
+        self._ended = asyncio.Event()
+        self._reason = ""
+
+    def write_nowait(self, op, bulk=False):
+        self.ops.append(op)
+
+    def end(self, reason):
+        self._reason = reason
+        self._ended.set()
+
+    async def close(self, reason):
+        self.closed = True
+        self.end(reason)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        from dsched.errors import CommClosedError
+
+        self.reading.set()
+        await self._ended.wait()
+        raise CommClosedError(self._reason)
+
+
+async def started_on(comm, monkeypatch):
+    """An AsyncClient started on the running loop, connected to ``comm``."""
+    from dsched.client.client import AsyncClient
+
+    client = AsyncClient("127.0.0.1:1", token="t")
+
+    async def connect(loop):
+        return comm
+
+    monkeypatch.setattr(client, "_connect", connect)
+    await client.start()
+    await comm.reading.wait()
+    return client
+
+
+async def test_a_cancelled_reader_fails_the_pending_futures_instead_of_leaving_them(
+        monkeypatch):
+    from dsched import SchedulerLostError
+
+    client = await started_on(QuietComm(), monkeypatch)
+    future = client.submit(inc, 1)
+    client._reader.cancel()  # as the loop's end does to a client nobody closed
+    with pytest.raises(SchedulerLostError, match="reader was cancelled"):
+        await asyncio.wait_for(future, 5)
+    assert client.status == "disconnected"
+    with pytest.raises(SchedulerLostError, match="reader was cancelled"):
+        client.submit(inc, 2)
+    await client.close()
+
+
+async def test_a_failure_of_the_reader_itself_is_logged_and_fails_the_pending_futures(
+        monkeypatch, caplog):
+    from dsched import SchedulerLostError
+
+    comm = QuietComm()
+    client = await started_on(comm, monkeypatch)
+    future = client.submit(inc, 1)
+    lost = client._reports.lost
+
+    def broken_once(error):
+        monkeypatch.setattr(client._reports, "lost", lost)
+        raise RuntimeError("a bug while failing requests")
+
+    monkeypatch.setattr(client._reports, "lost", broken_once)
+    with caplog.at_level(logging.ERROR, logger="dsched.client"):
+        comm.end("the scheduler went away")
+        with pytest.raises(SchedulerLostError, match="a bug while failing requests"):
+            await asyncio.wait_for(future, 5)
+    assert "The client's reader failed" in caplog.text
+    await client.close()

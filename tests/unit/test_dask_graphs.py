@@ -266,7 +266,7 @@ def test_a_graph_goes_in_one_message_with_only_its_outputs_wanted(client):
 
 
 def test_a_graph_larger_than_a_frame_goes_in_parts_dependencies_first(client):
-    client._limits = {**client._limits, "max_frame_size": 40_000}
+    client._submitter.limits = {**client._limits, "max_frame_size": 40_000}
     future = client.compute((da.ones((400,), chunks=4) + 1).sum())
     ops = sent(client)
     submits = [op for op in ops if op["op"] == "submit"]

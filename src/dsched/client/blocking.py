@@ -1,20 +1,20 @@
 """``Client``: the AsyncClient's API for ordinary, blocking code.
 
-It runs an :class:`AsyncClient` on a private event loop in a daemon thread. ``submit`` and
-``map`` pickle in the caller's thread and return at once; ``gather`` and ``result`` block only
-their caller. ``Client()`` with no address starts a :class:`LocalCluster` and closes it again;
-``Client(address, asynchronous=True)`` returns an AsyncClient to ``await`` instead.
+It runs an :class:`AsyncClient` on a private event loop in a daemon thread (the bridge's
+:class:`~.bridge.LoopThread`). ``submit`` and ``map`` pickle in the caller's thread and return
+at once; ``gather`` and ``result`` block only their caller. ``Client()`` with no address starts
+a :class:`LocalCluster` and closes it again; ``Client(address, asynchronous=True)`` returns an
+AsyncClient to ``await`` instead. Holds no client logic of its own: each method is the
+AsyncClient's, run through the bridge.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import threading
 from typing import Any, Callable, Iterable, Iterator
 
 from ..dask.default import set_as_default as become_dask_default, unset_default
 from ..errors import SchedError
+from .bridge import LoopThread
 from .client import AsyncClient
 from .settings import resolve_token
 from .cluster import LocalCluster
@@ -22,6 +22,14 @@ from .future import Future
 from .jobs import JobFuture
 
 __all__ = ["Client", "resolve_token"]
+
+
+class LoopThreadClient(AsyncClient):
+    """The AsyncClient inside a blocking Client, run on the Client's loop thread: code on that
+    loop (a done-callback) that waits on a future would hang it, so it raises instead of
+    getting a coroutine."""
+
+    asynchronous = False
 
 
 class Client:
@@ -45,31 +53,22 @@ class Client:
                  token: str | None = None, token_file: str | None = None, ssl: Any = None,
                  name: str = "client", timeout: float | None = None, set_as_default: bool = True,
                  **cluster_kwargs: Any):
-        self._async = AsyncClient(address, token=token, token_file=token_file, ssl=ssl,
-                                  name=name, timeout=timeout, **cluster_kwargs)
-        self._async.asynchronous = False
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="dsched-client",
-                                        daemon=True)
-        self._thread.start()
+        self._async = LoopThreadClient(address, token=token, token_file=token_file, ssl=ssl,
+                                       name=name, timeout=timeout, **cluster_kwargs)
+        self._thread = LoopThread("dsched-client")
         try:
             self._run(self._async.start())
         except BaseException:
-            self._stop_loop()
+            self._thread.stop()
             raise
         if set_as_default:
             become_dask_default(self)
 
     def _run(self, coroutine: Any, timeout: float | None = None) -> Any:
-        if self._loop.is_closed():
+        if self._thread.closed:
             coroutine.close()
             raise SchedError("the client is closed")
-        running = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        try:
-            return running.result(timeout)
-        except concurrent.futures.TimeoutError:
-            running.cancel()
-            raise TimeoutError(f"no answer within {timeout} seconds") from None
+        return self._thread.run(coroutine, timeout)
 
     # -- the API ----------------------------------------------------------------------------
 
@@ -179,20 +178,14 @@ class Client:
 
     def close(self, timeout: float = 30.0) -> None:
         """Cancel pending tasks, disconnect, and stop the LocalCluster ``Client()`` started."""
-        if self._loop.is_closed():
+        if self._thread.closed:
             return
         unset_default(self)
         try:
             if self._async.status != "closed":
                 self._run(self._async.close(), timeout)
         finally:
-            self._stop_loop()
-
-    def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        if not self._thread.is_alive():
-            self._loop.close()
+            self._thread.stop()
 
     def __enter__(self) -> "Client":
         return self

@@ -6,45 +6,38 @@ that may be called from any thread: they pickle in the caller's thread and queue
 for the client's loop; everything else happens on that loop. :class:`~dsched.Client` is the
 same API for blocking code, running an AsyncClient on a loop thread of its own.
 
-Ops the client sends go through one queue, in the order they were made (a release is never
-sent before the submit of the same key), and leave as one frame per loop iteration.
+This module holds the client's lifetime (connect, lose the scheduler, close) and its public
+API, composed of parts that each hold one idea: the outbox (ops out, in order, and the
+references futures hold), the submitter (calls to Submit ops), the reports (ops in, each to
+its handler, and requests awaiting replies), the results (gather, fetched from workers), and
+the owner interface its futures and jobs use. No rule of those parts is written here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import concurrent.futures
-import itertools
 import logging
-import threading
 from typing import Any, Callable, Iterable
 
-from .. import config, serialize
+from .. import config
 from ..comm import Comm, connect
-from ..errors import (
-    AuthenticationError, CommClosedError, RemoteProtocolError, SchedError, SchedulerLostError,
-)
+from ..errors import AuthenticationError, CommClosedError, SchedError, SchedulerLostError
 from ..peers import PeerPool
 from ..protocol import ops
 from ..settings import TlsConfig, build
-from .future import PENDING, Future, FutureState, FutureStatus
+from .future import Future, FutureStatus
 from .joblogs import JobLog, job_view, log_attempt, read_log
-from .jobs import JobDesk, JobFuture, _Submitting, job_spec
+from .jobs import JobDesk, JobFuture, job_spec
 from .jobwait import wait_for_jobs
-from .reports import TASK_REPORTS, apply_task_report
-from .results import MISSING, fetch_results, substitute_present, wait_all
+from .outbox import Outbox
+from .owner import ClientOwner
+from .reports import Reports
+from .results import Results
 from .settings import comm_config, resolve_token
-from .submission import KeyMaker, TaskBuilder, is_bulk, map_keys, task_options, task_size
+from .submitter import Submitter
 from .workerview import workers_view
 
 logger = logging.getLogger("dsched.client")
-
-FINISHED = FutureStatus.finished
-
-
-def _is_future(value: Any) -> bool:
-    return type(value) is Future
 
 
 def check_cluster_kwargs(address: Any, cluster_kwargs: dict[str, Any]) -> None:
@@ -75,6 +68,8 @@ class AsyncClient:
     ``client.scheduler_address`` or else a new LocalCluster (``cluster_kwargs`` go to it).
     """
 
+    #: Whether its futures give coroutines on its loop. The one a blocking Client runs is of a
+    #: subclass that says False: a blocking call on that loop raises instead of hanging it.
     asynchronous = True
 
     def __init__(self, address: Any = None, *, token: str | None = None,
@@ -87,23 +82,31 @@ class AsyncClient:
         self._cluster_kwargs = cluster_kwargs
         self._token, self._token_file, self._ssl, self.name = token, token_file, ssl, name
         self._timeout = timeout if timeout is not None else config.get("client.connect_timeout")
-        self._states: dict[str, FutureState] = {}
-        self._lock = threading.Lock()
-        self._keys = KeyMaker()
-        self._outgoing: collections.deque = collections.deque()
-        self._flush_scheduled = False
-        self._requests: dict[int, asyncio.Future] = {}
-        self._ids = itertools.count(1)  # request ids, from any thread
-        self._jobs = JobDesk(self)
-        self.comm: Comm | None = None
         self._comm = comm_config()
         self._limits = self._comm.limits()
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self._outbox = Outbox(on_failure=self._broken)
+        self._results = Results(self._timeout, self._comm.transfer_rate,
+                                self._limits["max_frame_size"] // 4,
+                                running=lambda: self.status == "running")
+        self._owner = ClientOwner(self, self._outbox, self._results, self._cancel_now)
+        self._submitter = Submitter(self._outbox, self._owner, self._limits)
+        self._jobs = JobDesk(self._owner, self._outbox)
+        self._reports = Reports(self._outbox, self._jobs)
         self._reader: asyncio.Task | None = None
         self._peers: PeerPool | None = None
         self._lost_reason = ""
         self.id = ""
         self.status = "created"
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop this client runs on, once started."""
+        return self._outbox.loop
+
+    @property
+    def comm(self) -> Comm | None:
+        """The connection to the scheduler, once connected."""
+        return self._outbox.comm
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -119,21 +122,25 @@ class AsyncClient:
     async def start(self) -> "AsyncClient":
         if self.status != "created":
             return self
-        self.loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
+        self._outbox.attach(loop)
         self.status = "connecting"
         try:
-            await self._connect()
+            comm = await self._connect(loop)
         except BaseException:
             self.status = "closed"
             await self._close_cluster()
             raise
-        self._peers = PeerPool(limits=self._limits, role="client", name=self.name,
-                               token=self._token, ssl=self._ssl, timeout=self._timeout)
-        self._reader = asyncio.ensure_future(self._read())
+        self._outbox.attach(loop, comm)
+        self._peers = self._results.peers = PeerPool(
+            limits=self._limits, role="client", name=self.name, token=self._token,
+            ssl=self._ssl, timeout=self._timeout)
+        self._reader = loop.create_task(self._read(), name=f"dsched-client-{self.id}")
+        self._reader.add_done_callback(self._reader_ended)
         self.status = "running"
         return self
 
-    async def _connect(self) -> None:
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> Comm:
         from .cluster import LocalCluster
 
         address = self.address
@@ -141,7 +148,7 @@ class AsyncClient:
             address = config.get("client.scheduler_address")
         if address is None:
             kwargs = self._cluster_kwargs
-            address = await self.loop.run_in_executor(None, lambda: LocalCluster(**kwargs))
+            address = await loop.run_in_executor(None, lambda: LocalCluster(**kwargs))
             self._owns_cluster = True
         if isinstance(address, LocalCluster):
             self.cluster, self._token, address = address, address.token, address.address
@@ -152,9 +159,9 @@ class AsyncClient:
 
             self._ssl = ssl_contexts(build(TlsConfig, config.get("client.tls")), server=False)
         try:
-            self.comm = await connect(address, role="client", name=self.name, token=self._token,
-                                      ssl=self._ssl, timeout=self._timeout, **self._limits)
-            welcome = await self.comm.recv()
+            comm = await connect(address, role="client", name=self.name, token=self._token,
+                                 ssl=self._ssl, timeout=self._timeout, **self._limits)
+            welcome = await comm.recv()
         except AuthenticationError as error:
             raise AuthenticationError(
                 f"the scheduler at {address} refused this client's token ({error}); use the "
@@ -165,6 +172,84 @@ class AsyncClient:
         if type(first) is not ops.Welcome:
             raise ops.BadOp(f"the scheduler's first op was {first.OP}, not welcome")
         self.id = first.client
+        return comm
+
+    async def _read(self) -> None:
+        """The client's one background task, from start to close: take what the scheduler
+        says until the connection ends; then, while jobs are in flight, connect again (they
+        outlive the scheduler's restarts) and go on."""
+        while True:
+            try:
+                reason = await self._reports.read(self.comm)
+            except Exception as error:  # a bug here must not leave futures hanging
+                logger.exception("Client failed handling a report")
+                reason = f"client error: {error}"
+            self._lost(reason, jobs=False)
+            if not (self.status == "disconnected" and self._jobs.in_flight()
+                    and await self._reconnect()):
+                self._jobs.lost(SchedulerLostError(
+                    f"lost the scheduler at {self.address}: {reason}"))
+                return
+            self._jobs.resend()
+
+    async def _reconnect(self) -> bool:
+        """Connect to the same address again, trying for up to the connect timeout; whether
+        that worked (a refusal, such as a wrong token, ends the trying at once)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
+        delay = 0.1
+        while self.status == "disconnected" and loop.time() < deadline:
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 1.0)
+            try:
+                comm = await self._connect(loop)
+            except OSError:
+                continue
+            except SchedError as error:
+                logger.error("Cannot connect to the scheduler at %s again: %s", self.address,
+                             error)
+                return False
+            if self.status != "disconnected":  # closed meanwhile
+                await comm.close("client closing")
+                return False
+            self._outbox.attach(loop, comm)
+            self.status = "running"
+            logger.info("Connected to the scheduler at %s again; its jobs are followed on",
+                        self.address)
+            return True
+        return False
+
+    def _reader_ended(self, reader: asyncio.Task) -> None:
+        """However the reader ended, nothing pending is left waiting for it: cancelled (its
+        loop ended before the client was closed) or failed itself, everything pending fails
+        with the reason, and a failure is logged."""
+        if reader.cancelled():
+            self._lost("the client's reader was cancelled before the client was closed")
+        elif reader.exception() is not None:
+            error = reader.exception()
+            logger.error("The client's reader failed", exc_info=error)
+            self._lost(f"client error: {error!r}")
+
+    def _broken(self, reason: str) -> None:
+        """Queued ops could not be sent: the scheduler may never hear of some, so end the
+        connection (it forgets this client's tasks) and fail what is pending."""
+        if self.comm is not None:
+            self.comm.close_nowait(reason)
+        self._lost(reason)
+
+    def _lost(self, reason: str, jobs: bool = True) -> None:
+        """The scheduler is gone (or unreachable for good): everything pending fails (job
+        futures only with ``jobs``: the reader may still connect again for them)."""
+        if self.status not in ("closing", "closed", "disconnected"):
+            self.status = "disconnected"
+            self._lost_reason = reason
+            logger.error("Lost the scheduler at %s: %s", self.address, reason)
+        lost = SchedulerLostError(f"lost the scheduler at {self.address}: {reason}")
+        self._reports.lost(lost)
+        for state in self._outbox.held():
+            state.finish(FutureStatus.lost, exception=lost, reason=reason)
+        if jobs:
+            self._jobs.lost(lost)
 
     async def close(self) -> None:
         """Cancel what is pending, disconnect (the scheduler forgets this client's tasks) and
@@ -173,7 +258,7 @@ class AsyncClient:
             return
         reconnecting = self.status == "disconnected"
         self.status = "closing"
-        for state in list(self._states.values()):
+        for state in self._outbox.held():
             state.finish(FutureStatus.cancelled, reason="the client was closed")
         self._jobs.lost(SchedError("the client was closed before the job ended"))
         if self.comm is not None:
@@ -191,79 +276,12 @@ class AsyncClient:
         if self._owns_cluster and self.cluster is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.cluster.close)
 
-    def _on_own_loop(self) -> bool:
-        """Whether the caller runs on this client's loop (where it must not block)."""
-        if self.loop is None or asyncio._get_running_loop() is not self.loop:
-            return False
-        if not self.asynchronous:
-            raise RuntimeError("a blocking call on the client's own event loop would hang it "
-                               "(in a done-callback?); use the future's add_done_callback")
-        return True
-
     def _check_running(self) -> None:
         if self.status == "running":
             return
         if self.status == "disconnected":
             raise SchedulerLostError(f"lost the scheduler at {self.address}: {self._lost_reason}")
         raise SchedError(f"the client is {self.status}")
-
-    # -- futures and references -------------------------------------------------------------
-
-    def _future(self, key: str) -> tuple[Future, bool]:
-        """A new Future of ``key``, and whether the key must be (re)submitted."""
-        with self._lock:
-            state = self._states.get(key)
-            submit = state is None
-            if submit:
-                state = self._states[key] = FutureState(key)
-            elif state.status is FutureStatus.cancelled or state.status is FutureStatus.lost:
-                state.reset()
-                submit = True
-            state.refs += 1
-        return Future(key, self, state), submit
-
-    def _release_later(self, state: FutureState) -> None:
-        """A Future of ``state`` is gone (any thread, no locks: it may be the GC)."""
-        if self.status in ("running", "disconnected"):
-            self._enqueue(state)
-
-    def _enqueue(self, item: Any) -> None:
-        self._outgoing.append(item)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            loop = self.loop
-            if asyncio._get_running_loop() is loop:
-                loop.call_soon(self._flush)
-            else:
-                loop.call_soon_threadsafe(self._flush)
-
-    def _flush(self) -> None:
-        """On the loop: send queued ops in order; count released references."""
-        self._flush_scheduled = False  # before draining, so a later append schedules again
-        outgoing = self._outgoing
-        released: list[str] = []
-        while outgoing:
-            item = outgoing.popleft()
-            if type(item) is FutureState:
-                with self._lock:
-                    item.refs -= 1
-                    if item.refs > 0 or self._states.get(item.key) is not item:
-                        continue
-                    del self._states[item.key]
-                released.append(item.key)
-            else:
-                if released:
-                    self._send(ops.Release(keys=tuple(released)))
-                    released = []
-                self._send(self._jobs.sent(item) if type(item) is _Submitting else item)
-        if released:
-            self._send(ops.Release(keys=tuple(released)))
-
-    def _send(self, op: Any) -> None:
-        if self.comm is not None and not self.comm.closed:
-            # A submit with a large function or arguments is bulk: the user's own data, not
-            # counted toward the outbox limit, which is there to catch a stuck scheduler.
-            self.comm.write_nowait(op.to_wire(), bulk=is_bulk(op))
 
     # -- submitting -------------------------------------------------------------------------
 
@@ -279,14 +297,8 @@ class AsyncClient:
         their results on the worker.
         """
         self._check_running()
-        builder = TaskBuilder(fn, task_options(resources, priority, retries, workers),
-                              _is_future, self._keys)
-        task = builder.build(args, kwargs, key, pure)
-        task_size(task, self._limits["max_message_size"])
-        future, submit = self._future(task["key"])
-        if submit:
-            self._enqueue(ops.Submit(tasks=(task,)))
-        return future
+        return self._submitter.submit(fn, args, kwargs, key,
+                                      (resources, priority, retries, workers), pure)
 
     def map(self, fn: Callable, *iterables: Iterable, key: str | Iterable[str] | None = None,
             resources: Any = None, priority: int | None = None, retries: int | None = None,
@@ -295,94 +307,17 @@ class AsyncClient:
         """``submit(fn, *items, **kwargs)`` for each tuple of items from ``iterables``, sent
         as one message. ``key``: a list of keys, or a str to start every key with."""
         self._check_running()
-        if not iterables:
-            raise TypeError("map() needs at least one iterable")
-        calls = list(zip(*iterables))
-        keys = map_keys(key, len(calls))
-        prefix = keys if isinstance(keys, str) else None
-        builder = TaskBuilder(fn, task_options(resources, priority, retries, workers),
-                              _is_future, self._keys, prefix=prefix)
-        explicit = keys if isinstance(keys, list) else None
-        tasks, futures, size = [], [], 0
-        budget = self._limits["max_frame_size"] // 4
-        for index, args in enumerate(calls):
-            task = builder.build(args, kwargs, explicit[index] if explicit else None, pure)
-            nbytes = task_size(task, self._limits["max_message_size"])
-            future, submit = self._future(task["key"])
-            futures.append(future)
-            if submit:
-                if tasks and size + nbytes > budget:  # keep each message well in a frame
-                    self._enqueue(ops.Submit(tasks=tuple(tasks)))
-                    tasks, size = [], 0
-                tasks.append(task)
-                size += nbytes
-        if tasks:
-            self._enqueue(ops.Submit(tasks=tuple(tasks)))
-        return futures
+        return self._submitter.map(fn, iterables, kwargs, key,
+                                   (resources, priority, retries, workers), pure)
 
     def _submit_graph(self, tasks: list[dict], wanted: set[str]) -> dict[str, Future]:
-        """Submit built tasks, each after its dependencies, in as few ops as fit in a frame;
-        a future of each ``wanted`` key. Other tasks go with ``"wanted": False`` (the
-        scheduler keeps them while a dependent needs them); one whose dependents follow in a
-        later op is held by a future until they are queued. Tasks behind keys this client
-        already holds are not sent again."""
+        """The tasks of a Dask graph, built by ``dsched.dask``; see ``Submitter.graph``."""
         self._check_running()
-        limit = self._limits["max_frame_size"]
-        sizes = {task["key"]: task_size(task, self._limits["max_message_size"]) for task in tasks}
-
-        def known(key: str) -> bool:
-            state = self._states.get(key)
-            return state is not None and state.status not in (FutureStatus.cancelled,
-                                                              FutureStatus.lost)
-
-        needed = {key for key in wanted if not known(key)}
-        for task in reversed(tasks):  # only what a wanted key not yet known depends on
-            if task["key"] in needed:
-                needed.update(d for d in task.get("dependencies", ()) if not known(d))
-        unknown = sorted(key for key in needed if key not in sizes)
-        if unknown:
-            raise ValueError(f"the graph depends on {unknown[:3]}, which neither it nor a "
-                             "future of this client holds")
-        futures = {key: self._future(key)[0] for key in wanted}
-        parts: list[list[dict]] = [[]]
-        size, part_of, holds = 0, {}, []
-        for task in (task for task in tasks if task["key"] in needed):
-            if parts[-1] and size + sizes[task["key"]] > limit // 4:
-                parts.append([])
-                size = 0
-            for dep in task.get("dependencies", ()):
-                if part_of.get(dep, len(parts)) < len(parts) - 1 and dep not in futures:
-                    futures[dep] = self._future(dep)[0]
-                    holds.append(dep)
-            part_of[task["key"]] = len(parts) - 1
-            parts[-1].append(task)
-            size += sizes[task["key"]]
-        for part in parts:
-            for task in part:
-                task["wanted"] = task["key"] in futures
-            if part:
-                self._enqueue(ops.Submit(tasks=tuple(part)))
-        for key in holds:  # queued after the submits: released once their dependents are in
-            del futures[key]
-        return futures
+        return self._submitter.graph(tasks, wanted)
 
     def _cancel_now(self, futures: Iterable[Future] | Future) -> None:
-        if isinstance(futures, Future):
-            futures = [futures]
-        states = [f._state for f in futures if f._state.status is PENDING]
-        if not states or self.status != "running":
-            return
-        keys = [state.key for state in states]
-        with self._lock:
-            for state in states:
-                if self._states.get(state.key) is state:
-                    del self._states[state.key]
-        # The scheduler cancels the tasks (and their dependents) and forgets them; the
-        # futures say cancelled at once, and a later submit of the same call runs afresh.
-        self._enqueue(ops.Cancel(keys=tuple(keys)))
-        self._enqueue(ops.Release(keys=tuple(keys)))
-        for state in states:
-            state.finish(FutureStatus.cancelled, reason="cancelled by this client")
+        if self.status == "running":
+            self._submitter.cancel([futures] if isinstance(futures, Future) else futures)
 
     async def cancel(self, futures: Iterable[Future] | Future) -> None:
         """Cancel tasks not yet ended, and the tasks depending on them."""
@@ -403,7 +338,7 @@ class AsyncClient:
     async def watch_jobs(self, jobs: Iterable[int]) -> list[JobFuture]:
         """Futures of jobs submitted before (by any client), by number."""
         self._check_running()
-        self._flush()
+        self._outbox.flush()
         return [self._jobs.watch(job) for job in jobs]
 
     async def jobs(self, jobs: Iterable[int] = (), states: Iterable[str] = (), offset: int = 0,
@@ -467,112 +402,12 @@ class AsyncClient:
 
         return await self.gather(get(self, dsk, keys, **options))
 
-    # -- reports from the scheduler ---------------------------------------------------------
-
-    async def _read(self) -> None:
-        """Take what the scheduler says until the connection ends; then, while jobs are in
-        flight, connect again (they outlive the scheduler's restarts) and go on."""
-        while True:
-            reason = await self._read_connection()
-            if self.status not in ("closing", "closed"):
-                self.status = "disconnected"
-                self._lost_reason = reason
-                logger.error("Lost the scheduler at %s: %s", self.address, reason)
-            lost = SchedulerLostError(f"lost the scheduler at {self.address}: {reason}")
-            for request in self._requests.values():
-                if not request.done():
-                    request.set_exception(lost)
-            with self._lock:
-                states = list(self._states.values())
-            for state in states:
-                state.finish(FutureStatus.lost, exception=lost, reason=reason)
-            if not (self.status == "disconnected" and self._jobs.in_flight()
-                    and await self._reconnect()):
-                self._jobs.lost(lost)
-                return
-            self._jobs.resend()
-
-    async def _read_connection(self) -> str:
-        """Handle every op of the connection; why it ended."""
-        assert self.comm is not None
-        try:
-            async for op in self.comm:
-                self._on_op(op)
-        except CommClosedError as error:
-            return error.reason
-        except RemoteProtocolError as error:  # the scheduler sent something malformed
-            self.comm.protocol_error(error)
-            return f"protocol error: {error}"
-        except Exception as error:  # a bug here must not leave futures hanging
-            logger.exception("Client failed handling a report")
-            return f"client error: {error}"
-        return "the scheduler closed the connection"
-
-    async def _reconnect(self) -> bool:
-        """Connect to the same address again, trying for up to the connect timeout; whether
-        that worked (a refusal, such as a wrong token, ends the trying at once)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._timeout
-        delay = 0.1
-        while self.status == "disconnected" and loop.time() < deadline:
-            await asyncio.sleep(delay)
-            delay = min(2 * delay, 1.0)
-            try:
-                await self._connect()
-            except OSError:
-                continue
-            except SchedError as error:
-                logger.error("Cannot connect to the scheduler at %s again: %s", self.address,
-                             error)
-                return False
-            if self.status != "disconnected":  # closed meanwhile
-                await self.comm.close("client closing")
-                return False
-            self.status = "running"
-            logger.info("Connected to the scheduler at %s again; its jobs are followed on",
-                        self.address)
-            return True
-        return False
-
-    def _on_op(self, d: dict) -> None:
-        op = ops.decode(d)
-        kind = type(op)
-        if kind in TASK_REPORTS:
-            apply_task_report(self._states, op)
-        elif kind is ops.JobEnded:
-            self._jobs.on_ended(op)
-        elif (kind is ops.Reply or (kind is ops.Error and op.id is not None)) \
-                and self._jobs.on_reply(op):
-            pass
-        elif kind is ops.Reply or (kind is ops.Error and op.id is not None):
-            request = self._requests.pop(op.id, None)
-            if request is not None and not request.done():
-                if kind is ops.Error:
-                    request.set_exception(SchedError(op.reason))
-                else:
-                    request.set_result(op.value)
-        elif kind is ops.Error:
-            logger.error("The scheduler refused a message: %s", op.reason)
-            refused = SchedError(f"the scheduler refused the task: {op.reason}")
-            for key in op.keys:  # the keys of a refused submit
-                state = self._states.get(key)
-                if state is not None:
-                    state.finish(FutureStatus.error, exception=refused, reason=op.reason)
-        else:
-            raise ops.BadOp(f"{op.OP} is not an op the scheduler sends a client")
+    # -- requests to the scheduler ----------------------------------------------------------
 
     async def _request(self, make: Callable[[int], Any]) -> Any:
         """Send the request ``make(id)`` and return the value of its reply."""
         self._check_running()
-        self._flush()  # after everything queued before it
-        request_id = next(self._ids)
-        waiter = self.loop.create_future()
-        self._requests[request_id] = waiter
-        self._send(make(request_id))
-        try:
-            return await asyncio.wait_for(waiter, self._timeout)
-        finally:
-            self._requests.pop(request_id, None)
+        return await self._reports.request(make, self._timeout)
 
     async def scheduler_info(self) -> dict:
         """Workers (resources total, used and free, threads, GPUs and their use) and task
@@ -593,58 +428,8 @@ class AsyncClient:
     async def gather(self, futures: Any, errors: str = "raise") -> Any:
         """The results of futures, in the same structure (one future, or lists, tuples, sets
         and dicts of them). ``errors="skip"`` leaves failed ones out of lists."""
-        if errors not in ("raise", "skip"):
-            raise ValueError(f"errors must be 'raise' or 'skip', not {errors!r}")
-        found: dict[str, Future] = {}
-
-        def collect(value: Any) -> serialize.TaskRef | None:
-            if type(value) is Future:
-                found[value.key] = value
-                return serialize.TaskRef(value.key)
-            return None
-
-        structure, _ = serialize.replace_futures(futures, collect)
-        values = await self._gather_async(list(found.values()), errors)
-        data = {key: value for key, value in zip(found, values) if value is not MISSING}
-        return substitute_present(structure, data)
-
-    async def _gather_async(self, futures: list[Future], errors: str = "raise") -> list[Any]:
-        states = [future._state for future in futures]
-        await wait_all(states, fail_fast=errors == "raise")
-        if errors == "raise":
-            for future in futures:
-                future._raise_if_failed()
-        values = await self._fetch([s for s in states if s.status is FINISHED])
-        return [values.get(state.key, MISSING) for state in states]
-
-    async def _fetch(self, states: list[FutureState]) -> dict[str, Any]:
-        assert self._peers is not None
-        rate = self._comm.transfer_rate
-        return await fetch_results(self._peers, states,
-                                   timeout_for=lambda nbytes: self._timeout + nbytes / rate,
-                                   still_running=lambda: self.status == "running",
-                                   request_bytes=self._limits["max_frame_size"] // 4)
-
-    def _sync_result(self, future: Future, timeout: float | None) -> Any:
-        """``Future.result`` from a thread other than the loop's: one trip to the loop."""
-        if future._state.status is PENDING:
-            if not future._state.wait(timeout):
-                raise TimeoutError(f"task {future.key} did not finish within {timeout} seconds")
-        future._raise_if_failed()
-        return self._sync(self._gather_async([future]), timeout)[0]
-
-    def _sync(self, coroutine: Any, timeout: float | None = None) -> Any:
-        """Run ``coroutine`` on the client's loop from another thread, and wait."""
-        loop = self.loop
-        if loop is None or loop.is_closed() or self.status == "closed":
-            coroutine.close()
-            raise SchedError(f"the client is {self.status}")
-        running = asyncio.run_coroutine_threadsafe(coroutine, loop)
-        try:
-            return running.result(timeout)
-        except concurrent.futures.TimeoutError:
-            running.cancel()
-            raise TimeoutError(f"no answer within {timeout} seconds") from None
+        return await self._results.gather(futures, errors)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.address} ({self.status})>"
+

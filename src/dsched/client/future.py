@@ -7,6 +7,9 @@ wake blocking callers (``result()``), coroutines (``await future``) and done-cal
 
 ``Future.__del__`` may run in any thread, at any allocation (the garbage collector), so it
 takes no lock: it only queues the key for the client's loop, which does the counting.
+
+A Future reaches its client only through the :class:`Owner` interface the client gives it,
+and holds no rule of the client's: what a blocking call may do where is the client's to say.
 """
 
 from __future__ import annotations
@@ -15,13 +18,11 @@ import asyncio
 import logging
 import threading
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Coroutine, Protocol
 
 from ..errors import SchedError
 from ..serialize import loads_exception
-
-if TYPE_CHECKING:
-    from .client import AsyncClient
+from .bridge import on_loop
 
 logger = logging.getLogger("dsched.client")
 
@@ -133,7 +134,7 @@ class FutureState:
         waiter = loop.create_future()
 
         def wake(state: FutureState) -> None:
-            if asyncio._get_running_loop() is loop:
+            if on_loop(loop):
                 _resolve(waiter)
             else:
                 loop.call_soon_threadsafe(_resolve, waiter)
@@ -147,6 +148,32 @@ def _resolve(waiter: asyncio.Future) -> None:
         waiter.set_result(None)
 
 
+class Owner(Protocol):
+    """All that a Future, or a JobFuture, asks of the client that made it."""
+
+    #: The client, as ``Future.client`` shows it to users.
+    client: Any
+
+    def on_loop(self) -> bool:
+        """Whether the caller runs on the client's loop: then calls that would block return
+        coroutines (RuntimeError instead where the client is a blocking one: it would hang)."""
+
+    def run(self, coroutine: Coroutine, timeout: float | None) -> Any:
+        """Run ``coroutine`` on the client's loop from another thread and wait for its value."""
+
+    async def values(self, futures: list["Future"]) -> list[Any]:
+        """The results of ended ``futures`` (raising the first failure), from their workers."""
+
+    def cancel(self, futures: list["Future"]) -> None:
+        """Cancel the tasks of ``futures`` (and their dependents) if they have not ended."""
+
+    def release(self, state: FutureState) -> None:
+        """A Future of ``state`` is gone (any thread, no locks: it may be the GC)."""
+
+    def send(self, op: Any) -> None:
+        """Queue ``op`` for the scheduler, after everything queued before it (any thread)."""
+
+
 class Future:
     """The result of a task that may not have finished yet.
 
@@ -155,14 +182,14 @@ class Future:
     ``await future`` gives the result either way.
     """
 
-    __slots__ = ("key", "_client", "_state", "__weakref__")
+    __slots__ = ("key", "_owner", "_state", "__weakref__")
     #: Dask takes an object with this flag and a ``key`` as a value computed already.
     __dask_future__ = True
 
-    def __init__(self, key: str, client: "AsyncClient", state: FutureState):
+    def __init__(self, key: str, owner: Owner, state: FutureState):
         # Made only by the client, which has already counted this reference in ``state``.
         self.key = key
-        self._client = client
+        self._owner = owner
         self._state = state
 
     # -- status -----------------------------------------------------------------------------
@@ -180,8 +207,9 @@ class Future:
         return self._state.reason
 
     @property
-    def client(self) -> "AsyncClient":
-        return self._client
+    def client(self) -> Any:
+        """The AsyncClient that made this future."""
+        return self._owner.client
 
     def done(self) -> bool:
         return self._state.status is not PENDING
@@ -197,21 +225,24 @@ class Future:
         The exception has its original type, with the worker's traceback chained as its
         ``__cause__`` (a ``RemoteTraceback``). Raises TimeoutError after ``timeout`` seconds.
         """
-        if self._client._on_own_loop():
+        owner = self._owner
+        if owner.on_loop():
             return self._result_async(timeout)
-        return self._client._sync_result(self, timeout)
+        self._wait_blocking(timeout)
+        self._raise_if_failed()
+        return owner.run(owner.values([self]), timeout)[0]
 
     def exception(self, timeout: float | None = None) -> Any:
         """The task's exception once it ends (None if it succeeded; CancelledError if it was
         cancelled, SchedulerLostError if the scheduler went away)."""
-        if self._client._on_own_loop():
+        if self._owner.on_loop():
             return self._after_async(timeout, self._exception_now)
         self._wait_blocking(timeout)
         return self._exception_now()
 
     def traceback(self, timeout: float | None = None) -> Any:
         """The worker's formatted traceback of a failed task (text), else None."""
-        if self._client._on_own_loop():
+        if self._owner.on_loop():
             return self._after_async(timeout, lambda: self._state.traceback)
         self._wait_blocking(timeout)
         return self._state.traceback
@@ -251,7 +282,7 @@ class Future:
     async def _result_async(self, timeout: float | None = None) -> Any:
         await self._wait_async(timeout)
         self._raise_if_failed()
-        return (await self._client._gather_async([self]))[0]
+        return (await self._owner.values([self]))[0]
 
     def __await__(self):
         return self._result_async().__await__()
@@ -260,7 +291,7 @@ class Future:
 
     def cancel(self) -> None:
         """Cancel the task (and the tasks that depend on it) if it has not ended yet."""
-        self._client._cancel_now([self])
+        self._owner.cancel([self])
 
     def add_done_callback(self, fn: Callable[["Future"], Any]) -> None:
         """Call ``fn(self)`` once the task ends: at once if it has, else on the thread that
@@ -278,10 +309,10 @@ class Future:
     # -- identity and lifetime --------------------------------------------------------------
 
     def __del__(self) -> None:
-        client = getattr(self, "_client", None)
-        if client is not None:
+        owner = getattr(self, "_owner", None)
+        if owner is not None:
             try:
-                client._release_later(self._state)
+                owner.release(self._state)
             except Exception:  # interpreter shutdown
                 pass
 

@@ -9,10 +9,12 @@ whether the command succeeded or not (``check()`` raises :class:`JobFailed` when
 A cancelled job's ``result()`` raises CancelledError.
 
 The client's ``JobDesk`` matches the scheduler's replies and job ends to the futures; it runs
-on the client's loop, except ``submit``, which any thread may call. Jobs outlive a restart of
-their scheduler, so a client that loses it while jobs are in flight connects again and the desk
-sends their submissions and watches again: a submission whose reply was lost names, under its
-submission id, the job it was already given, not a second one.
+on the client's loop, except ``submit``, which any thread may call. A JobFuture reaches its
+client only through the ``Owner`` interface of :mod:`.future`, the desk only through the
+client's outbox. Jobs outlive a restart of their scheduler, so a client that loses it while
+jobs are in flight connects again and the desk sends their submissions and watches again: a
+submission whose reply was lost names, under its submission id, the job it was already given,
+not a second one.
 """
 
 from __future__ import annotations
@@ -21,16 +23,14 @@ import asyncio
 import shlex
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..errors import SchedError
 from ..jobs import JobSpec, parse_duration
 from ..protocol import ops
 from ..resources import Resources, check_demand
-from .future import CancelledError, FutureState, FutureStatus
-
-if TYPE_CHECKING:
-    from .client import AsyncClient
+from .future import CancelledError, FutureState, FutureStatus, Owner
+from .outbox import Deferred, Outbox
 
 PENDING = FutureStatus.pending
 
@@ -94,10 +94,10 @@ class JobFuture:
     on its own loop they return coroutines, and ``await future`` gives the result.
     """
 
-    __slots__ = ("_client", "id", "_submitted", "_ended", "_result")
+    __slots__ = ("_owner", "id", "_submitted", "_ended", "_result")
 
-    def __init__(self, client: AsyncClient, job_id: int | None = None):
-        self._client = client
+    def __init__(self, owner: Owner, job_id: int | None = None):
+        self._owner = owner
         self.id = job_id
         self._submitted = FutureState("submission")
         self._ended = FutureState("job")
@@ -145,7 +145,7 @@ class JobFuture:
 
     def job_id(self, timeout: float | None = None) -> Any:
         """The job's number, once the scheduler has queued it (raises why it did not)."""
-        if self._client._on_own_loop():
+        if self._owner.on_loop():
             return self._job_id_async(timeout)
         if not self._submitted.wait(timeout):
             raise TimeoutError(f"the job was not acknowledged within {timeout} seconds")
@@ -162,7 +162,7 @@ class JobFuture:
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait until the job ends; its JobResult (CancelledError if it was cancelled)."""
-        if self._client._on_own_loop():
+        if self._owner.on_loop():
             return self._result_async(timeout)
         if not self._ended.wait(timeout):
             raise TimeoutError(f"job {self.id} did not end within {timeout} seconds")
@@ -185,11 +185,11 @@ class JobFuture:
 
     def cancel(self) -> None:
         """Cancel the job (queued or running); its result then raises CancelledError."""
-        client = self._client
+        owner = self._owner
 
         def send(_: Any = None) -> None:
             if self.id is not None:
-                client._enqueue(ops.CancelJobs(id=0, jobs=(self.id,)))
+                owner.send(ops.CancelJobs(id=0, jobs=(self.id,)))
 
         if not self._submitted.on_done(send):
             send()
@@ -232,7 +232,7 @@ def _job_ids(jobs: Iterable[Any]) -> list[int]:
     ids = []
     for job in jobs:
         if isinstance(job, JobFuture):
-            job = job.job_id() if not job._client._on_own_loop() else job.id
+            job = job.job_id() if not job._owner.on_loop() else job.id
             if job is None:
                 raise ValueError("a dependency on a job not yet acknowledged: await its "
                                  "job_id() first")
@@ -246,27 +246,27 @@ class JobDesk:
     """A client's jobs in flight: submissions waiting for their number, futures waiting for
     their job's end. Everything but ``submit`` runs on the client's loop."""
 
-    def __init__(self, client: AsyncClient):
-        self.client = client
+    def __init__(self, owner: Owner, outbox: Outbox):
+        self.owner = owner
+        self.outbox = outbox
         self.submitting: dict[int, _Submitting] = {}
         self.watching: dict[int, list[JobFuture]] = {}
 
     def submit(self, spec: JobSpec) -> JobFuture:
         """Queue ``spec`` (any thread); its future learns its number, then its end."""
-        client = self.client
-        future = JobFuture(client)
-        request = next(client._ids)
-        client._enqueue(_Submitting(request, future, spec))
+        future = JobFuture(self.owner)
+        request = self.outbox.next_id()
+        self.outbox.enqueue(Deferred(lambda: self.sent(request, future, spec)))
         return future
 
-    def sent(self, item: "_Submitting") -> ops.SubmitJobs:
+    def sent(self, request: int, future: JobFuture, spec: JobSpec) -> ops.SubmitJobs:
         """On the loop, as the submit goes out: wait for its reply."""
-        self.submitting[item.request] = item
-        return ops.SubmitJobs(id=item.request, jobs=(item.spec.to_wire(),))
+        self.submitting[request] = _Submitting(request, future, spec)
+        return ops.SubmitJobs(id=request, jobs=(spec.to_wire(),))
 
     def watch(self, job_id: int) -> JobFuture:
         """A future of the job ``job_id``, submitted before (on the loop)."""
-        future = JobFuture(self.client, job_id)
+        future = JobFuture(self.owner, job_id)
         self._watch(future)
         return future
 
@@ -274,7 +274,7 @@ class JobDesk:
         futures = self.watching.setdefault(future.id, [])
         futures.append(future)
         if len(futures) == 1:
-            self.client._send(ops.WatchJobs(jobs=(future.id,)))
+            self.outbox.send(ops.WatchJobs(jobs=(future.id,)))
 
     def on_reply(self, op: Any) -> bool:
         """A Reply or Error: True if it answered a submission here."""
@@ -301,9 +301,9 @@ class JobDesk:
         """Connected again: each submission not answered goes again, with its submission id,
         and each watched job is watched again."""
         for item in self.submitting.values():
-            self.client._send(ops.SubmitJobs(id=item.request, jobs=(item.spec.to_wire(),)))
+            self.outbox.send(ops.SubmitJobs(id=item.request, jobs=(item.spec.to_wire(),)))
         if self.watching:
-            self.client._send(ops.WatchJobs(jobs=tuple(self.watching)))
+            self.outbox.send(ops.WatchJobs(jobs=tuple(self.watching)))
 
     def lost(self, error: BaseException) -> None:
         """The scheduler is gone: every future here fails (the jobs themselves go on)."""
@@ -314,8 +314,9 @@ class JobDesk:
             future._failed(error, FutureStatus.lost)
 
 
+
 class _Submitting:
-    """A submission in the client's outgoing queue (it is registered as it is sent)."""
+    """A submission sent and not yet answered: kept to be sent again after a reconnect."""
 
     __slots__ = ("request", "future", "spec")
 

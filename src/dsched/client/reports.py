@@ -1,51 +1,153 @@
-"""Task reports from the scheduler, applied to the client's futures.
+"""What the scheduler sends a client, each op to its handler; requests and their replies.
 
-``TaskFinished``, ``ResultMoved`` (a finished result is held elsewhere now: copied off a
-draining worker, or computed again after a loss), ``TaskErred``, ``TaskCancelled`` (this
-client's cancel took effect) and ``TaskWaiting`` (the reason no connected worker can run a
-task yet, or none once one can). Runs on the client's loop.
+Task reports end or annotate the futures of their key: ``TaskFinished``, ``ResultMoved`` (a
+finished result is held elsewhere now: copied off a draining worker, or computed again after
+a loss), ``TaskErred``, ``TaskCancelled`` (this client's cancel took effect) and
+``TaskWaiting`` (the reason no connected worker can run a task yet, or none once one can).
+Job ends and the replies to job submissions go to the client's JobDesk; other replies to the
+request waiting for them; an error without a request names the keys of a refused submit.
+
+Runs on the client's loop. Sends nothing but requests, and decides nothing about the
+connection: ``read`` returns why it ended and the client takes it from there.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from ..errors import TaskFailedError
+from ..comm import Comm
+from ..errors import CommClosedError, RemoteProtocolError, SchedError, TaskFailedError
 from ..protocol import ops
 from .future import FutureState, FutureStatus
+from .jobs import JobDesk
+from .outbox import Outbox
 
 logger = logging.getLogger("dsched.client")
 
-TASK_REPORTS = frozenset((ops.TaskFinished, ops.ResultMoved, ops.TaskErred, ops.TaskCancelled,
-                          ops.TaskWaiting))
+States = Mapping[str, FutureState]
 
 
-def apply_task_report(states: Mapping[str, FutureState], op: Any) -> None:
-    kind = type(op)
-    if kind is ops.TaskWaiting:
-        reason = op.reason or ""
-        for key in op.keys:
-            state = states.get(key)
-            if state is not None:
-                state.reason = reason
-        if reason:
-            logger.warning("%d task(s) cannot run yet: %s", len(op.keys), reason)
-        return
+def task_finished(states: States, op: ops.TaskFinished) -> None:
     state = states.get(op.key)
-    if state is None:
-        return  # released by now
-    if kind is ops.TaskFinished:
+    if state is not None:  # else released by now
         state.who_has = op.who_has
         state.nbytes = op.nbytes
         state.finish(FutureStatus.finished)
-    elif kind is ops.ResultMoved:
+
+
+def result_moved(states: States, op: ops.ResultMoved) -> None:
+    state = states.get(op.key)
+    if state is not None:
         state.who_has = op.who_has
-    elif kind is ops.TaskErred:
-        if op.exception:
-            state.error_from_payload(op.exception, op.text, op.error)
-        else:
-            state.finish(FutureStatus.error, exception=TaskFailedError(op.text, op.error),
-                         traceback=None, reason=op.error)
+
+
+def task_erred(states: States, op: ops.TaskErred) -> None:
+    state = states.get(op.key)
+    if state is None:
+        return
+    if op.exception:
+        state.error_from_payload(op.exception, op.text, op.error)
     else:
+        state.finish(FutureStatus.error, exception=TaskFailedError(op.text, op.error),
+                     traceback=None, reason=op.error)
+
+
+def task_cancelled(states: States, op: ops.TaskCancelled) -> None:
+    state = states.get(op.key)
+    if state is not None:
         state.finish(FutureStatus.cancelled, reason=op.reason)
+
+
+def task_waiting(states: States, op: ops.TaskWaiting) -> None:
+    reason = op.reason or ""
+    for key in op.keys:
+        state = states.get(key)
+        if state is not None:
+            state.reason = reason
+    if reason:
+        logger.warning("%d task(s) cannot run yet: %s", len(op.keys), reason)
+
+
+TASK_REPORTS: dict[type, Callable[[States, Any], None]] = {
+    ops.TaskFinished: task_finished, ops.ResultMoved: result_moved, ops.TaskErred: task_erred,
+    ops.TaskCancelled: task_cancelled, ops.TaskWaiting: task_waiting,
+}
+
+
+class Reports:
+    """One client's side of the connection's incoming half: a handler for each kind of op,
+    and the requests waiting for their reply."""
+
+    def __init__(self, outbox: Outbox, jobs: JobDesk):
+        self._outbox = outbox
+        self._jobs = jobs
+        self._requests: dict[int, asyncio.Future] = {}
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            kind: functools.partial(apply, outbox.states) for kind, apply in TASK_REPORTS.items()}
+        self._handlers.update({ops.JobEnded: jobs.on_ended, ops.Reply: self._reply,
+                               ops.Error: self._error})
+
+    async def read(self, comm: Comm) -> str:
+        """Handle every op from ``comm`` until the connection ends; why it ended. A malformed
+        op closes the connection with the reason."""
+        try:
+            async for op in comm:
+                self.on_op(op)
+        except CommClosedError as error:
+            return error.reason
+        except RemoteProtocolError as error:  # the scheduler sent something malformed
+            comm.protocol_error(error)
+            return f"protocol error: {error}"
+        return "the scheduler closed the connection"
+
+    def on_op(self, d: dict) -> None:
+        op = ops.decode(d)
+        handler = self._handlers.get(type(op))
+        if handler is None:
+            raise ops.BadOp(f"{op.OP} is not an op the scheduler sends a client")
+        handler(op)
+
+    async def request(self, make: Callable[[int], Any], timeout: float | None) -> Any:
+        """Send the request ``make(id)`` after every op queued before it, and return the value
+        of its reply (TimeoutError after ``timeout`` seconds)."""
+        self._outbox.flush()
+        request_id = self._outbox.next_id()
+        waiter = asyncio.get_running_loop().create_future()
+        self._requests[request_id] = waiter
+        self._outbox.send(make(request_id))
+        try:
+            async with asyncio.timeout(timeout):
+                return await waiter
+        finally:
+            self._requests.pop(request_id, None)
+
+    def lost(self, error: BaseException) -> None:
+        """The connection is gone: every request waiting raises ``error``."""
+        for request in self._requests.values():
+            if not request.done():
+                request.set_exception(error)
+
+    def _reply(self, op: ops.Reply | ops.Error) -> None:
+        if self._jobs.on_reply(op):
+            return
+        request = self._requests.pop(op.id, None)
+        if request is None or request.done():
+            return
+        if type(op) is ops.Error:
+            request.set_exception(SchedError(op.reason))
+        else:
+            request.set_result(op.value)
+
+    def _error(self, op: ops.Error) -> None:
+        if op.id is not None:
+            self._reply(op)
+            return
+        logger.error("The scheduler refused a message: %s", op.reason)
+        refused = SchedError(f"the scheduler refused the task: {op.reason}")
+        for key in op.keys:  # the keys of a refused submit
+            state = self._outbox.states.get(key)
+            if state is not None:
+                state.finish(FutureStatus.error, exception=refused, reason=op.reason)

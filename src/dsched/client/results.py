@@ -1,7 +1,8 @@
-"""Results: waiting for many futures at once, and fetching results from the workers.
+"""Results: ``gather``, waiting for many futures at once, and fetching results from workers.
 
 A ``gather`` of 10,000 futures hangs one countdown on them, not 10,000 waiters, and asks each
-worker once for all the results it holds. Runs on the client's loop.
+worker once for all the results it holds. Runs on the client's loop; blocking callers reach it
+through the bridge. Sends nothing to the scheduler: results come from the workers alone.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any, Callable
 from .. import serialize
 from ..errors import SchedError
 from ..peers import PeerPool
-from .future import PENDING, FutureState, FutureStatus
+from .bridge import on_loop
+from .future import PENDING, Future, FutureState, FutureStatus
 
 FINISHED = FutureStatus.finished
 #: Seconds the client keeps trying to fetch a finished task's result from its workers.
@@ -22,6 +24,60 @@ FETCH_PATIENCE = 10.0
 REQUEST_BYTES = 64 * 2**20
 #: Stands for the result of a future that failed, in ``gather(errors="skip")``.
 MISSING = object()
+
+
+class Results:
+    """The results of one client's futures, from the workers that hold them.
+
+    ``peers`` (the client's PeerPool) is set once the client is connected. A fetch waits
+    ``timeout`` seconds plus the time ``transfer_rate`` (bytes/s) gives the result's size, and
+    gives up early once ``running()`` says the client has stopped.
+    """
+
+    def __init__(self, timeout: float, transfer_rate: float, request_bytes: int,
+                 running: Callable[[], bool]):
+        self.peers: PeerPool | None = None
+        self._timeout = timeout
+        self._transfer_rate = transfer_rate
+        self._request_bytes = request_bytes
+        self._running = running
+
+    async def gather(self, futures: Any, errors: str = "raise") -> Any:
+        """The results of futures, in the same structure (one future, or lists, tuples, sets
+        and dicts of them). ``errors="skip"`` leaves failed ones out of lists."""
+        if errors not in ("raise", "skip"):
+            raise ValueError(f"errors must be 'raise' or 'skip', not {errors!r}")
+        found: dict[str, Future] = {}
+
+        def collect(value: Any) -> serialize.TaskRef | None:
+            if type(value) is Future:
+                found[value.key] = value
+                return serialize.TaskRef(value.key)
+            return None
+
+        structure, _ = serialize.replace_futures(futures, collect)
+        values = await self.values(list(found.values()), errors)
+        data = {key: value for key, value in zip(found, values) if value is not MISSING}
+        return substitute_present(structure, data)
+
+    async def values(self, futures: list[Future], errors: str = "raise") -> list[Any]:
+        """The result of each future once all have ended (MISSING for a failed one with
+        ``errors="skip"``; with ``"raise"``, the first failure in order is raised)."""
+        states = [future._state for future in futures]
+        await wait_all(states, fail_fast=errors == "raise")
+        if errors == "raise":
+            for future in futures:
+                future._raise_if_failed()
+        values = await self._fetch([s for s in states if s.status is FINISHED])
+        return [values.get(state.key, MISSING) for state in states]
+
+    async def _fetch(self, states: list[FutureState]) -> dict[str, Any]:
+        assert self.peers is not None
+        rate = self._transfer_rate
+        return await fetch_results(self.peers, states,
+                                   timeout_for=lambda nbytes: self._timeout + nbytes / rate,
+                                   still_running=self._running,
+                                   request_bytes=self._request_bytes)
 
 
 async def wait_all(states: list[FutureState], fail_fast: bool) -> None:
@@ -42,7 +98,7 @@ async def wait_all(states: list[FutureState], fail_fast: bool) -> None:
             done.set_result(None)
 
     def wake(state: FutureState) -> None:
-        if asyncio._get_running_loop() is loop:
+        if on_loop(loop):
             ended(state)
         else:
             loop.call_soon_threadsafe(ended, state)

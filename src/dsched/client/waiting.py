@@ -37,7 +37,7 @@ def _futures(futures: Iterable[Future] | Future) -> list[Future]:
 
 
 def _on_own_loop(futures: list[Future]) -> bool:
-    return bool(futures) and futures[0].client._on_own_loop()
+    return bool(futures) and futures[0]._owner.on_loop()
 
 
 def wait(futures: Iterable[Future] | Future, timeout: float | None = None,

@@ -1,0 +1,144 @@
+"""Futures and job futures reach their client only through the ``Owner`` interface.
+
+Each test drives them with a stub that implements that interface and nothing else: a future
+that reached for anything more (a private method of the real client) would fail here with an
+AttributeError.
+"""
+
+import asyncio
+import gc
+
+import pytest
+
+from dsched import CancelledError, wait
+from dsched.client.future import Future, FutureState, FutureStatus, Owner
+from dsched.client.jobs import JobFuture
+from dsched.protocol import ops
+from dsched.serialize import dumps_exception
+
+INTERFACE = {name for name in vars(Owner) if not name.startswith("_")} | set(
+    Owner.__annotations__)
+
+
+class StubOwner:
+    """The Owner interface alone; what the futures ask of it is written to ``log``."""
+
+    __slots__ = ("client", "_on_loop", "_log")
+
+    def __init__(self, log, on_loop=False):
+        self.client = "the client"
+        self._on_loop = on_loop
+        self._log = log
+
+    def on_loop(self):
+        return self._on_loop
+
+    def run(self, coroutine, timeout):
+        self._log.append(("run", timeout))
+        return asyncio.run(coroutine)
+
+    async def values(self, futures):
+        self._log.append(("values", [future.key for future in futures]))
+        return [f"value of {future.key}" for future in futures]
+
+    def cancel(self, futures):
+        self._log.append(("cancel", [future.key for future in futures]))
+        for future in futures:
+            future._state.finish(FutureStatus.cancelled, reason="stub")
+
+    def release(self, state):
+        self._log.append(("release", state.key))
+
+    def send(self, op):
+        self._log.append(("send", op))
+
+
+def future_of(owner, key, status=None, **end):
+    state = FutureState(key)
+    if status is not None:
+        state.finish(status, **end)
+    return Future(key, owner, state)
+
+
+def erred_state_fields(error):
+    try:
+        raise error
+    except Exception as raised:
+        payload, text = dumps_exception(raised)
+    return payload, text
+
+
+def public(cls):
+    return {name for name in dir(cls) if not name.startswith("_")}
+
+
+def test_the_stub_and_the_real_owner_are_the_interface_and_nothing_more():
+    from dsched.client.owner import ClientOwner
+
+    assert public(StubOwner) == public(ClientOwner) == INTERFACE == {
+        "client", "on_loop", "run", "values", "cancel", "release", "send"}
+
+
+def test_a_blocking_result_waits_then_runs_the_fetch_through_the_owner():
+    log = []
+    future = future_of(StubOwner(log), "k", FutureStatus.finished)
+    assert future.result(timeout=5) == "value of k"
+    assert log == [("run", 5), ("values", ["k"])]
+    assert future.client == "the client" and future.done() and future.status == "finished"
+
+
+def test_a_failed_future_raises_without_asking_its_owner_for_a_value():
+    log = []
+    state = FutureState("k")
+    payload, text = erred_state_fields(KeyError("missing"))
+    state.error_from_payload(payload, text)
+    future = Future("k", StubOwner(log), state)
+    with pytest.raises(KeyError, match="missing"):
+        future.result(timeout=5)
+    assert isinstance(future.exception(timeout=5), KeyError)
+    assert "KeyError" in future.traceback(timeout=5)
+    assert log == []
+
+
+def test_on_the_owners_loop_the_results_are_coroutines():
+    log = []
+    future = future_of(StubOwner(log, on_loop=True), "k", FutureStatus.finished)
+
+    async def use():
+        return await future.result(), await future, await future.exception()
+
+    assert asyncio.run(use()) == ("value of k", "value of k", None)
+    assert log == [("values", ["k"]), ("values", ["k"])]
+
+
+def test_cancel_and_the_last_reference_go_to_the_owner():
+    log = []
+    future = future_of(StubOwner(log), "k")
+    future.cancel()
+    assert future.cancelled()
+    with pytest.raises(CancelledError, match="stub"):
+        future.result(timeout=5)
+    del future
+    gc.collect()
+    assert log == [("cancel", ["k"]), ("release", "k")]
+
+
+def test_wait_asks_the_owner_whether_it_may_block():
+    log = []
+    owner = StubOwner(log)
+    done, pending = future_of(owner, "a", FutureStatus.finished), future_of(owner, "b")
+    assert wait([done, pending], timeout=0.01, return_when="FIRST_COMPLETED") == ({done},
+                                                                                  {pending})
+
+
+def test_a_job_future_is_cancelled_and_answers_through_the_owner():
+    log = []
+    job = JobFuture(StubOwner(log))
+    job.cancel()  # not yet acknowledged: the cancel goes once it has a number
+    assert log == []
+    job._acknowledged(7)
+    assert job.job_id(timeout=5) == 7
+    assert log == [("send", ops.CancelJobs(id=0, jobs=(7,)))]
+    job._end({"id": 7, "state": "cancelled", "detail": "by the stub"})
+    with pytest.raises(CancelledError, match="by the stub"):
+        job.result(timeout=5)
