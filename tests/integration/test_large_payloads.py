@@ -112,7 +112,8 @@ def test_a_large_argument_reaches_a_task_in_a_gpu_process(client):
 def test_a_worker_slow_to_take_large_arguments_is_not_disconnected(daemons):
     daemons.env.update(SMALL_LIMITS_ENV)
     daemons.scheduler()
-    worker = daemons.worker("--name", "slow", "--nthreads", "4")
+    # No nanny: SIGSTOP must stop the worker process itself, not a nanny above it.
+    worker = daemons.worker("--name", "slow", "--no-nanny", "--nthreads", "4")
     with config.set(SMALL_LIMITS):
         client = daemons.client()
     daemons.wait_for_workers(client, 1)
