@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
-import io
-import pickle
 
 import pytest
 
@@ -62,9 +60,7 @@ def raw(part) -> bytes:
 def functions_in(task: dict) -> set[str]:
     """The names of the functions a task's node calls, fused steps and wrapped ones included."""
     (node_bytes, _), _ = serialize.loads(raw(task["spec"][1]))
-    unpickler = pickle.Unpickler(io.BytesIO(node_bytes))
-    unpickler.persistent_load = serialize.loads(raw(task["spec"][0]))._function
-    node = unpickler.load()
+    node = serialize.loads(raw(task["spec"][0])).load(node_bytes)
     names: set[str] = set()
 
     def walk(item, depth=0):
@@ -372,6 +368,75 @@ def test_functions_that_travel_by_value_go_once_per_graph_in_the_task_function(m
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     run = RunNode(tuple(pickler.functions))
     assert run(of_main, [("a", 1)]) == 2
+
+
+def test_a_fused_task_runs_its_inner_graph_without_dasks_runner():
+    from dask._task_spec import _execute_subgraph
+    from dask.base import collections_to_expr
+
+    from dsched.dask.execute import NodePickler, RunNode, run_subgraph
+    from dsched.dask.graph import Plan, optimised_graph
+
+    total = ((da.arange(40, chunks=4) + 1) * 2).map_blocks(inc).sum()
+    plan = Plan(optimised_graph(collections_to_expr([total], True).optimize()))
+    nodes = plan.nodes()
+    assert any(node.func is _execute_subgraph for _, node in nodes)  # fusion happened
+    pickler = NodePickler()
+    pickled = [(key, pickler.dumps(node), node) for key, node in nodes]
+    run = RunNode(tuple(pickler.functions))
+    assert all(getattr(run.load(data), "func", None) is not _execute_subgraph
+               for _, data, _ in pickled)
+    assert any(getattr(run.load(data), "func", None) is run_subgraph for _, data, _ in pickled)
+    values = {}
+    for key, data, node in pickled:
+        values[key] = run(data, [(d, values[plan.targets.get(d, d)])
+                                 for d in node.dependencies])
+    assert values[nodes[-1][0]] == total.compute(scheduler="sync") == 1680
+
+
+def test_a_fused_task_drops_each_inner_value_after_its_last_reader():
+    import weakref
+
+    from dsched.dask.execute import run_subgraph
+
+    class Blob:
+        pass
+
+    def is_gone(reference):
+        gc.collect()
+        return reference() is None
+
+    inner = {"made": Task("made", Blob), "ref": Task("ref", weakref.ref, TaskRef("made")),
+             "out": Task("out", is_gone, TaskRef("ref"))}
+    assert run_subgraph(inner, "out", ()) is True
+    inner["unread"] = Task("unread", pytest.fail, "run, though out does not need it")
+    assert run_subgraph(inner, "out", ()) is True
+
+
+def test_a_fused_chain_of_any_length_runs_and_a_cycle_is_an_error():
+    from dsched.dask.execute import run_subgraph
+
+    inner = {0: Task(0, inc, TaskRef("x"))}
+    inner.update({i: Task(i, inc, TaskRef(i - 1)) for i in range(1, 5000)})
+    assert run_subgraph(inner, 4999, ("x",), 0) == 5000
+    cycle = {"a": Task("a", inc, TaskRef("b")), "b": Task("b", inc, TaskRef("a"))}
+    with pytest.raises(RuntimeError, match="has a cycle through"):
+        run_subgraph(cycle, "a", ())
+
+
+def test_dasks_runner_is_kept_where_it_takes_other_parameters(monkeypatch):
+    import dask._task_spec
+
+    from dsched.dask.execute import NodePickler, RunNode
+
+    def _execute_subgraph(graph, key, *inputs):  # a Dask whose fused tasks call another way
+        return "dask's"
+
+    monkeypatch.setattr(dask._task_spec, "_execute_subgraph", _execute_subgraph)
+    pickler = NodePickler()
+    assert pickler.subgraph_runner is None
+    node = pickler.dumps(Task("k", _execute_subgraph, {}, "k"))
+    assert RunNode(tuple(pickler.functions))(node, []) == "dask's"
 
 
 def test_a_task_function_is_the_same_bytes_for_every_task_of_a_batch(client):

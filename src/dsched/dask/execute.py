@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import pickle
 import sys
+import threading
 import types
 from typing import Any, Iterable
 
@@ -24,23 +25,21 @@ import cloudpickle
 
 from ..serialize import PICKLE_PROTOCOL
 
-_TABLE = "dsched-function"
-
-
 class NodePickler:
     """Pickles the nodes of one graph; collects the functions that travel by value."""
 
     def __init__(self) -> None:
         self.functions: list[bytes] = []
-        self._index: dict[int, int] = {}
-        self._kept: list[Any] = []  # the functions indexed by id stay alive, so ids stay theirs
+        #: Each function met, by id: its index in ``functions``, or None if it is importable.
+        #: The functions are kept alive, so that the ids stay theirs.
+        self._index: dict[int, int | None] = {}
+        self._kept: list[Any] = []
+        self.subgraph_runner = _dask_subgraph_runner()
 
     def dumps(self, node: Any) -> bytes:
         buffer = io.BytesIO()
-        pickler = pickle.Pickler(buffer, protocol=PICKLE_PROTOCOL)
-        pickler.persistent_id = self._by_value
         try:
-            pickler.dump(node)
+            _Pickler(buffer, self).dump(node)
         except Exception:  # PicklingError, or whatever a __reduce__ raises: cloudpickle decides
             return cloudpickle.dumps(node, protocol=PICKLE_PROTOCOL)
         data = buffer.getvalue()
@@ -48,15 +47,94 @@ class NodePickler:
             return cloudpickle.dumps(node, protocol=PICKLE_PROTOCOL)
         return data
 
-    def _by_value(self, obj: Any) -> tuple[str, int] | None:
-        if type(obj) is not types.FunctionType or _importable(obj):
-            return None
-        index = self._index.get(id(obj))
-        if index is None:
-            index = self._index[id(obj)] = len(self.functions)
-            self.functions.append(cloudpickle.dumps(obj, protocol=PICKLE_PROTOCOL))
-            self._kept.append(obj)
-        return (_TABLE, index)
+    def by_value(self, function: types.FunctionType) -> int | None:
+        """The index in the table of ``function``, or None where it goes by reference."""
+        key = id(function)
+        if key in self._index:
+            return self._index[key]
+        index = None
+        if not _importable(function):
+            index = len(self.functions)
+            self.functions.append(cloudpickle.dumps(function, protocol=PICKLE_PROTOCOL))
+        self._index[key] = index
+        self._kept.append(function)
+        return index
+
+
+class _Pickler(pickle.Pickler):
+    """The standard pickler, but a function that must travel by value becomes a reference to
+    the graph's table. (``reducer_override`` is not asked about ints, strs, lists and the
+    like, as ``persistent_id`` would be: a node holds hundreds of those.)"""
+
+    def __init__(self, file: io.BytesIO, graph: NodePickler):
+        super().__init__(file, protocol=PICKLE_PROTOCOL)
+        self._graph = graph
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is types.FunctionType:
+            if obj is self._graph.subgraph_runner:
+                return _subgraph_runner, ()
+            index = self._graph.by_value(obj)
+            if index is not None:
+                return _table_function, (index,)
+        return NotImplemented
+
+
+def _dask_subgraph_runner() -> Any:
+    """The function Dask's fused tasks call, where :func:`run_subgraph` can stand in for it
+    (the same parameters); None otherwise."""
+    runner = getattr(sys.modules.get("dask._task_spec"), "_execute_subgraph", None)
+    if runner is None or runner.__code__.co_varnames[:4] != (
+            "inner_dsk", "outkey", "inkeys", "dependencies"):
+        return None
+    return runner
+
+
+def run_subgraph(inner: dict, outkey: Any, inkeys: Iterable[Any], *dependencies: Any) -> Any:
+    """Run a fused task's inner graph: each node after those it reads, given the values of
+    ``inkeys`` (the fused task's inputs), and return the value of ``outkey``. What a fused
+    task of Dask runs on a worker, in place of Dask's own runner, which puts each inner graph
+    through ``dask.order`` at every run: there, that took as long as the task's own work. A
+    value is dropped once the last node that reads it has run."""
+    values = dict(zip(inkeys, dependencies))
+    readers: dict[Any, int] = {}
+    for node in inner.values():
+        for key in node.dependencies:
+            readers[key] = readers.get(key, 0) + 1
+    for key in _dependencies_first(inner, outkey):
+        node = inner[key]
+        values[key] = node(values)
+        for read in node.dependencies:
+            readers[read] -= 1
+            if readers[read] == 0 and read != outkey:
+                del values[read]
+    return values[outkey]
+
+
+def _dependencies_first(inner: dict, outkey: Any) -> list:
+    """The keys of ``inner`` that ``outkey`` needs, itself included, each after its
+    dependencies (depth first, without recursion: a fused chain can be long)."""
+    order: list = []
+    done: set = set()
+    entered: set = set()
+    stack = [(outkey, False)]
+    while stack:
+        key, leaving = stack.pop()
+        if leaving:
+            done.add(key)
+            order.append(key)
+        elif key not in done:
+            if key in entered:
+                raise RuntimeError(f"the fused task {outkey!r} has a cycle through {key!r}")
+            entered.add(key)
+            stack.append((key, True))
+            stack.extend((d, False) for d in inner[key].dependencies
+                         if d in inner and d not in done)
+    return order
+
+
+def _subgraph_runner() -> Any:
+    return run_subgraph
 
 
 def _importable(function: types.FunctionType) -> bool:
@@ -96,15 +174,32 @@ class RunNode:
     def __call__(self, node: bytes, inputs: Iterable[tuple[Any, Any]]) -> Any:
         """``inputs`` pairs each Dask key the node depends on with that key's value (the
         worker put the values in place of the dsched keys)."""
-        unpickler = pickle.Unpickler(io.BytesIO(node))
-        unpickler.persistent_load = self._function
-        return unpickler.load()(dict(inputs))
+        return self.load(node)(dict(inputs))
 
-    def _function(self, pid: Any) -> Any:
-        kind, index = pid
-        if kind != _TABLE:
-            raise pickle.UnpicklingError(f"unknown reference {pid!r} in a Dask node")
+    def load(self, node: bytes) -> Any:
+        """The node pickled in ``node``, its functions taken from this graph's table."""
+        _loading.run = self  # a thread unpickles one node at a time
+        try:
+            return pickle.loads(node)
+        finally:
+            _loading.run = None
+
+    def function(self, index: int) -> Any:
+        """The graph's function ``index``, unpickled the first time it is asked for."""
         function = self._loaded.get(index)
         if function is None:  # two threads may both load it: the same function either way
             function = self._loaded[index] = pickle.loads(self.functions[index])
         return function
+
+
+#: The RunNode whose node this thread is unpickling.
+_loading = threading.local()
+
+
+def _table_function(index: int) -> Any:
+    """Unpickling a node: its function ``index`` from the table of the graph it came in."""
+    run = getattr(_loading, "run", None)
+    if run is None:
+        raise pickle.UnpicklingError(f"function {index} of a Dask graph's table, unpickled "
+                                     "outside the graph's task")
+    return run.function(index)
