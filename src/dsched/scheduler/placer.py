@@ -150,7 +150,9 @@ class Placer:
                 w = roomy[0]
                 room = (w.slot_key if q.empty
                         else w.free_keys.get(q.primary, 0) >= q.primary_units)
-                w = self.find_among(t, q, roomy, x, xq) if room else None
+                if not (room and self.startable(t, q, w)) or (
+                        x is not None and backfill.blocks(t, q, w, x, xq)):
+                    w = None
             elif roomy:
                 w = self.find_among(t, q, roomy, x, xq)
             else:
