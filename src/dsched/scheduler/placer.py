@@ -107,7 +107,9 @@ class Placer:
         if q.empty:
             if assigned >= w.nthreads + self.prefetch:
                 return False
-        elif assigned >= w.nthreads or not q.resources.fits(w.free_units):
+        elif assigned >= w.nthreads or not (
+                q.resources.fits(w.free_units) if q.multi  # one name: a lookup does
+                else w.free_units.get(q.primary, 0) >= q.primary_units):
             return False
         return not (w.stopping and t.key in w.stopping)
 
