@@ -6,7 +6,9 @@ does it (several times faster than cloudpickle), except for the functions that m
 value (those of ``__main__``, lambdas, local functions, modules registered with cloudpickle to
 travel by value): each of those is cloudpickled once per graph into a table that rides in
 the task's *function*, a :class:`RunNode`, which a worker unpickles once and keeps. A node the
-standard pickler still cannot take goes whole through cloudpickle.
+standard pickler still cannot take goes whole through cloudpickle. A fused task's call of
+Dask's inner-graph runner travels as a call of :func:`run_subgraph`, which runs the same graph
+without ordering it anew at every run.
 
 Workers import this module by name when they unpickle a task's function, so it imports
 nothing heavy; unpickling a node is what brings Dask into the worker.
