@@ -1,8 +1,8 @@
 """Credentials: the shared token (its file, and where each program looks for it) and TLS contexts.
 
 Where a token comes from, first match wins: an explicit token, the ``SCHED_TOKEN`` environment
-variable, a ``--token-file`` path, then the default file (``$XDG_CONFIG_HOME/sched/token`` or
-``~/.config/sched/token``). The scheduler creates the default file (mode 0600) on first start,
+variable, a ``--token-file`` path, then the default file, ``token`` in the scheduler's state
+directory (``$XDG_STATE_HOME/sched/token``, or ``~/.local/state/sched/token``). The scheduler creates the default file (mode 0600) on first start,
 so clients and workers on the same machine find it without configuration. This module reads
 and writes only the files named to it; it opens no connections.
 """
@@ -28,11 +28,17 @@ TOKEN_BYTES = 32
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def default_token_path(env: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_CONFIG_HOME/sched/token``, or ``~/.config/sched/token`` without XDG_CONFIG_HOME."""
+def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_STATE_HOME/sched``, or ``~/.local/state/sched`` without XDG_STATE_HOME: where
+    the scheduler keeps its token file and journal unless told otherwise."""
     env = os.environ if env is None else env
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "sched" / "token"
+    home = env.get("HOME") or os.path.expanduser("~")
+    return Path(env.get("XDG_STATE_HOME") or os.path.join(home, ".local", "state")) / "sched"
+
+
+def default_token_path(env: Mapping[str, str] | None = None) -> Path:
+    """The token file in :func:`default_state_dir`."""
+    return default_state_dir(env) / "token"
 
 
 def generate_token() -> str:

@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping
 import tomllib
 
 from . import settings
+from .auth import default_state_dir
 from .config_kinds import Bad as _Bad
 from .config_kinds import resource_table as _resource_table
 from .errors import ConfigError, ResourceSpecError
@@ -252,9 +253,7 @@ def _base(path: Any, env: Mapping[str, str]) -> dict:
 def _resolve(cfg: dict, env: Mapping[str, str]) -> None:
     scheduler = cfg["scheduler"]
     if scheduler["state_dir"] is None:
-        home = env.get("HOME") or os.path.expanduser("~")
-        state_home = env.get("XDG_STATE_HOME") or os.path.join(home, ".local", "state")
-        scheduler["state_dir"] = os.path.join(state_home, "sched")
+        scheduler["state_dir"] = str(default_state_dir(env))
     if scheduler["token_file"] is None:
         scheduler["token_file"] = os.path.join(scheduler["state_dir"], "token")
     for section in ("worker", "client"):  # same machine: find the token where it is made

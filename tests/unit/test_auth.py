@@ -27,10 +27,15 @@ def default_path(tmp_path):
     return tmp_path / "config" / "sched" / "token"
 
 
-def test_the_default_path_follows_xdg_config_home(tmp_path):
-    assert default_token_path({"XDG_CONFIG_HOME": str(tmp_path)}) == tmp_path / "sched" / "token"
-    home_default = default_token_path({})
-    assert home_default.parts[-3:] == (".config", "sched", "token")
+def test_the_default_path_is_in_the_schedulers_state_directory(tmp_path):
+    assert default_token_path({"XDG_STATE_HOME": str(tmp_path)}) == tmp_path / "sched" / "token"
+    home_default = default_token_path({"HOME": str(tmp_path)})
+    assert home_default == tmp_path / ".local" / "state" / "sched" / "token"
+    # where the daemons' configuration puts the token file when none is given
+    from dsched import config
+
+    cfg = config.load(env={"HOME": str(tmp_path)})
+    assert cfg["scheduler"]["token_file"] == str(home_default)
 
 
 def test_the_scheduler_creates_a_private_random_token_file_when_none_exists(default_path):
