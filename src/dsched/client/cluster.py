@@ -29,6 +29,7 @@ from ..auth import generate_token
 from ..resources import SCALE, Resources
 from ..worker.gpus import detect_gpus, gpus_option, load_nvml, split_gpus
 from ..worker.ledger import GPU
+from .bridge import running_loop
 
 _LISTENING = re.compile(r"listening at (\S+)")
 _DASHBOARD = re.compile(r"dashboard at (\S+)")
@@ -171,9 +172,7 @@ class LocalCluster:
         def wait() -> None:
             asyncio.run(self._wait_for_workers(n, timeout or self.timeout))
 
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
+        if running_loop() is None:
             return wait()
         # Called from a coroutine (a notebook, an async program): wait on a thread of its own.
         with ThreadPoolExecutor(1, thread_name_prefix="dsched-local-cluster") as pool:

@@ -95,22 +95,23 @@ def _ints(v: Any) -> tuple[int, ...]:
     raise _fail("a list of integers", v)
 
 
-def _str_int(v: Any) -> dict[str, int]:
-    if type(v) is dict:
-        for name, value in v.items():
-            if type(name) is not str or type(value) is not int:
-                raise _fail("a map of strings to integers", v)
-        return v
-    raise _fail("a map of strings to integers", v)
+def _str_map(is_value: Callable[[Any], bool], words: str) -> Callable[[Any], dict]:
+    """A check of a map of strings to values that ``is_value`` accepts, passed on as it is."""
+    def check(v: Any) -> dict:
+        if type(v) is dict:
+            for name, value in v.items():
+                if type(name) is not str or not is_value(value):
+                    raise _fail(words, v)
+            return v
+        raise _fail(words, v)
+
+    return check
 
 
-def _str_str(v: Any) -> dict[str, str]:
-    if type(v) is dict:
-        for name, value in v.items():
-            if type(name) is not str or type(value) is not str:
-                raise _fail("a map of strings to strings", v)
-        return v
-    raise _fail("a map of strings to strings", v)
+_str_int = _str_map(lambda value: type(value) is int, "a map of strings to integers")
+_str_str = _str_map(lambda value: type(value) is str, "a map of strings to strings")
+_str_bytes = _str_map(lambda value: isinstance(value, (bytes, memoryview)),
+                      "a map of strings to bytes")
 
 
 def _str_strs(v: Any) -> dict[str, tuple[str, ...]]:
@@ -122,15 +123,6 @@ def _str_strs(v: Any) -> dict[str, tuple[str, ...]]:
             out[name] = _strs(value)
         return out
     raise _fail("a map of strings to lists of strings", v)
-
-
-def _str_bytes(v: Any) -> dict[str, bytes | memoryview]:
-    if type(v) is dict:
-        for name, value in v.items():
-            if type(name) is not str or not isinstance(value, (bytes, memoryview)):
-                raise _fail("a map of strings to bytes", v)
-        return v
-    raise _fail("a map of strings to bytes", v)
 
 
 def _map(v: Any) -> dict:
