@@ -15,6 +15,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import sys
+import threading
 import traceback
 from typing import Any, Callable, Mapping
 
@@ -23,6 +24,13 @@ import cloudpickle
 from .errors import TaskExit
 
 PICKLE_PROTOCOL = 5
+
+#: Held while this process unpickles anything. Unpickling imports the modules it names, and a
+#: worker unpickles on several threads. Two threads importing one package at once can fail:
+#: Python waits only for the module asked for, not for its package, so the second thread gets
+#: a submodule while the package's ``__init__`` is still running (a registry half filled), or
+#: a deadlock error. Unpickling holds the GIL anyway, so taking turns costs nothing.
+UNPICKLING = threading.RLock()
 
 
 class TaskRef:
@@ -74,7 +82,8 @@ def dumps(obj: Any) -> bytes:
 
 
 def loads(data: bytes | memoryview) -> Any:
-    return cloudpickle.loads(data)
+    with UNPICKLING:
+        return cloudpickle.loads(data)
 
 
 def replace_futures(obj: Any, to_ref: Callable[[Any], TaskRef | None]) -> tuple[Any, set[str]]:

@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 import cloudpickle
 
-from ..serialize import PICKLE_PROTOCOL
+from ..serialize import PICKLE_PROTOCOL, UNPICKLING
 
 class NodePickler:
     """Pickles the nodes of one graph; collects the functions that travel by value."""
@@ -180,17 +180,19 @@ class RunNode:
 
     def load(self, node: bytes) -> Any:
         """The node pickled in ``node``, its functions taken from this graph's table."""
-        _loading.run = self  # a thread unpickles one node at a time
-        try:
-            return pickle.loads(node)
-        finally:
-            _loading.run = None
+        with UNPICKLING:
+            _loading.run = self
+            try:
+                return pickle.loads(node)
+            finally:
+                _loading.run = None
 
     def function(self, index: int) -> Any:
         """The graph's function ``index``, unpickled the first time it is asked for."""
         function = self._loaded.get(index)
         if function is None:  # two threads may both load it: the same function either way
-            function = self._loaded[index] = pickle.loads(self.functions[index])
+            with UNPICKLING:
+                function = self._loaded[index] = pickle.loads(self.functions[index])
         return function
 
 
