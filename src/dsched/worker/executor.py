@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .. import serialize
 from ..gpu_ids import task_environment
@@ -77,10 +77,22 @@ class ThreadRunner:
             function = self._functions[function_bytes] = serialize.loads(function_bytes)
         return function
 
+    def submit(self, function_bytes: bytes, args: tuple, kwargs: dict,
+               done: Callable[[Outcome], Any]) -> None:
+        """Queue a call; ``done(outcome)`` runs on this event loop when it ends. No task or
+        future per call: the worker's hot path is a callback."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        self._queue.put((done, function_bytes, args, kwargs))
+
     async def run(self, function_bytes: bytes, args: tuple, kwargs: dict) -> Outcome:
-        loop = self._loop = asyncio.get_running_loop()
-        waiter = loop.create_future()
-        self._queue.put((waiter, function_bytes, args, kwargs))
+        waiter = asyncio.get_running_loop().create_future()
+
+        def done(outcome: Outcome) -> None:
+            if not waiter.done():
+                waiter.set_result(outcome)
+
+        self.submit(function_bytes, args, kwargs, done)
         return await waiter
 
     def _work(self) -> None:
@@ -88,8 +100,8 @@ class ThreadRunner:
             item = self._queue.get()
             if item is None:
                 return
-            waiter, function_bytes, args, kwargs = item
-            self._done.append((waiter, self._call(function_bytes, args, kwargs)))
+            done, function_bytes, args, kwargs = item
+            self._done.append((done, self._call(function_bytes, args, kwargs)))
             if not self._wake_scheduled:
                 self._wake_scheduled = True
                 try:
@@ -99,11 +111,10 @@ class ThreadRunner:
 
     def _deliver(self) -> None:
         self._wake_scheduled = False  # before draining, so a later outcome schedules again
-        done = self._done
-        while done:
-            waiter, outcome = done.popleft()
-            if not waiter.done():
-                waiter.set_result(outcome)
+        finished = self._done
+        while finished:
+            done, outcome = finished.popleft()
+            done(outcome)
 
     def _call(self, function_bytes: bytes, args: tuple, kwargs: dict) -> Outcome:
         start = time.time()

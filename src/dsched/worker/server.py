@@ -40,7 +40,7 @@ from ..settings import CommConfig, WorkerConfig
 from . import actions as act
 from . import events as ev
 from .data import Data
-from .executor import GpuProcessPool, TaskKilled, ThreadRunner
+from .executor import GpuProcessPool, Outcome, TaskKilled, ThreadRunner
 from .gpus import GpuDevice, gpu_usage
 from .jobrecords import default_directory
 from .jobrunner import JobRunner
@@ -302,7 +302,10 @@ class Worker:
         for action in self.state.handle(event, time.monotonic()):
             kind = type(action)
             if kind is act.StartTask:
-                self._spawn(self._run(action))
+                if action.where == act.THREAD:
+                    self._start_on_thread(action)
+                else:
+                    self._spawn(self._run_in_child(action))
             elif kind is act.FetchDependency:
                 self._spawn(self._fetch(action))
             elif kind is act.KillTask:
@@ -330,21 +333,31 @@ class Worker:
     async def _handle_soon(self, event: Any) -> None:
         self._handle(event)
 
-    async def _run(self, start: act.StartTask) -> None:
-        if start.gpus:
-            logger.debug("Running task %s on GPUs %s", start.key, ",".join(map(str, start.gpus)))
-        values = self.data.values
+    def _start_on_thread(self, start: act.StartTask) -> None:
+        """Hand a task to the thread pool; ``_ended`` takes its outcome on the loop."""
+        if self._group is None:  # stopping: nothing new starts
+            return
         try:
             function_bytes, argument_bytes = start.spec
-            if start.where == act.THREAD:
-                args, kwargs = serialize.substitute(serialize.loads(argument_bytes), values)
-                outcome = await self.threads.run(function_bytes, args, kwargs)
-            else:
-                if start.dependencies:
-                    arguments = serialize.substitute(serialize.loads(argument_bytes), values)
-                    argument_bytes = serialize.dumps(arguments)
-                outcome = await self.gpu_children.run(start.key, start.gpus, function_bytes,
-                                                      argument_bytes)
+            args, kwargs = serialize.substitute(serialize.loads(argument_bytes),
+                                                self.data.values)
+        except Exception as error:  # arguments that cannot be unpickled here, say
+            payload, text = serialize.dumps_exception(error)
+            self._spawn(self._handle_soon(ops.TaskErred(start.key, payload, text)))
+            return
+        self.threads.submit(function_bytes, args, kwargs,
+                            lambda outcome: self._ended(start.key, outcome))
+
+    async def _run_in_child(self, start: act.StartTask) -> None:
+        logger.debug("Running task %s on GPUs %s", start.key, ",".join(map(str, start.gpus)))
+        try:
+            function_bytes, argument_bytes = start.spec
+            if start.dependencies:
+                arguments = serialize.substitute(serialize.loads(argument_bytes),
+                                                 self.data.values)
+                argument_bytes = serialize.dumps(arguments)
+            outcome = await self.gpu_children.run(start.key, start.gpus, function_bytes,
+                                                  argument_bytes)
         except TaskKilled as killed:
             self._handle(ops.TaskStopped(start.key, str(killed)))
             return
@@ -352,14 +365,23 @@ class Worker:
             payload, text = serialize.dumps_exception(error)
             self._handle(ops.TaskErred(start.key, payload, text))
             return
-        if outcome.ok:
-            values[start.key] = outcome.value
-            self._handle(ops.TaskFinished(start.key, serialize.sizeof(outcome.value),
-                                          outcome.start, outcome.stop,
-                                          peak_memory=outcome.peak_memory))
-        else:
-            self._handle(ops.TaskErred(start.key, outcome.exception, outcome.traceback,
-                                       outcome.start, outcome.stop))
+        self._ended(start.key, outcome)
+
+    def _ended(self, key: str, outcome: Outcome) -> None:
+        """A task's outcome, from a thread or a child, as the event for the state."""
+        if self._group is None:  # stopping: the session is closing, nothing is reported
+            return
+        try:
+            if outcome.ok:
+                self.data.values[key] = outcome.value
+                self._handle(ops.TaskFinished(key, serialize.sizeof(outcome.value),
+                                              outcome.start, outcome.stop,
+                                              peak_memory=outcome.peak_memory))
+            else:
+                self._handle(ops.TaskErred(key, outcome.exception, outcome.traceback,
+                                           outcome.start, outcome.stop))
+        except Exception as error:  # a bug here stops the worker, as in any activity
+            self._failed(error)
 
     async def _log(self, request: ops.GetLog) -> ops.Log:
         if self.jobs is None:
