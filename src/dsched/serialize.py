@@ -9,7 +9,8 @@ An exception raised by a task comes back as its pickle plus the formatted remote
 client re-raises it with its original type and the remote traceback chained as its cause (the
 way ``concurrent.futures`` reports errors from worker processes).
 
-Pure: no I/O.
+No I/O. Not pure, though: unpickling imports the modules it names, so a process unpickles on
+one thread at a time (``UNPICKLING``).
 """
 
 from __future__ import annotations
