@@ -1,6 +1,7 @@
 """What a client sees when things go wrong: task exceptions with their remote tracebacks,
 retries, cancellation (queued, running, and the dependents), and clear errors for a bad
-address, a wrong token, a bad resource spec, and a scheduler that dies.
+address, a wrong token, a peer that is not a scheduler, a bad resource spec, and a
+scheduler that dies.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from task_helpers import wait_for
 from dsched import (CancelledError, Client, ResourceSpecError, SchedulerLostError, TaskExit,
                     TaskFailedError, wait)
 from dsched.auth import generate_token
-from dsched.errors import AuthenticationError, SchedError
+from dsched.errors import AuthenticationError, CommClosedError, SchedError
 from dsched.serialize import RemoteTraceback, TaskError
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -333,3 +334,34 @@ def test_pending_futures_fail_when_the_scheduler_dies(daemons, tmp_path):
         gate.touch()
     client.close()
     assert client.status == "closed"
+
+
+async def test_a_peer_whose_first_op_is_not_welcome_is_refused_and_its_connection_closed():
+    import asyncio
+    import contextlib
+
+    from dsched import AsyncClient
+    from dsched.comm import listen
+    from dsched.protocol import ops
+
+    token = generate_token()
+    reasons = []
+    ended = asyncio.Event()
+
+    async def not_a_scheduler(comm):
+        comm.write_nowait(ops.Retire().to_wire())
+        with contextlib.suppress(CommClosedError):  # the client closes it, saying why
+            async for _ in comm:
+                pass
+        reasons.append(comm.close_reason)
+        ended.set()
+
+    listener = await listen("127.0.0.1", 0, not_a_scheduler, token=token, role="scheduler",
+                            accept_roles={"client"})
+    try:
+        with pytest.raises(ops.BadOp, match="first op was retire, not welcome"):
+            await AsyncClient(listener.address, token=token)
+        await asyncio.wait_for(ended.wait(), 10)
+        assert "connecting failed" in reasons[0]
+    finally:
+        await listener.close()

@@ -158,19 +158,23 @@ class AsyncClient:
             from ..daemon import ssl_contexts
 
             self._ssl = ssl_contexts(build(TlsConfig, config.get("client.tls")), server=False)
+        comm = None
         try:
             comm = await connect(address, role="client", name=self.name, token=self._token,
                                  ssl=self._ssl, timeout=self._timeout, **self._limits)
-            welcome = await comm.recv()
-        except AuthenticationError as error:
-            raise AuthenticationError(
-                f"the scheduler at {address} refused this client's token ({error}); use the "
-                f"scheduler's token (SCHED_TOKEN, token=, or the token file)") from None
-        except (OSError, TimeoutError, CommClosedError) as error:
-            raise OSError(f"cannot connect to the scheduler at {address}: {error}") from None
-        first = ops.decode(welcome[0])
-        if type(first) is not ops.Welcome:
-            raise ops.BadOp(f"the scheduler's first op was {first.OP}, not welcome")
+            first = ops.decode((await comm.recv())[0])
+            if type(first) is not ops.Welcome:
+                raise ops.BadOp(f"the scheduler's first op was {first.OP}, not welcome")
+        except BaseException as error:
+            if comm is not None:  # no connection is left open behind a failed connect
+                comm.close_nowait(f"connecting failed: {error}")
+            if isinstance(error, AuthenticationError):
+                raise AuthenticationError(
+                    f"the scheduler at {address} refused this client's token ({error}); use "
+                    f"the scheduler's token (SCHED_TOKEN, token=, or the token file)") from None
+            if isinstance(error, (OSError, TimeoutError, CommClosedError)):
+                raise OSError(f"cannot connect to the scheduler at {address}: {error}") from None
+            raise
         self.id = first.client
         return comm
 
