@@ -446,3 +446,28 @@ def test_a_task_function_is_the_same_bytes_for_every_task_of_a_batch(client):
     client.compute(da.ones((40,), chunks=4).map_blocks(shift).sum())
     functions = {raw(t["spec"][0]) for t in tasks_of(client)}
     assert len(functions) == 1
+
+
+def test_the_cyclic_collector_is_paused_while_a_graph_is_built_and_only_then(client,
+                                                                               monkeypatch):
+    import gc
+
+    from dsched.dask import execute
+
+    seen = []
+    dumps = execute.NodePickler.dumps
+    monkeypatch.setattr(execute.NodePickler, "dumps",
+                        lambda self, node: seen.append(gc.isenabled()) or dumps(self, node))
+    assert gc.isenabled()
+    client.compute(seed_array())
+    assert seen and not any(seen)
+    assert gc.isenabled()
+    with pytest.raises(ValueError, match="fusion must be one of"):
+        client.compute(seed_array(), fusion="sometimes")
+    assert gc.isenabled(), "resumed after an error too"
+    gc.disable()  # the caller's choice is kept
+    try:
+        client.compute(seed_array())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
