@@ -2,7 +2,8 @@
 
 A worker that finds GPUs and is given no ``GPU`` resource advertises them all; ``--nworkers``
 divides them among its processes; the worker's own ``CUDA_VISIBLE_DEVICES`` limits what it
-offers, and tasks are pinned to physical device numbers within that limit.
+offers, and tasks are pinned to physical device numbers within that limit. What was found is
+logged once, by the nanny.
 """
 
 from __future__ import annotations
@@ -66,3 +67,15 @@ def test_cuda_visible_devices_limits_the_worker_and_its_tasks(daemons):
     seen = client.gather(futures, timeout=60)
     assert {visible for visible, _ in seen} == {"2", "3"}
     assert all(ids == [int(visible)] for visible, ids in seen), seen
+
+
+def test_what_a_nanny_found_is_logged_once_not_again_by_each_process(daemons, tmp_path):
+    log_path = tmp_path / "worker.log"
+    daemons.scheduler()
+    with open(log_path, "wb") as log:
+        daemons.worker("--nworkers", "2", env=FOUR_GPUS, stderr=log)
+    client = daemons.client()
+    daemons.wait_for_workers(client, 2)  # each process detected its share before registering
+
+    found = [line for line in log_path.read_text().splitlines() if "Found" in line]
+    assert len(found) == 1 and "Found 4 GPU(s)" in found[0], found

@@ -78,20 +78,22 @@ def load_nvml(environ: Any = os.environ) -> Any:
 
 
 def detect_gpus(
-    visible: str | None = _FROM_ENV, select: str = "auto", backend: Any = None
+    visible: str | None = _FROM_ENV, select: str = "auto", backend: Any = None,
+    announce: bool = True,
 ) -> GpuInventory:
     """The GPUs this worker may use.
 
     ``visible`` is ``CUDA_VISIBLE_DEVICES`` (read from the environment when not given; ``None``
     means unset, ``""`` no device). ``select`` is the ``--gpus`` value: ``auto`` (every visible
     device), ``none``, or indices/UUIDs such as ``0,2``; a device it names that is not found
-    raises ConfigError, since the user asked for it by name.
+    raises ConfigError, since the user asked for it by name. What was found is logged at INFO
+    when ``announce`` (a nanny's process, whose nanny said it, logs it at DEBUG).
     """
     if visible is _FROM_ENV:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     wanted = parse_gpus_option(select)
     if wanted == ():
-        return _found((), "GPUs are turned off (--gpus none)")
+        return _found((), "GPUs are turned off (--gpus none)", announce)
     if visible is not None and not visible.strip():
         devices: tuple[GpuDevice, ...] = ()
         reason = "CUDA_VISIBLE_DEVICES is empty"
@@ -102,16 +104,17 @@ def detect_gpus(
             reason = "" if devices else f"CUDA_VISIBLE_DEVICES={visible!r} names none of them"
     if wanted is not None:
         devices = _select(devices, wanted, select, reason)
-    return _found(devices, reason)
+    return _found(devices, reason, announce)
 
 
-def _found(devices: tuple[GpuDevice, ...], reason: str) -> GpuInventory:
+def _found(devices: tuple[GpuDevice, ...], reason: str, announce: bool) -> GpuInventory:
+    level = logging.INFO if announce else logging.DEBUG
     if devices:
-        logger.info("Found %d GPU(s): %s", len(devices), "; ".join(
+        logger.log(level, "Found %d GPU(s): %s", len(devices), "; ".join(
             f"{d.index} {d.name} {d.uuid} {d.memory_total / 2**30:.0f} GiB" for d in devices
         ))
         return GpuInventory(devices)
-    logger.info("No GPUs: %s; the worker runs without GPUs", reason)
+    logger.log(level, "No GPUs: %s; the worker runs without GPUs", reason)
     return GpuInventory((), reason)
 
 

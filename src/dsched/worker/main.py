@@ -88,7 +88,8 @@ def run_worker(cfg: dict) -> int:
                               "(or worker.nanny = false)")
         # The nanny has said what it found; "none" from it may mean "none found".
         quiet = nanny and gpus_text(w.gpus) == "none"
-        devices = () if quiet else detect_gpus(select=gpus_text(w.gpus)).devices
+        devices = () if quiet else detect_gpus(select=gpus_text(w.gpus),
+                                               announce=not nanny).devices
         return _run_one(w, build(CommConfig, cfg["comm"]), devices, supervised=bool(nanny),
                         previous_exit=previous_exit, service=service)
     except (ResourceSpecError, ConfigError) as error:
