@@ -1,7 +1,8 @@
 """The job queue of a real scheduler daemon, before any worker runs a job: submissions are
 acknowledged once journaled, read back with their reasons, cancelled, held and released,
 and survive a kill -9 of the scheduler (the same submission then names the same job, and a
-client that was waiting for a reply or an end when its scheduler died sends them again)."""
+client that was waiting for a reply or an end when its scheduler died sends them again, and
+any cancel it asked meanwhile)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,22 @@ def test_a_misspecified_job_is_refused_and_nothing_is_queued(daemons):
     with pytest.raises(SchedError, match="unknown job 41"):
         client.submit_command(["true"], after_ok=[41]).job_id(timeout=10)
     assert client.jobs()["total"] == 0
+
+
+def test_a_cancel_asked_while_the_scheduler_is_down_reaches_it_once_it_is_back(daemons,
+                                                                              tmp_path):
+    state_dir = str(tmp_path / "state")
+    daemons.scheduler("--state-dir", state_dir)
+    port = int(daemons.address.rsplit(":", 1)[1])
+    client = daemons.client()
+    held = client.submit_command(["true"], hold=True)
+    job = held.job_id(timeout=10)
+    daemons.scheduler_process.kill()
+    daemons.scheduler_process.wait()
+    wait_until(lambda: client.status == "disconnected", 30, what="the client to notice")
+
+    held.cancel()  # nowhere to send it now
+    daemons.scheduler("--state-dir", state_dir, port=port)
+    with pytest.raises(CancelledError):
+        held.result(timeout=30)
+    assert client.jobs([job])["jobs"][0]["state"] == "cancelled"

@@ -94,11 +94,12 @@ class JobFuture:
     on its own loop they return coroutines, and ``await future`` gives the result.
     """
 
-    __slots__ = ("_owner", "id", "_submitted", "_ended", "_result")
+    __slots__ = ("_owner", "id", "_submitted", "_ended", "_result", "_cancel_asked")
 
     def __init__(self, owner: Owner, job_id: int | None = None):
         self._owner = owner
         self.id = job_id
+        self._cancel_asked = False  # asked again after a reconnect, should the first be lost
         self._submitted = FutureState("submission")
         self._ended = FutureState("job")
         self._result: JobResult | None = None
@@ -186,6 +187,7 @@ class JobFuture:
     def cancel(self) -> None:
         """Cancel the job (queued or running); its result then raises CancelledError."""
         owner = self._owner
+        self._cancel_asked = True
 
         def send(_: Any = None) -> None:
             if self.id is not None:
@@ -299,11 +301,16 @@ class JobDesk:
 
     def resend(self) -> None:
         """Connected again: each submission not answered goes again, with its submission id,
-        and each watched job is watched again."""
+        each watched job is watched again, and each cancel asked of one is asked again (one
+        asked while disconnected went nowhere; cancelling twice is harmless)."""
         for item in self.submitting.values():
             self.outbox.send(ops.SubmitJobs(id=item.request, jobs=(item.spec.to_wire(),)))
         if self.watching:
             self.outbox.send(ops.WatchJobs(jobs=tuple(self.watching)))
+        cancelled = tuple(job for job, futures in self.watching.items()
+                          if any(f._cancel_asked for f in futures))
+        if cancelled:
+            self.outbox.send(ops.CancelJobs(id=0, jobs=cancelled))
 
     def lost(self, error: BaseException) -> None:
         """The scheduler is gone: every future here fails (the jobs themselves go on)."""
