@@ -9,14 +9,12 @@ An exception raised by a task comes back as its pickle plus the formatted remote
 client re-raises it with its original type and the remote traceback chained as its cause (the
 way ``concurrent.futures`` reports errors from worker processes).
 
-No I/O. Not pure, though: unpickling imports the modules it names, so a process unpickles on
-one thread at a time (``UNPICKLING``).
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import sys
-import threading
 import traceback
 from typing import Any, Callable, Mapping
 
@@ -25,13 +23,6 @@ import cloudpickle
 from .errors import TaskExit
 
 PICKLE_PROTOCOL = 5
-
-#: Held while this process unpickles anything. Unpickling imports the modules it names, and a
-#: worker unpickles on several threads. Two threads importing one package at once can fail:
-#: Python waits only for the module asked for, not for its package, so the second thread gets
-#: a submodule while the package's ``__init__`` is still running (a registry half filled), or
-#: a deadlock error. Unpickling holds the GIL anyway, so taking turns costs nothing.
-UNPICKLING = threading.RLock()
 
 
 class TaskRef:
@@ -83,8 +74,7 @@ def dumps(obj: Any) -> bytes:
 
 
 def loads(data: bytes | memoryview) -> Any:
-    with UNPICKLING:
-        return cloudpickle.loads(data)
+    return cloudpickle.loads(data)
 
 
 def replace_futures(obj: Any, to_ref: Callable[[Any], TaskRef | None]) -> tuple[Any, set[str]]:

@@ -25,7 +25,8 @@ from typing import Any, Iterable
 
 import cloudpickle
 
-from ..serialize import PICKLE_PROTOCOL, UNPICKLING
+from ..serialize import PICKLE_PROTOCOL
+from ..worker import unpickling
 
 class NodePickler:
     """Pickles the nodes of one graph; collects the functions that travel by value."""
@@ -180,7 +181,7 @@ class RunNode:
 
     def load(self, node: bytes) -> Any:
         """The node pickled in ``node``, its functions taken from this graph's table."""
-        with UNPICKLING:
+        with unpickling.LOCK:  # a task thread's loads take turns (see worker/unpickling.py)
             _loading.run = self
             try:
                 return pickle.loads(node)
@@ -191,7 +192,7 @@ class RunNode:
         """The graph's function ``index``, unpickled the first time it is asked for."""
         function = self._loaded.get(index)
         if function is None:  # two threads may both load it: the same function either way
-            with UNPICKLING:
+            with unpickling.LOCK:
                 function = self._loaded[index] = pickle.loads(self.functions[index])
         return function
 

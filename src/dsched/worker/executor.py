@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping
 
 from .. import serialize
 from ..gpu_ids import task_environment
+from . import unpickling
 from .child import HEADER
 from .lifeline import Lifeline, describe_exit
 
@@ -74,7 +75,7 @@ class ThreadRunner:
         if function is None:
             if len(self._functions) >= 256:
                 self._functions.clear()
-            function = self._functions[function_bytes] = serialize.loads(function_bytes)
+            function = self._functions[function_bytes] = unpickling.loads(function_bytes)
         return function
 
     def submit(self, function_bytes: bytes, args: tuple, kwargs: dict,

@@ -182,6 +182,10 @@ class Worker:
         finally:
             self._group = None
 
+    def _stopping(self) -> bool:
+        """From ``stop`` on (or a failed activity), as the tasks of the group are cancelled."""
+        return self._group is None or self.stopped.is_set()
+
     def _spawn(self, coroutine) -> None:
         task = None
         if self._group is not None:
@@ -335,7 +339,7 @@ class Worker:
 
     def _start_on_thread(self, start: act.StartTask) -> None:
         """Hand a task to the thread pool; ``_ended`` takes its outcome on the loop."""
-        if self._group is None:  # stopping: nothing new starts
+        if self._stopping():  # nothing new starts
             return
         try:
             function_bytes, argument_bytes = start.spec
@@ -369,7 +373,7 @@ class Worker:
 
     def _ended(self, key: str, outcome: Outcome) -> None:
         """A task's outcome, from a thread or a child, as the event for the state."""
-        if self._group is None:  # stopping: the session is closing, nothing is reported
+        if self._stopping():  # the session is closing: nothing is reported
             return
         try:
             if outcome.ok:
