@@ -81,8 +81,6 @@ async def connect(
     try:
         return await connection.ready
     except asyncio.CancelledError:
-        # Nobody will read how the handshake ends now: retrieve it, so it is not reported.
-        connection.ready.add_done_callback(lambda ready: ready.cancelled() or ready.exception())
         connection.abort()
         raise
     except RemoteProtocolError as error:

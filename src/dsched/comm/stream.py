@@ -22,6 +22,9 @@ class FrameStream(asyncio.BufferedProtocol):
         self.loop = asyncio.get_running_loop()
         self.handshake = handshake
         self.ready: asyncio.Future[Comm] = self.loop.create_future()
+        # How the handshake ended is read by whoever awaits it, if anyone still does (a connect
+        # cancelled inside create_connection never gets the stream): never "not retrieved".
+        self.ready.add_done_callback(lambda ready: ready.cancelled() or ready.exception())
         self.comm: Comm | None = None
         self.peer_address = "?"
         self.writing_paused = False
