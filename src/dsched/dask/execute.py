@@ -28,6 +28,7 @@ import cloudpickle
 from ..serialize import PICKLE_PROTOCOL
 from ..worker import unpickling
 
+
 class NodePickler:
     """Pickles the nodes of one graph; collects the functions that travel by value."""
 
@@ -189,11 +190,11 @@ class RunNode:
                 _loading.run = None
 
     def function(self, index: int) -> Any:
-        """The graph's function ``index``, unpickled the first time it is asked for."""
+        """The graph's function ``index``, unpickled the first time it is asked for (while a
+        node is unpickled, so under ``load``'s lock)."""
         function = self._loaded.get(index)
-        if function is None:  # two threads may both load it: the same function either way
-            with unpickling.LOCK:
-                function = self._loaded[index] = pickle.loads(self.functions[index])
+        if function is None:
+            function = self._loaded[index] = pickle.loads(self.functions[index])
         return function
 
 

@@ -86,16 +86,6 @@ class ThreadRunner:
             self._loop = asyncio.get_running_loop()
         self._queue.put((done, function_bytes, args, kwargs))
 
-    async def run(self, function_bytes: bytes, args: tuple, kwargs: dict) -> Outcome:
-        waiter = asyncio.get_running_loop().create_future()
-
-        def done(outcome: Outcome) -> None:
-            if not waiter.done():
-                waiter.set_result(outcome)
-
-        self.submit(function_bytes, args, kwargs, done)
-        return await waiter
-
     def _work(self) -> None:
         while True:
             item = self._queue.get()

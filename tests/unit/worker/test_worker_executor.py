@@ -25,12 +25,19 @@ def fail():
     raise ValueError("bad input")
 
 
+async def run_on(runner, function_bytes, args, kwargs):
+    """The outcome ``runner`` hands its callback, awaited."""
+    waiter = asyncio.get_running_loop().create_future()
+    runner.submit(function_bytes, args, kwargs, waiter.set_result)
+    return await waiter
+
+
 async def test_thread_runner_returns_values_and_exceptions():
     runner = ThreadRunner(2)
     try:
-        ok = await runner.run(serialize.dumps(lambda a, b=0: a + b), (1,), {"b": 2})
+        ok = await run_on(runner, serialize.dumps(lambda a, b=0: a + b), (1,), {"b": 2})
         assert ok.ok and ok.value == 3 and ok.stop >= ok.start
-        bad = await runner.run(serialize.dumps(fail), (), {})
+        bad = await run_on(runner, serialize.dumps(fail), (), {})
         assert not bad.ok and "bad input" in bad.traceback
         assert type(serialize.loads_exception(bad.exception, bad.traceback)) is ValueError
     finally:
