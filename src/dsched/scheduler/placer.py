@@ -3,13 +3,14 @@
 A task goes to a worker only when that worker can start it now (``startable``, the one rule:
 a free thread, or for a resource-free task one of ``prefetch`` extra slots; its resources
 free; its worker restriction; not draining; not still stopping an earlier run of the same
-key). Among the workers that can, the one holding most of its input bytes wins, then the best
-fit for GPU demands (least free GPU that still fits, so whole multi-GPU workers stay free),
-else the least loaded. The placement pass looks only at queue heads whose queue changed and
-at workers whose load dropped, so a decision costs the same at 10 or 10,000 workers; EASY
-backfill (``backfill.py``) keeps the first waiting large task from being starved, and
-``reasons.py`` says why a queue cannot run anywhere. The placer owns the ready queue, the
-worker index and the learned durations, and books each placement (and its end) on them.
+key). Among the workers that can, the one holding most of its input bytes wins (without
+inputs, where its dependent's other inputs are: ``groups.py``, which may also give a worker a
+task just behind the head), then the best fit for GPU demands (least free GPU that still fits,
+so whole multi-GPU workers stay free), else the least loaded. A pass looks only at queue
+heads whose queue changed and at workers whose load dropped, so a decision costs the same at
+10 or 10,000 workers; EASY backfill (``backfill.py``) keeps the first waiting large task from
+being starved, and ``reasons.py`` says why a queue cannot run anywhere. The placer owns the
+ready queue, the worker index and the learned durations, and books each placement on them.
 
 Pure: no I/O, no clock.
 """
@@ -21,6 +22,7 @@ from typing import Iterable
 
 from .actions import DEBUG, NO_INPUTS, StopTask, Execute, Log
 from .backfill import Backfill
+from .groups import Groups
 from .outbox import Outbox
 from .queue import ReadyQueue, ShapeQueue
 from .reasons import Reasons
@@ -43,6 +45,7 @@ class Placer:
         self.durations: dict[str, float] = {}
         self.backfill = Backfill(self)
         self.reasons = Reasons(self)
+        self.groups = Groups(self)
         self._arithmetic = FreeArithmetic()
         #: Workers whose load dropped since the last pass: room for queues not dirty.
         self._dirty: dict[str, WorkerInfo] = {}
@@ -170,7 +173,9 @@ class Placer:
                             roomy.append(freed)
                 i += 1
                 continue
-            rq.pop(q)
+            if t.dependents and not t.deps:
+                t = self.groups.instead(t, q, w, x, xq)
+            rq.take(t, q)
             self.place(t, w, q)
             freed = backfill.forget_task(t)
             if freed is not None and freed.slot_key and freed not in roomy:
@@ -186,8 +191,8 @@ class Placer:
              xq: ShapeQueue | None = None) -> WorkerInfo | None:
         """The worker to start ``t`` on now, or None. ``x`` (of ``xq``) is the task holding
         the reservation this pass, which a placement must not delay."""
-        if t.deps:
-            w = self._by_locality(t, q, x, xq)
+        if t.deps or t.dependents:  # near its inputs, or its group's
+            w = (self._by_locality if t.deps else self.groups.find)(t, q, x, xq)
             if w is not None:
                 return w
         if q.restrict is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import deque
 from heapq import heappop, heappush
+from typing import Iterator
 
 from ..resources import EMPTY, Resources
 from .task import QUEUED, Task
@@ -135,6 +136,24 @@ class ReadyQueue:
             heappop(heap)
         return None
 
+    def following(self, q: ShapeQueue, limit: int) -> Iterator[Task]:
+        """Up to ``limit`` live tasks of ``q`` after its head, in queue order: a walk down the
+        top of the heap (a few entries), not a sort of it."""
+        heap = q.heap
+        n = len(heap)
+        frontier = sorted((heap[i][0], i) for i in (1, 2) if i < n)
+        steps = 4 * limit  # stale entries are walked past, but not without end
+        while frontier and limit and steps:
+            steps -= 1
+            _, i = heappop(frontier)
+            t = heap[i][1]
+            if t.queue is q:
+                limit -= 1
+                yield t
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < n:
+                    heappush(frontier, (heap[child][0], child))
+
     def pop(self, q: ShapeQueue) -> Task:
         """Take the head of ``q`` (to place it)."""
         heap = q.heap
@@ -153,6 +172,14 @@ class ReadyQueue:
         else:
             self._head_changed(q)
         return t
+
+    def take(self, t: Task, q: ShapeQueue) -> None:
+        """Take ``t`` out of ``q`` to place it: the head, or a task behind it (``groups.py``),
+        when the head stays."""
+        if t is q.heap[0][1]:
+            self.pop(q)
+        else:
+            self.remove(t)
 
     def remove(self, t: Task) -> None:
         """Take ``t`` out of its queue wherever it stands (cancel, timeout, lost input)."""

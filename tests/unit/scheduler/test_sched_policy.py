@@ -6,6 +6,7 @@ from sched_story import Story, started, task
 
 from dsched.resources import Resources
 from dsched.scheduler import SchedulerState, events as ev
+from dsched.scheduler.groups import GROUP_LIMIT
 from dsched.sim import SimTask, SimWorker, Simulation
 
 
@@ -127,3 +128,65 @@ def test_a_queue_of_unplaceable_tasks_does_not_slow_other_shapes():
     actions = state.handle(ev.TasksSubmitted(client="c", tasks=(task("cpu"),), now=0))
     assert started(actions) == [("cpu", "w")]
     assert looked_at == ["cpu"]  # the GPU queue's head was not even looked at again
+
+
+def reduction(groups: int, width: int) -> list:
+    """``groups`` partial sums, each of ``width`` inputs without inputs of their own."""
+    specs = []
+    for g in range(groups):
+        roots = [f"r{g}-{i}" for i in range(width)]
+        specs += [task(key) for key in roots]
+        specs.append(task(f"p{g}", dependencies=tuple(roots)))
+    return specs
+
+
+def run_in_turns(s: Story, *names: str) -> dict[str, str]:
+    """Each worker in turn ends the task it runs (not one it holds prefetched), until nothing
+    is left; returns the worker each task ran on."""
+    ran = {}
+    workers = [s.state.workers[f"tcp://{name}"] for name in names]
+    while any(w.processing for w in workers):
+        for name, w in zip(names, workers):
+            running = [k for k, t in w.processing.items() if not t.prefetched]
+            if running:
+                ran[running[0]] = name
+                s.finish(running[0], nbytes=8)
+    return ran
+
+
+def test_the_inputs_of_a_reduction_run_together_on_one_worker():
+    s = Story(prefetch=2)
+    s.worker("a")
+    s.worker("b")
+    s.submit(*reduction(groups=12, width=4))
+    ran = run_in_turns(s, "a", "b")
+    for g in range(12):
+        assert len({ran[f"r{g}-{i}"] for i in range(4)}) == 1, ran
+    assert set(ran.values()) == {"a", "b"}
+
+
+def test_a_free_worker_takes_a_task_whose_group_is_elsewhere_when_nothing_else_waits():
+    s = Story(prefetch=2)
+    s.worker("a")
+    s.worker("b")
+    actions = s.submit(*reduction(groups=1, width=4))
+    assert started(actions) == [("r0-0", "a"), ("r0-1", "a"), ("r0-2", "a"), ("r0-3", "b")]
+
+
+def test_a_worker_looks_past_the_head_only_among_tasks_of_the_same_priority():
+    s = Story()
+    s.worker("a", nthreads=2)
+    s.worker("b")
+    actions = s.submit(*reduction(groups=1, width=3), *(task(f"low{i}", priority=-1)
+                                                        for i in range(2)))
+    # r0-2's group is on a, which is full; what waits behind it is of a lower priority
+    assert started(actions) == [("r0-0", "a"), ("r0-1", "a"), ("r0-2", "b")]
+
+
+def test_the_inputs_of_a_wide_reduction_spread_over_the_workers():
+    s = Story()
+    s.worker("a", nthreads=4)
+    s.worker("b", nthreads=4)
+    width = GROUP_LIMIT + 1
+    actions = s.submit(*reduction(groups=1, width=width))
+    assert started(actions)[:4] == [("r0-0", "a"), ("r0-1", "b"), ("r0-2", "a"), ("r0-3", "b")]
