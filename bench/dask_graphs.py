@@ -8,7 +8,9 @@ two single-thread worker processes, the best of ``--rounds`` rounds each, with a
 
 * ``keys_per_s``: keys of the optimised graph per second of ``x.compute()``, start to result;
 * ``unoptimised_keys_per_s``: the same with ``optimize_graph=False``;
-* ``submit_s`` (dsched): how long ``client.compute`` takes to build and queue the graph.
+* ``submit_s`` (dsched): how long ``client.compute`` takes to build and queue the graph;
+* ``input_fetches`` (dsched): inputs a worker fetched from the other worker, per compute of
+  the optimised graph (the scheduler's ``fetched`` counter).
 
 When ``distributed`` is importable the same runs on Dask's LocalCluster (``n_workers=2,
 threads_per_worker=1, processes=True``, worker-saturation ``inf`` as in ``throughput.py``)
@@ -86,6 +88,7 @@ def run_dsched(args, counts: dict) -> dict:
     with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as client:
         result = workload(client, args, counts)
         submits = []
+        fetched = client.scheduler_info()["counters"]["fetched"]
         for _ in range(args.rounds):
             collection = graph(args.chunks)
             start = time.perf_counter()
@@ -93,6 +96,8 @@ def run_dsched(args, counts: dict) -> dict:
             submits.append(time.perf_counter() - start)
             future.result()
         result["submit_s"] = round(min(submits), 3)
+        fetched = client.scheduler_info()["counters"]["fetched"] - fetched
+        result["input_fetches"] = round(fetched / args.rounds)
     return result
 
 

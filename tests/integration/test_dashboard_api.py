@@ -159,7 +159,8 @@ def test_metrics_after_a_known_workload(daemons, tmp_path):
     assert value("dsched_gpu_utilization_ratio", worker="gpu-a", gpu="0") == 0.37
     assert value("dsched_event_loop_lag_seconds_count") > 0
     for name in ("dsched_task_worker_deaths_total", "dsched_task_refusals_total",
-                 "dsched_recomputations_total", "dsched_result_copies_total"):
+                 "dsched_recomputations_total", "dsched_result_copies_total",
+                 "dsched_input_fetches_total"):
         assert value(name) == 0
     assert ("process_resident_memory_bytes", ()) in samples
     labels = {v for _, pairs in samples for _, v in pairs}

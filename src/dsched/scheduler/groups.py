@@ -3,11 +3,12 @@
 A task without inputs has no locality of its own, but the other inputs of its dependent (its
 group) do: the roots of a reduction should run where their partial sum will. So the placer
 sends such a task where its group runs or is held, and a worker that frees a slot while the
-queue's head belongs to a group on other workers takes, from the next few tasks of the same
-priority, the first whose group is on it or nowhere yet. The head waits a moment for a slot
-where its group is; when nothing behind it qualifies, it starts here at once, so no worker
-idles for this rule. Without it, roots alternate between workers as slots free up, and each
-partial sum fetches half its inputs from another worker.
+queue's head belongs to a group on other workers takes instead, from the next few tasks of
+the same priority, the first whose group is on it or nowhere yet. A head is passed over at
+most ``MAX_PASSES`` times; after that, or when nothing behind it qualifies, it starts on that
+worker at once, so no worker idles and no head waits long for this rule. Without it, roots
+alternate between workers as slots free up, and each partial sum fetches half its inputs
+from another worker.
 
 Pure: no I/O, no clock.
 """
@@ -25,47 +26,49 @@ if TYPE_CHECKING:
 
 #: A dependent of more inputs than this forms no group: a wide reduction gains nothing from
 #: one worker, and counting its inputs at each placement would cost quadratic time.
-GROUP_LIMIT = 32
-#: How many tasks behind a queue's head a worker looks for one whose group it holds.
+GROUP_LIMIT = 16
+#: An input held on more workers than this (a broadcast) does not say where its group is,
+#: nor does a group already spread over more workers than this.
+SPREAD = 4
+#: How many tasks behind a queue's head a worker looks at, and how many groups on other
+#: workers it passes before it gives up and takes the head.
 LOOKAHEAD = 32
+MAX_REJECTED = 3
+#: How many times one head may be passed over.
+MAX_PASSES = 8
+
+#: Where a task's group is, seen from one worker.
+HERE, ELSEWHERE, NOWHERE, NO_GROUP = "here", "elsewhere", "nowhere", "no group"
 
 
-def group_on(t: Task, address: str) -> bool | None:
-    """Where the group of ``t`` (the other inputs of its first dependent) is: True if one of
-    them runs or is held on ``address``, False if only on other workers, None if nowhere yet
-    (or the dependent is too wide to form a group)."""
-    found = None
+def where(t: Task, address: str) -> str:
+    """Where the group of ``t`` (the other inputs of its first dependent) is, seen from the
+    worker at ``address``: one of them runs or is held there (HERE), only on other workers
+    (ELSEWHERE), on none yet (NOWHERE); NO_GROUP without a dependent, for one too wide, or
+    for a group spread over more than ``SPREAD`` workers."""
+    found = group_workers(t)
+    if found is None:
+        return NO_GROUP
+    if not found:
+        return NOWHERE
+    return HERE if address in found else ELSEWHERE
+
+
+def group_workers(t: Task) -> dict[str, None] | None:
+    """The workers that run or hold the other inputs of ``t``'s first dependent; None when
+    there is no group (see ``where``)."""
     for d in t.dependents:
         deps = d.deps
         if len(deps) > GROUP_LIMIT:
             return None
+        found: dict[str, None] = {}
         for s in deps:
-            on = s.processing_on
-            if on is not None:
-                if on == address:
-                    return True
-                found = False
-            elif s.who_has:
-                if address in s.who_has:
-                    return True
-                found = False
-        return found
+            if s.processing_on is not None:
+                found[s.processing_on] = None
+            elif s.who_has and len(s.who_has) <= SPREAD:
+                found.update(s.who_has)
+        return found if len(found) <= SPREAD else None
     return None
-
-
-def group_workers(t: Task) -> dict[str, None]:
-    """The workers that run or hold the other inputs of ``t``'s first dependent."""
-    found: dict[str, None] = {}
-    for d in t.dependents:
-        deps = d.deps
-        if len(deps) <= GROUP_LIMIT:
-            for s in deps:
-                if s.processing_on is not None:
-                    found[s.processing_on] = None
-                elif s.who_has:
-                    found.update(s.who_has)
-        break
-    return found
 
 
 class Groups:
@@ -78,7 +81,7 @@ class Groups:
              xq: ShapeQueue | None) -> WorkerInfo | None:
         """The best of the workers where ``t``'s group is that can start it now, or None."""
         workers = self.placer.workers
-        found = [workers[a] for a in group_workers(t) if a in workers]
+        found = [workers[a] for a in group_workers(t) or () if a in workers]
         if not found:
             return None
         return self.placer.best_of(t, q, found, x, xq)
@@ -86,20 +89,37 @@ class Groups:
     def instead(self, t: Task, q: ShapeQueue, w: WorkerInfo, x: Task | None,
                 xq: ShapeQueue | None) -> Task:
         """The task to start on ``w``, which can start ``t`` (the head of ``q``, without
-        inputs): ``t``, unless its group is on other workers and not on ``w``; then the first
-        of the next ``LOOKAHEAD`` tasks of its priority whose group is on ``w`` or nowhere,
-        if ``w`` can start it (``x`` of ``xq`` holds the reservation it must not delay)."""
+        inputs): ``t``, unless its group is on other workers only and it has been passed
+        over fewer than ``MAX_PASSES`` times; then the first of the next ``LOOKAHEAD`` tasks
+        of its priority whose group is on ``w`` or nowhere, if ``w`` can start it (``x`` of
+        ``xq`` holds the reservation it must not delay)."""
+        if q.passed_head is not t:
+            q.passed_head, q.passed = t, 0
+        elif q.passed >= MAX_PASSES:
+            return t
         address = w.address
-        if group_on(t, address) is not False:
+        if where(t, address) is not ELSEWHERE:
             return t
         placer = self.placer
         priority = t.priority
+        # where() reads only the first dependent: judge each dependent once
+        judged = {next(iter(t.dependents)): ELSEWHERE}
+        rejected = 0
         for u in placer.queue.following(q, LOOKAHEAD):
             if u.priority != priority:
                 break
-            if u.deps or u is t or group_on(u, address) is False:
+            if u.deps or not u.dependents:
                 continue
-            if placer.startable(u, q, w) and not (
+            d = next(iter(u.dependents))
+            verdict = judged.get(d)
+            if verdict is None:
+                verdict = judged[d] = where(u, address)
+                if verdict is ELSEWHERE:
+                    rejected += 1
+                    if rejected == MAX_REJECTED:
+                        break
+            if (verdict is HERE or verdict is NOWHERE) and placer.startable(u, q, w) and not (
                     x is not None and placer.backfill.blocks(u, q, w, x, xq)):
+                q.passed += 1
                 return u
         return t

@@ -16,7 +16,7 @@ from .actions import Free, JournalWrite, Log, TaskWaiting
 class Outbox:
     """``counters``, since start: ``placed`` tasks, worker ``deaths`` counted against tasks,
     ``rejected`` refusals, ``recomputed`` lost results, ``replicated`` results copied off
-    draining workers."""
+    draining workers, ``fetched`` inputs of placed tasks not held where they were placed."""
 
     __slots__ = ("actions", "to_free", "waiting", "now", "counters", "rows", "causes")
 
@@ -26,7 +26,7 @@ class Outbox:
         self.waiting: dict[tuple[str, str | None], list[str]] = {}
         self.now = 0.0
         self.counters: dict[str, int] = dict(
-            placed=0, deaths=0, rejected=0, recomputed=0, replicated=0)
+            placed=0, deaths=0, rejected=0, recomputed=0, replicated=0, fetched=0)
         self.rows: dict[int, Any] = {}
         self.causes: set[str] = set()
 

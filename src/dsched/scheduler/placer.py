@@ -337,6 +337,7 @@ class Placer:
                                    job=self.on_job_placed(t, w)))
         elif t.deps:
             who_has = {d.key: tuple(d.who_has or ()) for d in t.deps}
+            out.counters["fetched"] += sum(w.address not in held for held in who_has.values())
             nbytes = {d.key: d.nbytes for d in t.deps}
             actions.append(Execute(key=t.key, worker=w.address, spec=t.spec,
                                    resources=t.resources, priority=t.priority,

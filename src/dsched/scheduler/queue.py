@@ -39,7 +39,7 @@ class ShapeQueue:
     __slots__ = (
         "qid", "key", "resources", "restrict", "heap", "live", "reason", "reason_kind",
         "unrunnable_since", "fifo", "head_order", "primary", "primary_units", "best_fit",
-        "empty", "multi", "names",
+        "empty", "multi", "names", "passed_head", "passed",
     )
 
     def __init__(self, qid: int, key: ShapeKey, offered: dict[str, int]):
@@ -67,6 +67,9 @@ class ShapeQueue:
             self.primary = ""
         self.best_fit = bool(gpus)
         self.primary_units = resources.get(self.primary, 0) if self.primary else 0
+        #: The head another task was placed in front of, and how many times (``groups.py``).
+        self.passed_head: Task | None = None
+        self.passed = 0
 
     def tasks(self) -> list[Task]:
         """The live tasks, in queue order."""
@@ -137,17 +140,21 @@ class ReadyQueue:
         return None
 
     def following(self, q: ShapeQueue, limit: int) -> Iterator[Task]:
-        """Up to ``limit`` live tasks of ``q`` after its head, in queue order: a walk down the
-        top of the heap (a few entries), not a sort of it."""
+        """Up to ``limit`` live tasks of ``q`` after its head, in queue order, each once: a
+        walk down the top of the heap, not a sort of it. It passes at most ``4 * limit``
+        entries, so fewer come back when many removed ones lie near the top."""
         heap = q.heap
         n = len(heap)
+        head = heap[0][1] if heap else None
+        seen = {head}  # a task queued again has an older entry too
         frontier = sorted((heap[i][0], i) for i in (1, 2) if i < n)
-        steps = 4 * limit  # stale entries are walked past, but not without end
+        steps = 4 * limit
         while frontier and limit and steps:
             steps -= 1
             _, i = heappop(frontier)
             t = heap[i][1]
-            if t.queue is q:
+            if t.queue is q and t not in seen:
+                seen.add(t)
                 limit -= 1
                 yield t
             for child in (2 * i + 1, 2 * i + 2):

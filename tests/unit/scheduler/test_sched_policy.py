@@ -6,7 +6,7 @@ from sched_story import Story, started, task
 
 from dsched.resources import Resources
 from dsched.scheduler import SchedulerState, events as ev
-from dsched.scheduler.groups import GROUP_LIMIT
+from dsched.scheduler.groups import GROUP_LIMIT, MAX_PASSES, SPREAD, HERE, NO_GROUP, where
 from dsched.sim import SimTask, SimWorker, Simulation
 
 
@@ -89,6 +89,17 @@ def test_prefer_the_worker_holding_the_inputs():
     s.finish("x", nbytes=1000)
     assert started(s.submit(task("y", dependencies=("x",)))) == [("y", "a")]
     assert started(s.submit(task("z"))) == [("z", "b")]  # no inputs: the least loaded
+
+
+def test_inputs_a_worker_must_fetch_from_another_are_counted():
+    s = Story()
+    s.worker("a")
+    s.worker("b")
+    s.submit(task("x", workers=("a",)), task("y", workers=("b",)))
+    s.finish("x", nbytes=1000)
+    s.finish("y", nbytes=10)
+    s.submit(task("z", dependencies=("x", "y")))
+    assert s.where("z") == "a" and s.state.counters["fetched"] == 1  # y, from b
 
 
 def test_gpu_tasks_best_fit_so_whole_gpus_stay_free():
@@ -190,3 +201,92 @@ def test_the_inputs_of_a_wide_reduction_spread_over_the_workers():
     width = GROUP_LIMIT + 1
     actions = s.submit(*reduction(groups=1, width=width))
     assert started(actions)[:4] == [("r0-0", "a"), ("r0-1", "b"), ("r0-2", "a"), ("r0-3", "b")]
+
+
+def held_on_a_busy_worker(s: Story) -> None:
+    """Input h held on worker a, which then runs a long task; worker b joins, free."""
+    s.worker("a")
+    s.submit(task("h"))
+    s.finish("h", nbytes=8)
+    s.submit(task("long"))
+    s.worker("b")
+
+
+def run_on(s: Story, name: str, count: int) -> list[str]:
+    """The worker ends its running task ``count`` times; the tasks it ran, in order."""
+    w = s.state.workers[f"tcp://{name}"]
+    ran = []
+    for _ in range(count):
+        key = next(iter(w.processing))
+        ran.append(key)
+        s.finish(key, nbytes=8)
+    return ran
+
+
+def test_a_head_is_not_passed_over_for_tasks_without_a_group():
+    s = Story()
+    held_on_a_busy_worker(s)
+    s.submit(task("blocker"))  # b is busy while the rest is queued
+    s.submit(task("r"), task("p", dependencies=("r", "h")))  # r's group is on a
+    s.submit(*(task(f"y{i}") for i in range(5)))
+    assert run_on(s, "b", 2) == ["blocker", "r"]
+
+
+def test_a_head_is_passed_over_at_most_a_few_times():
+    s = Story()
+    held_on_a_busy_worker(s)
+    s.submit(task("blocker"))
+    s.submit(task("r"), task("p", dependencies=("r", "h")))
+    s.submit(*reduction(groups=20, width=2))  # groups b can start, queued behind r
+    ran = run_on(s, "b", MAX_PASSES + 2)
+    assert ran.index("r") == MAX_PASSES + 1, ran  # after the blocker and MAX_PASSES others
+
+
+def test_a_worker_does_not_take_a_task_still_stopping_there_in_front_of_the_head():
+    s = Story()
+    s.worker("a")
+    s.worker("b", nthreads=2)
+    s.submit(task("u"), task("v"), task("pu", dependencies=("u", "v")))
+    assert {s.where("u"), s.where("v")} == {"b"}
+    s.cancel("u", "v", "pu")
+    s.confirm("v", "b")  # u is still stopping on b, and holds one of its threads
+    actions = s.submit(task("t0", workers=("a",)), task("t1"),
+                       task("pt", dependencies=("t0", "t1")),
+                       task("u"), task("v"), task("pu", dependencies=("u", "v")))
+    # t1's group is on a, which is full; b may take a task of a new group, but not u
+    assert started(actions) == [("t0", "a"), ("v", "b")]
+
+
+def test_a_task_taken_in_front_of_the_head_does_not_delay_the_reservation():
+    s = Story(prefetch=1)
+    s.worker("a")
+    s.worker("w", resources="GPU=1")
+    learned(s, "short", 1)
+    learned(s, "L", 10, "GPU=1")
+    s.submit(task("h", workers=("a",)))
+    s.finish("h", nbytes=8)
+    s.submit(task("long-1", workers=("a",)), task("long-2", workers=("a",)))  # a is full
+    s.submit(task("L-1", "GPU=1"))  # w's thread, until 10
+    assert started(s.submit(task("X", "GPU=1"))) == []  # reserves w from 10
+    actions = s.submit(task("short-r"), task("p", dependencies=("short-r", "h")),
+                       task("mystery-u"), task("q", dependencies=("mystery-u", "mystery-v")),
+                       task("mystery-v"))
+    # short-r's group is on a; mystery-u's is nowhere, but its length is unknown, so it
+    # could delay X: w takes the head, which ends in time
+    assert started(actions) == [("short-r", "w")]
+
+
+def test_a_group_spread_over_many_workers_has_no_home():
+    def seen_from_w0(workers: int) -> str:
+        """Where the group of a queued root is, its other inputs on ``workers`` workers."""
+        s = Story()
+        names = [f"w{i}" for i in range(workers)]
+        for name in names:
+            s.worker(name)
+        roots = [f"r{i}" for i in range(workers)]
+        s.submit(*(task(key, workers=(name,)) for key, name in zip(roots, names)),
+                 task("late"), task("p", dependencies=(*roots, "late")))
+        return where(s.state.tasks["late"], "tcp://w0")
+
+    assert seen_from_w0(SPREAD) == HERE
+    assert seen_from_w0(SPREAD + 1) == NO_GROUP

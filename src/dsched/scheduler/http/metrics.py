@@ -35,6 +35,9 @@ COUNTERS = {
                    "Results lost with their workers and computed again"),
     "replicated": ("dsched_result_copies_total",
                    "Results copied off draining workers to keep them"),
+    "fetched": ("dsched_input_fetches_total",
+                "Task inputs a worker had to fetch from another worker (the task was placed "
+                "where the input was not held)"),
 }
 PENDING_REASONS = tuple(PENDING_TEXTS) + REASON_KINDS
 ENDED_STATES = sorted(s.value for s in ENDED)
