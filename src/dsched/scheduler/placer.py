@@ -384,17 +384,17 @@ class Placer:
 
     def stop(self, t: Task) -> None:
         """Nobody needs ``t`` any more: stop it where it runs. It keeps its thread and
-        resources there until the worker confirms (or reports its end)."""
+        resources there until the worker confirms (or reports its end), but backfill now
+        expects them back at once, which may let a blocked task start: ``w`` is looked at."""
         w = self.workers[t.processing_on]
-        del w.processing[t.key]
-        w.stopping[t.key] = t
+        w.stopping[t.key] = w.processing.pop(t.key)
         t.processing_on = None
         w.version += 1
+        self._dirty[w.address] = w
         self.out.actions.append(StopTask(key=t.key, worker=w.address))
 
     def tick(self) -> None:
-        """Time passed: estimates drift, so the reserved task looks for its best worker
-        again."""
+        """Time passed: estimates drift; the reserved task looks for its best worker again."""
         freed = self.backfill.drop()
         if freed is not None:
             self._dirty[freed.address] = freed

@@ -71,6 +71,19 @@ def test_cancelling_the_reserved_task_frees_its_worker_for_the_others():
     assert started(s.cancel("big")) == [("b-0", "w")]
 
 
+def test_a_task_stopped_on_the_reserved_worker_lets_a_blocked_task_start():
+    s = Story(prefetch=1)
+    s.worker("w", nthreads=2, resources="GPU=2 MEMORY=8")
+    learned(s, "gpu", 1, "GPU=2")
+    assert started(s.submit(task("gpu-a", "GPU=2"), task("other"))) == [
+        ("gpu-a", "w"), ("other", "w")]
+    assert started(s.submit(task("gpu-b", "GPU=1 MEMORY=2"))) == []  # reserves w from 1
+    # a prefetch slot is free, but no thread would be left beside gpu-b at 1
+    assert started(s.submit(task("mystery"))) == []
+    # other will end now: a thread is spare beside gpu-b, and mystery may wait for it there
+    assert started(s.cancel("other")) == [("mystery", "w")]
+
+
 def test_backfill_elsewhere_is_free():
     s = Story()
     s.worker("gpus", nthreads=4, resources="GPU=2")
