@@ -5,6 +5,7 @@ because ``conftest`` is not one)."""
 from __future__ import annotations
 
 import os
+import random
 import re
 import secrets
 import select
@@ -17,6 +18,32 @@ from contextlib import contextmanager
 
 from deadline import wait_until
 from dsched.auth import generate_token
+
+def free_ports(count: int = 1) -> int:
+    """The first of ``count`` consecutive ports free on 127.0.0.1, for a test that must name a
+    port. They are taken below the range the OS hands out to outgoing connections, so no
+    connection made meanwhile (a worker's, a client's) can take one before the daemon binds."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(100):
+        first = random.randrange(max(1024, low - 8192), low - count)
+        probes = []
+        try:
+            for port in range(first, first + count):
+                probe = socket.socket()
+                probes.append(probe)
+                probe.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+    raise AssertionError(f"no {count} consecutive free ports below {low}")
+
 
 LISTENING = re.compile(r"listening at (\S+)")
 DASHBOARD = re.compile(r"dashboard at (\S+)")

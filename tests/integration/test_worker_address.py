@@ -2,15 +2,11 @@
 
 import socket
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from cluster_helpers import free_ports
 
 
 def test_a_worker_serves_on_the_host_and_port_it_is_given(daemons):
-    port = free_port()
+    port = free_ports()
     daemons.scheduler()
     daemons.worker("--port", str(port), "--name", "fixed")
     client = daemons.client()
@@ -22,7 +18,7 @@ def test_a_worker_serves_on_the_host_and_port_it_is_given(daemons):
 
 
 def test_under_a_nanny_a_fixed_port_is_the_first_of_a_range(daemons):
-    port = free_port()
+    port = free_ports(2)
     daemons.scheduler()
     daemons.worker("--port", str(port), "--nworkers", "2", "--nthreads", "1")
     client = daemons.client()

@@ -4,11 +4,11 @@ task finish and report, and reconnection to a scheduler that comes back on the s
 from __future__ import annotations
 
 import signal
-import socket
 import sys
 
 import cloudpickle
 
+from cluster_helpers import free_ports
 from deadline import wait_until
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -32,12 +32,6 @@ def where() -> str:
     import os
 
     return os.environ["SCHED_WORKER_NAME"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_heartbeats_bring_cpu_and_memory_to_the_scheduler(daemons):
@@ -74,7 +68,7 @@ def test_sigterm_lets_the_running_task_finish_and_report_then_exits_0(daemons, t
 
 
 def test_worker_outlives_its_scheduler_and_registers_with_the_next_one(daemons):
-    port = free_port()
+    port = free_ports()
     daemons.scheduler("--port", str(port))
     worker = daemons.worker("--name", "survivor", env=FAST)
     daemons.wait_for_workers(daemons.client(), 1)
