@@ -18,15 +18,15 @@ import os
 import threading
 from typing import Any
 
-import cloudpickle
+from .. import serialize
 
 LOCK = threading.RLock()
 
 
 def loads(data: bytes) -> Any:
-    """``cloudpickle.loads`` on a task thread, in turn with the others."""
+    """``serialize.loads`` on a task thread, in turn with the others."""
     with LOCK:
-        return cloudpickle.loads(data)
+        return serialize.loads(data)
 
 
 def _fresh_lock() -> None:
