@@ -7,15 +7,24 @@ peer authenticated, swaps each ``TaskRef`` for the dependency's value, and runs 
 
 An exception raised by a task comes back as its pickle plus the formatted remote traceback; the
 client re-raises it with its original type and the remote traceback chained as its cause (the
-way ``concurrent.futures`` reports errors from worker processes).
+way ``concurrent.futures`` reports errors from worker processes). So that the traceback names
+the user's own file and shows its lines, a function that travels by value (defined in
+``__main__``, a notebook cell, a test module) takes its file's name and its source lines with
+it: the worker, which may not have the file, shows the lines the client sent, as a local call
+would; cloudpickle alone (3.1.3 on) names every such file ``<dynamic-code>``.
 
-Pure: no I/O.
+No network, clock or logging; the only files it reads are the source files of functions sent by
+value (through ``linecache``), on the client.
 """
 
 from __future__ import annotations
 
+import io
+import linecache
 import sys
 import traceback
+import types
+from collections import ChainMap
 from typing import Any, Callable, Mapping
 
 import cloudpickle
@@ -70,11 +79,51 @@ class TaskError(Exception):
 
 
 def dumps(obj: Any) -> bytes:
-    return cloudpickle.dumps(obj, protocol=PICKLE_PROTOCOL)
+    with io.BytesIO() as buffer:
+        _Pickler(buffer, protocol=PICKLE_PROTOCOL).dump(obj)
+        return buffer.getvalue()
 
 
 def loads(data: bytes | memoryview) -> Any:
     return cloudpickle.loads(data)
+
+
+# -- code objects keep their file and lines ----------------------------------------------------
+
+#: The file name of a code object while cloudpickle pickles it for :func:`_reduce_code`.
+_NAMELESS = "<dsched-code>"
+_cloudpickle_code_reduce = cloudpickle.Pickler.dispatch_table[types.CodeType]
+
+
+def _reduce_code(code: types.CodeType) -> tuple:
+    """Pickle ``code`` as cloudpickle does, plus its file's name and its source lines.
+
+    The lines are the code object's own (from its first line to its last), read where the
+    function was defined (``linecache`` knows a script's file and a notebook's cells); nested
+    functions and comprehensions are code objects of their own and carry their own lines."""
+    if code.co_filename == _NAMELESS:
+        return _cloudpickle_code_reduce(code)
+    first = code.co_firstlineno
+    last = max((line for _, _, line in code.co_lines() if line is not None), default=first)
+    lines = linecache.getlines(code.co_filename)[first - 1:last]
+    return _named_code, (code.replace(co_filename=_NAMELESS), code.co_filename, first, lines)
+
+
+def _named_code(code: types.CodeType, filename: str, first: int,
+                lines: list[str]) -> types.CodeType:
+    """Unpickle a code object under its own file name, making its lines known to tracebacks."""
+    if lines:
+        known = list(linecache.getlines(filename))  # the file where this machine has one
+        known.extend([""] * (first - 1 + len(lines) - len(known)))
+        known[first - 1:first - 1 + len(lines)] = lines
+        # No modification time: linecache.checkcache keeps the entry (and never rereads a file
+        # of that name here, which may not be the one the function came from).
+        linecache.cache[filename] = (sum(map(len, known)), None, known, filename)
+    return code.replace(co_filename=filename)
+
+
+class _Pickler(cloudpickle.Pickler):
+    dispatch_table = ChainMap({types.CodeType: _reduce_code}, cloudpickle.Pickler.dispatch_table)
 
 
 def replace_futures(obj: Any, to_ref: Callable[[Any], TaskRef | None]) -> tuple[Any, set[str]]:

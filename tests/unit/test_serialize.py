@@ -72,3 +72,29 @@ def test_an_exception_that_is_not_an_exception_arrives_as_an_ordinary_error_nami
     assert str(serialize.loads_exception(*serialize.dumps_exception(SystemExit(3)))) == (
         "the task raised SystemExit(3)")
 
+
+
+def test_a_function_sent_by_value_keeps_its_file_name_and_brings_its_lines():
+    """A notebook cell's function: its lines live only in the client's linecache; the worker
+    (here: the same process with that cache emptied) shows them in the traceback."""
+    import linecache
+    import traceback
+
+    cell = "<notebook-cell-7>"
+    source = ("def outer(x):\n"
+              "    def inner(y):\n"
+              "        return 1 / y\n"
+              "    return inner(x - x)\n")
+    linecache.cache[cell] = (len(source), None, source.splitlines(True), cell)
+    namespace = {"__name__": "not_an_importable_module"}
+    exec(compile(source, cell, "exec"), namespace)
+    payload = serialize.dumps(namespace["outer"])
+    del linecache.cache[cell]
+
+    function = serialize.loads(payload)
+    with pytest.raises(ZeroDivisionError) as raised:
+        function(3)
+    text = "".join(traceback.format_exception(raised.value))
+    assert f'File "{cell}", line 4, in outer\n    return inner(x - x)\n' in text
+    assert f'File "{cell}", line 3, in inner\n    return 1 / y\n' in text
+    linecache.cache.pop(cell, None)

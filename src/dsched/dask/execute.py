@@ -25,6 +25,7 @@ from typing import Any, Iterable
 
 import cloudpickle
 
+from .. import serialize
 from ..serialize import PICKLE_PROTOCOL
 from ..worker import unpickling
 
@@ -45,10 +46,10 @@ class NodePickler:
         try:
             _Pickler(buffer, self).dump(node)
         except Exception:  # PicklingError, or whatever a __reduce__ raises: cloudpickle decides
-            return cloudpickle.dumps(node, protocol=PICKLE_PROTOCOL)
+            return serialize.dumps(node)
         data = buffer.getvalue()
         if b"__main__" in data:  # a class or instance of __main__: a worker has another one
-            return cloudpickle.dumps(node, protocol=PICKLE_PROTOCOL)
+            return serialize.dumps(node)
         return data
 
     def by_value(self, function: types.FunctionType) -> int | None:
@@ -59,7 +60,7 @@ class NodePickler:
         index = None
         if not _importable(function):
             index = len(self.functions)
-            self.functions.append(cloudpickle.dumps(function, protocol=PICKLE_PROTOCOL))
+            self.functions.append(serialize.dumps(function))
         self._index[key] = index
         self._kept.append(function)
         return index
