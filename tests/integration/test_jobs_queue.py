@@ -104,3 +104,32 @@ def test_a_cancel_asked_while_the_scheduler_is_down_reaches_it_once_it_is_back(d
     with pytest.raises(CancelledError):
         held.result(timeout=30)
     assert client.jobs([job])["jobs"][0]["state"] == "cancelled"
+
+
+def test_a_job_cancelled_right_after_submit_never_runs_even_if_the_client_closes_at_once(
+        daemons):
+    """``f = submit_command(...); f.cancel(); client.close()``: the cancel is applied before
+    close returns, whether it left before the job's number came back or after."""
+    daemons.scheduler()
+    client = daemons.client()
+    held = [client.submit_command(["true"], hold=True) for _ in range(3)]
+    queued = [client.submit_command(["true"]) for _ in range(3)]
+    for future in held + queued:
+        future.cancel()
+    client.close()
+
+    views = daemons.client().jobs()["jobs"]
+    # Each was either never queued (cancelled before it left) or queued and cancelled.
+    assert {view["state"] for view in views} <= {"cancelled"}, views
+
+
+def test_a_cancel_asked_after_the_number_came_back_is_applied_before_close_returns(daemons):
+    daemons.scheduler()
+    client = daemons.client()
+    futures = [client.submit_command(["true"], hold=True) for _ in range(5)]
+    jobs = [future.job_id(timeout=10) for future in futures]
+    for future in futures:
+        future.cancel()
+    client.close()
+    views = daemons.client().jobs(jobs)["jobs"]
+    assert [view["state"] for view in views] == ["cancelled"] * 5

@@ -52,7 +52,7 @@ class Scripted:
         return ops.Log(1, data[offset:offset + limit], len(data))
 
     async def watch_jobs(self, jobs) -> list[JobFuture]:
-        return [JobFuture(self, job) for job in jobs]
+        return [JobFuture(self, None, job) for job in jobs]
 
     async def scheduler_info(self) -> dict:
         return self.info

@@ -12,7 +12,7 @@ import pytest
 
 from dsched import CancelledError, wait
 from dsched.client.future import Future, FutureState, FutureStatus, Owner
-from dsched.client.jobs import JobFuture
+from dsched.client.jobs import JobDesk, JobFuture, job_spec
 from dsched.protocol import ops
 from dsched.serialize import dumps_exception
 
@@ -131,14 +131,57 @@ def test_wait_asks_the_owner_whether_it_may_block():
                                                                                   {pending})
 
 
+class StubOutbox:
+    """What a JobDesk asks of the client's outbox: request ids, and ops to send in order."""
+
+    def __init__(self, log):
+        self._ids = iter(range(1, 100))
+        self._log = log
+
+    def next_id(self):
+        return next(self._ids)
+
+    def enqueue(self, item):
+        self.send(item.make())
+
+    def send(self, op):
+        if op is not None:
+            self._log.append(("send", op))
+
+
+class DeskOwner(StubOwner):
+    __slots__ = ()
+
+    def send(self, op):  # the client's outbox makes a Deferred op as it leaves
+        made = op.make()
+        if made is not None:
+            self._log.append(("send", made))
+
+
 def test_a_job_future_is_cancelled_and_answers_through_the_owner():
     log = []
-    job = JobFuture(StubOwner(log))
+    desk = JobDesk(DeskOwner(log), StubOutbox(log))
+    job = desk.submit(job_spec(["true"]))
     job.cancel()  # not yet acknowledged: the cancel goes once it has a number
-    assert log == []
-    job._acknowledged(7)
+    assert [type(op) for _, op in log] == [ops.SubmitJobs]
+    assert desk.on_reply(ops.Reply(id=1, value=[7]))
     assert job.job_id(timeout=5) == 7
-    assert log == [("send", ops.CancelJobs(id=0, jobs=(7,)))]
+    assert log[1:] == [("send", ops.WatchJobs(jobs=(7,))),
+                       ("send", ops.CancelJobs(id=2, jobs=(7,)))]
+    assert desk.unsettled() == ["the cancel of job 7"]
+    assert desk.on_reply(ops.Reply(id=2, value={"7": "cancelled"}))
+    assert desk.unsettled() == []
     job._end({"id": 7, "state": "cancelled", "detail": "by the stub"})
     with pytest.raises(CancelledError, match="by the stub"):
         job.result(timeout=5)
+
+
+def test_a_job_cancelled_before_its_submission_left_is_never_sent():
+    log = []
+    desk = JobDesk(DeskOwner(log), StubOutbox(log))
+    job = JobFuture(desk.owner, desk)
+    job.cancel()
+    assert desk.sent(1, job, job_spec(["true"])) is None
+    assert log == [] and job.cancelled() and desk.unsettled() == []
+    with pytest.raises(CancelledError, match="before it was submitted"):
+        job.job_id(timeout=5)

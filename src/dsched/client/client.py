@@ -261,6 +261,15 @@ class AsyncClient:
         if self.status in ("closing", "closed"):
             return
         reconnecting = self.status == "disconnected"
+        if not reconnecting and self.comm is not None:
+            # Job submissions and cancels outlive the client: each sent is acknowledged
+            # before the connection closes, so none is dropped unseen.
+            self._outbox.flush()
+            await self._jobs.settle(self._timeout)
+        unsettled = self._jobs.unsettled()
+        if unsettled:
+            logger.warning("Closing without the scheduler's answer to %s: it may or may not "
+                           "have been applied", ", ".join(unsettled))
         self.status = "closing"
         for state in self._outbox.held():
             state.finish(FutureStatus.cancelled, reason="the client was closed")

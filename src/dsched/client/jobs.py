@@ -94,10 +94,11 @@ class JobFuture:
     on its own loop they return coroutines, and ``await future`` gives the result.
     """
 
-    __slots__ = ("_owner", "id", "_submitted", "_ended", "_result", "_cancel_asked")
+    __slots__ = ("_owner", "_desk", "id", "_submitted", "_ended", "_result", "_cancel_asked")
 
-    def __init__(self, owner: Owner, job_id: int | None = None):
+    def __init__(self, owner: Owner, desk: "JobDesk", job_id: int | None = None):
         self._owner = owner
+        self._desk = desk
         self.id = job_id
         self._cancel_asked = False  # asked again after a reconnect, should the first be lost
         self._submitted = FutureState("submission")
@@ -116,6 +117,11 @@ class JobFuture:
     def _failed(self, error: BaseException, status: FutureStatus = FutureStatus.error) -> None:
         for state in (self._submitted, self._ended):
             state.finish(status, exception=error, reason=str(error))
+
+    def _cancelled_unsent(self) -> None:
+        reason = "cancelled before it was submitted"
+        self._submitted.finish(FutureStatus.cancelled, reason=reason)
+        self._ended.finish(FutureStatus.cancelled, reason=reason)
 
     def _end(self, view: Mapping[str, Any]) -> None:
         if view.get("state") is None:  # the scheduler does not know it
@@ -159,6 +165,8 @@ class JobFuture:
     def _job_id_now(self) -> int:
         if self._submitted.exception is not None:
             raise self._submitted.exception
+        if self.id is None:  # cancelled before it was sent
+            raise CancelledError(f"the job was {self._submitted.reason}")
         return self.id
 
     def result(self, timeout: float | None = None) -> Any:
@@ -185,16 +193,15 @@ class JobFuture:
         return self._result_async().__await__()
 
     def cancel(self) -> None:
-        """Cancel the job (queued or running); its result then raises CancelledError."""
-        owner = self._owner
+        """Cancel the job (queued or running); its result then raises CancelledError.
+
+        The cancel is queued behind the job's submission: one asked before the submission
+        left is never sent, nor is the job; one asked before the job's number came back goes
+        as soon as it does. ``Client.close()`` waits until each is acknowledged."""
+        if self._cancel_asked or self.done():
+            return
         self._cancel_asked = True
-
-        def send(_: Any = None) -> None:
-            if self.id is not None:
-                owner.send(ops.CancelJobs(id=0, jobs=(self.id,)))
-
-        if not self._submitted.on_done(send):
-            send()
+        self._owner.send(Deferred(lambda: self._desk.cancel(self)))
 
     def __repr__(self) -> str:
         return f"<JobFuture {self.id if self.id is not None else '(submitting)'}: {self.status}>"
@@ -253,22 +260,41 @@ class JobDesk:
         self.outbox = outbox
         self.submitting: dict[int, _Submitting] = {}
         self.watching: dict[int, list[JobFuture]] = {}
+        #: Cancels sent and not yet acknowledged, by request id: their jobs.
+        self.cancelling: dict[int, tuple[int, ...]] = {}
+        self._settled = asyncio.Event()
+        self._settled.set()
 
     def submit(self, spec: JobSpec) -> JobFuture:
         """Queue ``spec`` (any thread); its future learns its number, then its end."""
-        future = JobFuture(self.owner)
+        future = JobFuture(self.owner, self)
         request = self.outbox.next_id()
         self.outbox.enqueue(Deferred(lambda: self.sent(request, future, spec)))
         return future
 
-    def sent(self, request: int, future: JobFuture, spec: JobSpec) -> ops.SubmitJobs:
-        """On the loop, as the submit goes out: wait for its reply."""
+    def sent(self, request: int, future: JobFuture, spec: JobSpec) -> ops.SubmitJobs | None:
+        """On the loop, as the submit goes out: wait for its reply. A job cancelled before
+        it left is not sent: it was never queued, and its future says it was cancelled."""
+        if future._cancel_asked:
+            future._cancelled_unsent()
+            return None
         self.submitting[request] = _Submitting(request, future, spec)
+        self._settled.clear()
         return ops.SubmitJobs(id=request, jobs=(spec.to_wire(),))
+
+    def cancel(self, future: JobFuture) -> ops.CancelJobs | None:
+        """On the loop, in order after the job's submission: the cancel of its job, or None
+        while its number is not known (then it goes with the submission's reply)."""
+        if future.id is None or future.done():
+            return None
+        request = self.outbox.next_id()
+        self.cancelling[request] = (future.id,)
+        self._settled.clear()
+        return ops.CancelJobs(id=request, jobs=(future.id,))
 
     def watch(self, job_id: int) -> JobFuture:
         """A future of the job ``job_id``, submitted before (on the loop)."""
-        future = JobFuture(self.owner, job_id)
+        future = JobFuture(self.owner, self, job_id)
         self._watch(future)
         return future
 
@@ -279,7 +305,10 @@ class JobDesk:
             self.outbox.send(ops.WatchJobs(jobs=(future.id,)))
 
     def on_reply(self, op: Any) -> bool:
-        """A Reply or Error: True if it answered a submission here."""
+        """A Reply or Error: True if it answered a submission or a cancel here."""
+        if self.cancelling.pop(op.id, None) is not None:
+            self._settle()
+            return True
         item = self.submitting.pop(op.id, None)
         if item is None:
             return False
@@ -289,7 +318,29 @@ class JobDesk:
         else:
             future._acknowledged(op.value[0])
             self._watch(future)
+            if future._cancel_asked:  # asked while the number was on its way
+                self.outbox.send(self.cancel(future))
+        self._settle()
         return True
+
+    def _settle(self) -> None:
+        if not self.submitting and not self.cancelling:
+            self._settled.set()
+
+    async def settle(self, timeout: float) -> list[str]:
+        """Wait until every submission and cancel sent has been answered (``Client.close``
+        waits so, to drop nothing it was asked to send). What was left unanswered, in words."""
+        try:
+            await asyncio.wait_for(self._settled.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        return self.unsettled()
+
+    def unsettled(self) -> list[str]:
+        return ([f"the submission of {' '.join(item.spec.command)[:60]!r}"
+                 for item in self.submitting.values()]
+                + [f"the cancel of job {job}" for jobs in self.cancelling.values()
+                   for job in jobs])
 
     def on_ended(self, op: ops.JobEnded) -> None:
         for future in self.watching.pop(op.job.get("id"), ()):
@@ -307,16 +358,21 @@ class JobDesk:
             self.outbox.send(ops.SubmitJobs(id=item.request, jobs=(item.spec.to_wire(),)))
         if self.watching:
             self.outbox.send(ops.WatchJobs(jobs=tuple(self.watching)))
+        self.cancelling.clear()
         cancelled = tuple(job for job, futures in self.watching.items()
                           if any(f._cancel_asked for f in futures))
         if cancelled:
-            self.outbox.send(ops.CancelJobs(id=0, jobs=cancelled))
+            request = self.outbox.next_id()
+            self.cancelling[request] = cancelled
+            self.outbox.send(ops.CancelJobs(id=request, jobs=cancelled))
+        self._settle()
 
     def lost(self, error: BaseException) -> None:
         """The scheduler is gone: every future here fails (the jobs themselves go on)."""
         futures = [*(item.future for item in self.submitting.values()),
                    *(f for fs in self.watching.values() for f in fs)]
-        self.submitting, self.watching = {}, {}
+        self.submitting, self.watching, self.cancelling = {}, {}, {}
+        self._settled.set()
         for future in futures:
             future._failed(error, FutureStatus.lost)
 

@@ -31,7 +31,8 @@ _ENDED_FOR_GOOD = (FutureStatus.cancelled, FutureStatus.lost)
 
 class Deferred:
     """An op made only as it leaves the queue, so that what making it records (a reply to
-    wait for) happens in order with the ops queued before it."""
+    wait for) happens in order with the ops queued before it; None when nothing is left to
+    send."""
 
     __slots__ = ("make",)
 
@@ -138,7 +139,9 @@ class Outbox:
             if released:
                 self.send(ops.Release(keys=tuple(released)))
                 released = []
-            self.send(item.make() if type(item) is Deferred else item)
+            op = item.make() if type(item) is Deferred else item
+            if op is not None:  # a Deferred may find nothing left to send
+                self.send(op)
         if released:
             self.send(ops.Release(keys=tuple(released)))
 
