@@ -54,6 +54,7 @@ class Reason(str, Enum):
     too_large = "too_large"  #: it needs more than any one worker offers
     recovering = "recovering"  #: the scheduler restarted and waits for its workers
     worker_lost = "worker_lost"  #: the worker running it went away
+    starting = "starting"  #: assigned: on its way to a worker that starts it at once
 
     def __str__(self) -> str:
         return self.value

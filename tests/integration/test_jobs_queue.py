@@ -133,3 +133,27 @@ def test_a_cancel_asked_after_the_number_came_back_is_applied_before_close_retur
     client.close()
     views = daemons.client().jobs(jobs)["jobs"]
     assert [view["state"] for view in views] == ["cancelled"] * 5
+
+
+def test_short_jobs_run_on_an_idle_worker_while_a_long_one_holds_the_other(daemons, tmp_path):
+    """No job is sent ahead to a busy worker (the scheduler's prefetch is for tasks): three
+    short jobs queued behind a long one start on the idle worker, not behind it."""
+    gate = tmp_path / "gate"
+    daemons.scheduler()
+    client = daemons.client()
+    daemons.worker("--name", "first", "--nthreads", "1")
+    daemons.wait_for_workers(client, 1)
+    long = client.submit_command(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"])
+    wait_until(lambda: client.jobs([long.job_id(timeout=10)])["jobs"][0]["state"] == "running",
+               what="the long job to run")
+    short = [client.submit_command(["true"]) for _ in range(3)]
+    ids = [future.job_id(timeout=10) for future in short]
+    views = client.jobs(ids)["jobs"]
+    assert {view["state"] for view in views} == {"queued"}, views
+    assert all("a free slot on first" in view["detail"] for view in views), views
+    daemons.worker("--name", "second", "--nthreads", "1")
+    results = [future.result(timeout=60) for future in short]
+    assert [(r.state, r.worker) for r in results] == [("completed", "second")] * 3
+    assert client.jobs([long.id])["jobs"][0]["state"] == "running"
+    gate.touch()
+    assert long.result(timeout=30).state == "completed"

@@ -20,7 +20,7 @@ FORBIDDEN = {"asyncio", "socket", "select", "selectors", "subprocess", "threadin
 SANS_IO_FORBIDDEN = {"asyncio", "socket", "select", "selectors", "subprocess", "threading",
                      "time", "tornado", "sqlite3"}
 SCHEDULER_CORE = [
-    "__init__", "actions", "backfill", "events", "graph", "invariants", "job", "jobbook",
+    "__init__", "actions", "backfill", "choice", "events", "graph", "invariants", "job", "jobbook",
     "jobrecovery", "membership", "outbox", "placer", "queue", "reasons", "reconcile", "state",
     "task", "views", "worker",
 ]

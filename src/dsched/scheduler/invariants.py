@@ -36,7 +36,10 @@ def _check_workers(s: SchedulerState) -> None:
         assert assigned <= w.nthreads + s.prefetch, f"{w} holds {assigned} tasks"
         assert sum(t.prefetched for t in held) == w.prefetched, w
         assert assigned - w.prefetched <= w.nthreads, f"{w} runs more than its threads"
-        assert all(t.resources.is_empty() for t in held if t.prefetched), w
+        assert (address in s.placer.prefetching) == bool(w.prefetched), w
+        for t in held:  # a task with resources waits there only behind one of lower priority
+            assert not (t.prefetched and t.resources) or any(
+                h.prefetched and h.priority <= t.priority and h is not t for h in held), (w, t)
         used = EMPTY
         for t in held:
             used = used + t.resources

@@ -1,27 +1,26 @@
 """The placer: which queued task starts on which worker, now.
 
 A task goes to a worker only when that worker can start it now (``startable``, the one rule:
-a free thread, or for a resource-free task one of ``prefetch`` extra slots; its resources
-free; its worker restriction; not draining; not still stopping an earlier run of the same
-key). Among the workers that can, the one holding most of its input bytes wins (without
-inputs, where its dependent's other inputs are: ``groups.py``, which may also give a worker a
-task just behind the head), then the best fit for GPU demands (least free GPU that still fits,
-so whole multi-GPU workers stay free), else the least loaded. A pass looks only at queue
-heads whose queue changed and at workers whose load dropped, so a decision costs the same at
-10 or 10,000 workers; EASY backfill (``backfill.py``) keeps the first waiting large task from
-being starved, and ``reasons.py`` says why a queue cannot run anywhere. The placer owns the
-ready queue, the worker index and the learned durations, and books each placement on them.
+a free thread, or for a resource-free task one of ``prefetch`` extra slots, unless it is a job
+or a queue ahead of it could use that worker's next thread; its resources free; its worker
+restriction; not draining; not still stopping an earlier run of the same key). Among the
+workers that can, the one holding most of its input bytes wins (without inputs, where its
+dependent's other inputs are: ``groups.py``, which may also put a task just behind the head
+first), then the best fit for GPU demands (least free GPU that still fits, so whole
+multi-GPU workers stay free), else the least loaded. A pass looks only at queue heads whose
+queue changed and at workers whose load dropped, so a decision costs the same at 10 or 10,000
+workers; EASY backfill (``backfill.py``) keeps the first waiting large task from starving,
+and ``reasons.py`` says why a queue cannot run anywhere. The placer owns the ready queue, the
+worker index and the learned durations, and books each placement on them.
 
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from typing import Iterable
-
 from .actions import DEBUG, NO_INPUTS, StopTask, Execute, Log
 from .backfill import Backfill
+from .choice import WorkerChoice
 from .groups import Groups
 from .outbox import Outbox
 from .queue import ReadyQueue, ShapeQueue
@@ -30,8 +29,8 @@ from .task import PROCESSING, QUEUED, Task
 from .worker import FreeArithmetic, WorkerIndex, WorkerInfo
 
 
-class Placer:
-    """``workers`` is the membership's dict of connected workers (read here, never changed);
+class Placer(WorkerChoice):
+    """``workers``: the membership's connected workers (read here, never changed);
     ``duration_weight``: the weight of the newest duration in each per-prefix average."""
 
     def __init__(self, workers: dict[str, WorkerInfo], out: Outbox, *, prefetch: int,
@@ -49,9 +48,9 @@ class Placer:
         self._arithmetic = FreeArithmetic()
         #: Workers whose load dropped since the last pass: room for queues not dirty.
         self._dirty: dict[str, WorkerInfo] = {}
-        #: Called with each job attempt placed, before its Execute; returns what to run (the
-        #: job book sets it).
-        self.on_job_placed = None
+        self.on_job_placed = None  #: the job book's: what a placed attempt runs
+        #: Workers holding prefetched tasks (sent ahead, waiting there for a thread).
+        self.prefetching: dict[str, WorkerInfo] = {}
 
     # -- workers coming and going -----------------------------------------------------------
 
@@ -67,6 +66,7 @@ class Placer:
 
     def remove_worker(self, w: WorkerInfo) -> None:
         self.index.remove(w)
+        self.prefetching.pop(w.address, None)
         self._dirty.pop(w.address, None)
         self.backfill.forget_worker(w)
 
@@ -100,21 +100,32 @@ class Placer:
     # -- the one rule ------------------------------------------------------------------------
 
     def startable(self, t: Task, q: ShapeQueue, w: WorkerInfo) -> bool:
-        """Whether ``w`` can start ``t`` (of queue ``q``) now."""
+        """Whether ``w`` can start ``t`` (of queue ``q``) now, or take it to start next."""
         if w.draining:
             return False
         restrict = q.restrict
         if restrict is not None and w.name not in restrict and w.address not in restrict:
             return False
         assigned = len(w.processing) + len(w.stopping)
-        if q.empty:
-            if assigned >= w.nthreads + self.prefetch:
-                return False
-        elif assigned >= w.nthreads or not (
-                q.resources.fits(w.free_units) if q.multi  # one name: a lookup does
-                else w.free_units.get(q.primary, 0) >= q.primary_units):
+        if assigned >= w.nthreads and not self.may_send_ahead(t, q, w, assigned):
+            return False
+        if not q.empty and not (q.resources.fits(w.free_units) if q.multi  # one name: a lookup
+                                else w.free_units.get(q.primary, 0) >= q.primary_units):
             return False
         return not (w.stopping and t.key in w.stopping)
+
+    def may_send_ahead(self, t: Task, q: ShapeQueue, w: WorkerInfo, assigned: int) -> bool:
+        """Whether ``t`` may wait at ``w``, which has no free thread, for its next one (be
+        prefetched). The worker starts the highest priority task it holds, so a task sent
+        ahead starts before anything placed there later: never a job (it would wait there
+        while another worker may free a slot first), never past the head of a queue ahead of
+        it that could run on ``w``, and a task with resources only to come before a task of
+        lower priority already waiting there."""
+        if assigned >= w.nthreads + self.prefetch or t.job is not None:
+            return False
+        if q.empty:
+            return not self.queue.ahead_for(t.order, w)
+        return any(h.prefetched and h.order > t.order for h in w.processing.values())
 
     # -- the placement pass ------------------------------------------------------------------
 
@@ -162,6 +173,9 @@ class Placer:
                 w = self.find_among(t, q, roomy, x, xq)
             else:
                 w = None
+            if w is None and self.prefetching and not q.empty and t.job is None:
+                # it waits for a thread where a task of lower priority waits too: it goes there
+                w = self.best_of(t, q, list(self.prefetching.values()), x, xq)
             if w is None:
                 dirty_queues.discard(qid)
                 if x is None and not q.empty:  # the first that must wait reserves
@@ -184,118 +198,6 @@ class Placer:
                 roomy.remove(w)
         dirty_queues.clear()
         dirty_workers.clear()
-
-    # -- choosing a worker -------------------------------------------------------------------
-
-    def find(self, t: Task, q: ShapeQueue, x: Task | None = None,
-             xq: ShapeQueue | None = None) -> WorkerInfo | None:
-        """The worker to start ``t`` on now, or None. ``x`` (of ``xq``) is the task holding
-        the reservation this pass, which a placement must not delay."""
-        if t.deps or t.dependents:  # near its inputs, or its group's
-            w = (self._by_locality if t.deps else self.groups.find)(t, q, x, xq)
-            if w is not None:
-                return w
-        if q.restrict is not None:
-            return self.best_of(t, q, self.restricted(q.restrict), x, xq)
-        workers = self.workers
-        startable = self.startable
-        blocks = self.backfill.blocks
-        if q.empty:  # the index files workers by free slots: look at the roomiest first
-            buckets = self.index.slots
-            groups = buckets.groups
-            for slots in reversed(buckets.keys):
-                for address in groups[slots]:
-                    w = workers[address]
-                    if startable(t, q, w) and not (x is not None and blocks(t, q, w, x, xq)):
-                        return w
-            return None
-        # The index files workers that have a free thread by the free units of each name:
-        # search the primary name's buckets, smallest fit first for GPUs, else largest first.
-        buckets = self.index.free.get(q.primary)
-        if buckets is None:
-            return None
-        keys = buckets.keys
-        groups = buckets.groups
-        first = bisect_left(keys, q.primary_units)
-        span = range(first, len(keys)) if q.best_fit else range(len(keys) - 1, first - 1, -1)
-        for i in span:
-            for address in groups[keys[i]]:
-                w = workers[address]
-                if startable(t, q, w) and not (x is not None and blocks(t, q, w, x, xq)):
-                    return w
-        return None
-
-    def find_among(self, t: Task, q: ShapeQueue, candidates: list[WorkerInfo],
-                   x: Task | None, xq: ShapeQueue | None) -> WorkerInfo | None:
-        """``find`` among a few ``candidates`` (the workers whose load just dropped), their
-        index entries first because that test usually fails."""
-        if q.empty:
-            fitting = [w for w in candidates if w.slot_key]
-        else:
-            primary, units = q.primary, q.primary_units
-            # free_keys holds a worker's free units only while it has a free thread
-            fitting = [w for w in candidates if w.free_keys.get(primary, 0) >= units]
-        if len(fitting) == 1:
-            w = fitting[0]
-            if self.startable(t, q, w) and not (x is not None
-                                                and self.backfill.blocks(t, q, w, x, xq)):
-                return w
-            return None
-        if not fitting:
-            return None
-        return self.best_of(t, q, fitting, x, xq)
-
-    def best_of(self, t: Task, q: ShapeQueue, candidates: Iterable[WorkerInfo],
-                x: Task | None, xq: ShapeQueue | None) -> WorkerInfo | None:
-        best = None
-        best_rank = None
-        blocks = self.backfill.blocks
-        for w in candidates:
-            if not self.startable(t, q, w):
-                continue
-            if x is not None and blocks(t, q, w, x, xq):
-                continue
-            rank = self._rank(t, q, w)
-            if best is None or rank > best_rank:
-                best, best_rank = w, rank
-        return best
-
-    def _rank(self, t: Task, q: ShapeQueue, w: WorkerInfo) -> tuple[int, int]:
-        """Higher is better: input bytes held there, then fit."""
-        held = 0
-        address = w.address
-        for d in t.deps:
-            if d.who_has and address in d.who_has:
-                held += d.nbytes
-        if q.empty:
-            return held, w.slot_key
-        units = w.free_units.get(q.primary, 0)
-        return held, (-units if q.best_fit else units)
-
-    def _by_locality(self, t: Task, q: ShapeQueue, x: Task | None,
-                     xq: ShapeQueue | None) -> WorkerInfo | None:
-        held: dict[str, int] = {}
-        for d in t.deps:
-            if d.who_has and d.nbytes:
-                for address in d.who_has:
-                    held[address] = held.get(address, 0) + d.nbytes
-        if not held:
-            return None
-        workers = self.workers
-        return self.best_of(t, q, [workers[a] for a in held if a in workers], x, xq)
-
-    def restricted(self, restrict: frozenset[str]) -> list[WorkerInfo]:
-        """The connected workers a restriction names (by name or address) that take work
-        (not draining), in name order."""
-        found: dict[str, WorkerInfo] = {}
-        by_name = self.index.by_name
-        workers = self.workers
-        for name in sorted(restrict):
-            address = by_name.get(name, name)
-            w = workers.get(address)
-            if w is not None and not w.draining:
-                found[address] = w
-        return list(found.values())
 
     # -- booking -----------------------------------------------------------------------------
 
@@ -354,6 +256,7 @@ class Placer:
         if len(w.processing) + len(w.stopping) >= w.nthreads:
             t.prefetched = True
             w.prefetched += 1
+            self.prefetching[w.address] = w
         w.processing[t.key] = t
         if empty:
             self.index.update(w, False)
@@ -370,13 +273,14 @@ class Placer:
         if t.prefetched:
             t.prefetched = False
             w.prefetched -= 1
-        elif w.prefetched:
-            for other in (*w.processing.values(), *w.stopping.values()):
-                if other.prefetched:  # the worker starts it on the thread just freed
-                    other.prefetched = False
-                    other.started = self.out.now
-                    w.prefetched -= 1
-                    break
+        elif w.prefetched:  # the worker starts the first of the highest priority it holds
+            held = [h for h in (*w.processing.values(), *w.stopping.values()) if h.prefetched]
+            first = max(held, key=lambda h: h.priority)  # max keeps the first of equals
+            first.prefetched = False
+            first.started = self.out.now
+            w.prefetched -= 1
+        if not w.prefetched:
+            self.prefetching.pop(w.address, None)
         t.processing_on = None
         self.index.update(w, bool(resources))
         w.version += 1

@@ -109,6 +109,22 @@ class ReadyQueue:
             shape = self._shapes[key] = EMPTY if resources.is_empty() else resources
         return shape
 
+    def ahead_for(self, order: int, w) -> bool:
+        """Whether the head of a queue ahead of ``order`` demands resources and may run on
+        worker ``w`` once a thread is free there: a task sent ahead to ``w`` (prefetched)
+        would take that thread first, overtaking it."""
+        for head_order, _, q in self.heads:
+            if head_order >= order:
+                return False
+            if q.empty or q.reason is not None:
+                continue
+            restrict = q.restrict
+            if restrict is not None and w.name not in restrict and w.address not in restrict:
+                continue
+            if q.resources.fits(w.total_units):
+                return True
+        return False
+
     def push(self, t: Task, offered: dict[str, int]) -> tuple[ShapeQueue, bool]:
         """Queue ``t``; returns its queue and whether that queue is new."""
         key = (t.resources, t.restrict)

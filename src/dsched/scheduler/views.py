@@ -227,6 +227,10 @@ def job_view(state: "SchedulerState", job) -> dict[str, Any]:
         view["reason"], view["detail"] = queued_reason(state, t)
         if job.detail:  # what happened to its last attempt
             view["detail"] += f" ({job.detail})"
+    elif job.state is JobState.assigned and view["reason"] is None:
+        # Jobs are never sent ahead: an assigned one starts as soon as its worker hears of it.
+        view["reason"] = Reason.starting.value
+        view["detail"] = f"starting on {job.worker}" + (f" ({job.detail})" if job.detail else "")
     return view
 
 

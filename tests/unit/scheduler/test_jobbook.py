@@ -231,3 +231,28 @@ def test_a_task_report_about_a_job_attempt_is_ignored():
     s.jobs(job())
     s(ev.TaskFinished(key="job-1.1", worker="tcp://w1", now=s.now))
     assert s.states() == {1: "assigned"} and "job-1.1" in s.state.workers["tcp://w1"].processing
+
+
+def test_jobs_are_never_sent_ahead_to_a_busy_worker_but_wait_for_a_free_one():
+    """Three short jobs behind a long one: with prefetch, they went to the long job's worker
+    and waited there while the other worker sat idle."""
+    s = JobStory(prefetch=2)
+    s.worker("a")
+    assert started(s.jobs(job("long"), job("s1"), job("s2"), job("s3"))) == [("job-1.1", "a")]
+    assert s.states() == {1: "assigned", 2: "queued", 3: "queued", 4: "queued"}
+    assert (s.view(1)["reason"], s.view(1)["detail"]) == ("starting", "starting on a")
+    assert s.view(2)["reason"] == "resources" and "a free slot on a" in s.view(2)["detail"]
+    assert started(s.worker("b")) == [("job-2.1", "b")]
+    s.start("job-2.1")
+    assert started(s.end("job-2.1")) == [("job-3.1", "b")]
+
+
+def test_a_high_priority_job_is_not_overtaken_by_jobs_queued_before_it():
+    s = JobStory(prefetch=4)
+    s.worker("w")
+    s.jobs(job("running"), job("p0"), job("p0"), job("p0"), job("p0"))
+    [urgent] = s.ids(s.jobs(job("urgent", priority=100), request=2))
+    assert s.states() == {1: "assigned", 2: "queued", 3: "queued", 4: "queued", 5: "queued",
+                          urgent: "queued"}  # none of them waits at w, to start before it
+    s.start("job-1.1")
+    assert started(s.end("job-1.1")) == [(f"job-{urgent}.1", "w")]

@@ -78,10 +78,11 @@ def test_a_task_stopped_on_the_reserved_worker_lets_a_blocked_task_start():
     assert started(s.submit(task("gpu-a", "GPU=2"), task("other"))) == [
         ("gpu-a", "w"), ("other", "w")]
     assert started(s.submit(task("gpu-b", "GPU=1 MEMORY=2"))) == []  # reserves w from 1
-    # a prefetch slot is free, but no thread would be left beside gpu-b at 1
+    # a prefetch slot is free, but gpu-b, ahead of mystery, waits for w's next thread
     assert started(s.submit(task("mystery"))) == []
-    # other will end now: a thread is spare beside gpu-b, and mystery may wait for it there
-    assert started(s.cancel("other")) == [("mystery", "w")]
+    assert started(s.cancel("other")) == []  # other still holds its thread while it stops
+    # other has stopped: a thread is spare beside gpu-b, and mystery starts on it
+    assert started(s.confirm("other", "w")) == [("mystery", "w")]
 
 
 def test_backfill_elsewhere_is_free():
@@ -285,8 +286,10 @@ def test_a_task_taken_in_front_of_the_head_does_not_delay_the_reservation():
                        task("mystery-u"), task("q", dependencies=("mystery-u", "mystery-v")),
                        task("mystery-v"))
     # short-r's group is on a; mystery-u's is nowhere, but its length is unknown, so it
-    # could delay X: w takes the head, which ends in time
-    assert started(actions) == [("short-r", "w")]
+    # could delay X. Neither is sent ahead to w, whose next thread X (ahead of them) waits
+    # for: when L-1 ends, X starts there first
+    assert started(actions) == []
+    assert started(s.at(10).finish("L-1"))[0] == ("X", "w")
 
 
 def test_a_group_spread_over_many_workers_has_no_home():
@@ -303,3 +306,43 @@ def test_a_group_spread_over_many_workers_has_no_home():
 
     assert seen_from_w0(SPREAD) == HERE
     assert seen_from_w0(SPREAD + 1) == NO_GROUP
+
+
+def test_a_prefetched_task_never_overtakes_a_higher_priority_task_waiting_for_that_worker():
+    """Dask's test_constrained_vs_ready_priority_1, at the scheduler: with the worker's only
+    thread busy, x (priority -1, no resources) may not be sent ahead while y (priority 0,
+    R=1) waits for that thread: the worker would start x first."""
+    for y_first in (False, True):
+        s = Story(prefetch=2)
+        s.worker("w", nthreads=1, resources="R=1")
+        assert started(s.submit(task("clog"))) == [("clog", "w")]
+        x, y = task("x", priority=-1), task("y", "R=1", priority=0)
+        assert started(s.submit(*((y, x) if y_first else (x, y)))) == []
+        # y first; only then may x be sent ahead, to start after y
+        assert started(s.finish("clog")) == [("y", "w"), ("x", "w")]
+        assert s.state.tasks["x"].prefetched
+
+
+def test_a_lower_priority_task_is_still_prefetched_when_nothing_ahead_waits_for_the_worker():
+    s = Story(prefetch=1)
+    s.worker("w", nthreads=1, resources="R=1")
+    s.worker("v", nthreads=1)
+    s.submit(task("clog", workers=("w",)), task("clog2", workers=("v",)))
+    # y waits for R, which only w has; x is sent ahead to v, where nothing waits
+    s.submit(task("y", "R=1", priority=5), task("x", priority=-1, workers=("v",)))
+    assert s.state.tasks["x"].prefetched
+
+
+def test_a_higher_priority_task_arriving_later_goes_ahead_of_a_prefetched_one():
+    """Dask's test_constrained_vs_ready_priority_1 as a client submits it, one call at a time:
+    x (priority -1) was sent ahead to the busy worker before y (priority 0, R=1) came; y goes
+    there too, and the worker, which starts the highest priority task it holds, starts y."""
+    s = Story(prefetch=2)
+    s.worker("w", nthreads=1, resources="R=1")
+    s.submit(task("clog"))
+    assert started(s.submit(task("x", priority=-1))) == [("x", "w")]
+    assert started(s.submit(task("y", "R=1", priority=0))) == [("y", "w")]
+    s.finish("clog")
+    assert not s.state.tasks["y"].prefetched and s.state.tasks["x"].prefetched
+    s.finish("y")
+    assert not s.state.tasks["x"].prefetched

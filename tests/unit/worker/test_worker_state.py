@@ -283,3 +283,15 @@ def test_an_input_that_cannot_travel_is_not_asked_of_other_holders():
     handle(state, execute("t", who_has={"d": ("tcp://a", "tcp://b")}))
     assert handle(state, DependencyFetchFailed("d", "tcp://a", "cannot pickle", True)) == [
         MissingData("t", "d", ("tcp://a",), "cannot pickle", True)]
+
+
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("px, py, first", [(-1, 0, "y"), (0, -1, "x"), (1, 0, "x")])
+def test_constrained_vs_ready_priority(px, py, first, swap):
+    """Dask's test_constrained_vs_ready_priority_1: held beside each other, a resource-free
+    task and one that needs R start in priority order, whichever arrived first."""
+    state = WorkerState(nthreads=1, resources=R("R=1"))
+    handle(state, execute("clog"))
+    arrivals = [execute("x", priority=px), execute("y", "R=1", priority=py)]
+    handle(state, *(arrivals[::-1] if swap else arrivals))
+    assert list(started(handle(state, done("clog")))) == [first]
