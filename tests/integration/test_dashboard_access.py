@@ -1,9 +1,11 @@
 """Who may read the dashboard, and where it is served: off 127.0.0.1 it asks for the
 read-only dashboard token (127.0.0.2 stands for "another interface": it is loopback, so no
-traffic leaves the machine); behind a prefix every path and link stays under it."""
+traffic leaves the machine), on it only requests to a loopback name are answered; behind a
+prefix every path and link stays under it."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -64,6 +66,36 @@ def test_on_127_0_0_1_no_token_is_asked(daemons):
     daemons.scheduler()
     assert request(daemons.dashboard)[0] == 200
     assert request(daemons.dashboard, "metrics")[0] == 200
+
+
+def test_on_127_0_0_1_it_answers_only_to_loopback_host_names(daemons):
+    daemons.scheduler()
+    url = daemons.dashboard
+    port = url.rsplit(":", 1)[1].strip("/")
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"127.0.0.9:{port}",
+                 f"[::1]:{port}", "localhost"):
+        assert request(url, headers={"Host": host})[0] == 200, host
+    # A page whose own name was rebound to 127.0.0.1 sends that name: it reads nothing.
+    for path in ("", "api/v1/jobs", "api/v1/panels", "metrics", "healthz", "login",
+                 "favicon.ico", "static/dashboard.js"):
+        status, _, body = request(url, path, headers={"Host": f"rebound.example:{port}"})
+        assert status == 403, (path, status)
+        assert b"'rebound.example:" in body and b"not a loopback name" in body, path
+        assert body.count(b"\n") <= 1 and b"<" not in body, path  # one line, no page
+    assert json.loads(request(url, "api/v1/cluster", headers={"Host": "evil"})[2])["error"] \
+        .startswith("host 'evil' is not a loopback name")
+
+
+def test_the_pages_have_an_icon_and_favicon_ico_is_no_404(daemons):
+    daemons.scheduler()
+    url = daemons.dashboard
+    status, _, page = request(url)
+    (icon,) = re.findall(rb'<link rel="icon" type="image/svg\+xml" href="([^"]+)">', page)
+    status, headers, svg = request(url, icon.decode())
+    assert status == 200 and headers["content-type"] == "image/svg+xml"
+    assert svg.startswith(b"<svg ")
+    status, headers, body = request(url, "favicon.ico")
+    assert (status, body) == (204, b"") and headers["cache-control"] == "max-age=86400"
 
 
 def test_behind_a_prefix_every_path_and_link_stays_under_it(daemons):

@@ -45,6 +45,7 @@ def test_the_api_shows_workers_their_gpus_tasks_waiting_work_and_failures(daemon
     (failure,) = tasks["failures"]
     assert failure["key"] == failed.key and failure["error"] == "exception"
     assert failure["message"] == "ValueError: boom"
+    assert failure["worker"] == "gpu-a"  # by its name, as job failures name theirs
     assert tasks["failed"] == {"exception": 1} and tasks["counters"]["placed"] == 2
 
     def gpus_reported():

@@ -1,6 +1,7 @@
 """The dashboard in headless Chromium, as a person sees it: a GPU=2 worker's GPU bar and a
 waiting task's reason appear, and change without a reload when work and workers change; a
-job's state and reason likewise, and a job's own page follows its state and its log.
+job's state and reason likewise, and a job's own page follows its state and its log; the page
+says when the scheduler no longer answers, and fits a window 800 pixels wide.
 
 ``DASHBOARD_SCREENSHOT=docs/img/dashboard.png`` saves the page for the docs; otherwise the
 screenshot goes to the test's tmp_path.
@@ -129,3 +130,42 @@ def test_a_jobs_state_and_reason_follow_changes_and_its_page_follows_its_log(dae
                what="the rest of the log")
     assert browser.evaluate("window.loadedOnce") is True
     assert second.result(timeout=30).exit_code == 0
+
+
+#: The scheduler's status on the page: its words, and the colour they are shown in.
+STATUS = """(() => {
+  const status = document.getElementById('scheduler-status');
+  return [status.textContent, getComputedStyle(status).color];
+})()"""
+OK, WARN = "rgb(26, 127, 55)", "rgb(181, 71, 8)"  # --ok and --warn in dashboard.css
+
+
+def test_the_status_says_unreachable_once_the_scheduler_is_gone(daemons, browser):
+    daemons.scheduler()
+    browser.open(daemons.dashboard)
+    assert browser.evaluate(STATUS) == ["ready", OK]
+    daemons.scheduler_process.kill()
+    daemons.scheduler_process.wait()
+    wait_until(lambda: browser.evaluate(STATUS) == ["unreachable", WARN],
+               what="the status saying the scheduler is unreachable")
+    assert "the scheduler is unreachable" in browser.evaluate(
+        "document.getElementById('poll-status').textContent")
+
+
+def test_at_800_pixels_wide_the_workers_table_scrolls_in_its_panel(daemons, tmp_path):
+    daemons.scheduler()
+    daemons.worker("--name", "gpu-worker-with-a-long-name", "--nthreads", "16",
+                   "--resources", "GPU=2,MEM=64e9,SSD=2,licence=4", env=TWO_GPUS)
+    client = daemons.client()
+    daemons.wait_for_workers(client, 1)
+    chromium = Chromium(tmp_path, width=800)
+    try:
+        chromium.open(daemons.dashboard)
+        assert chromium.evaluate("window.innerWidth") == 800
+        wait_until(lambda: chromium.evaluate("document.querySelectorAll('.gpu meter').length")
+                   == 4, what="both GPUs with their memory and utilization")
+        assert chromium.evaluate(
+            "document.querySelector('#panel-workers').scrollWidth") > 800  # it is that wide
+        assert chromium.evaluate("document.documentElement.scrollWidth") <= 800
+    finally:
+        chromium.close()

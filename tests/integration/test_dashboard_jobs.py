@@ -1,7 +1,7 @@
 """Jobs on the dashboard of a real scheduler (127.0.0.1, OS-chosen ports) after a known job
 workload: the JSON API's lists, filters and paging, one job, its log read from its worker from
-an offset, a job's page, the Prometheus families of jobs and of the journal, and a log whose
-worker is gone."""
+an offset (shown without its colours), a job's page, the Prometheus families of jobs and of the
+journal, and a log whose worker is gone."""
 
 from __future__ import annotations
 
@@ -105,6 +105,39 @@ def test_the_api_lists_jobs_with_filters_and_pages_one_job_and_its_log(daemons, 
                        what="the end of the job's log")
     assert ended["text"] == "done\n" and ended["next_offset"] == ended["size"] == 19
     assert client.watch_jobs([ids["train"]])[0].result(timeout=30).state == "completed"
+
+
+def test_an_unknown_state_or_reason_is_a_400_naming_the_valid_ones(daemons):
+    daemons.scheduler()
+    url = daemons.dashboard
+    for path, words in (
+            ("api/v1/jobs?state=bogus", "unknown state 'bogus' (expected: queued, held, "
+                                        "assigned, running, completed, failed, cancelled, "
+                                        "timeout, lost)"),
+            ("api/v1/jobs?state=running&state=Running", "unknown state 'Running'"),
+            ("api/v1/jobs?reason=disk", "unknown reason 'disk' (expected: resources, "),
+            ("api/v1/workers?state=gone", "unknown state 'gone' (expected: connected, "
+                                          "draining)")):
+        status, _, body = request(url, path)
+        assert status == 400, (path, status, body)
+        assert words in json.loads(body)["error"], path
+    assert get_json(url, "api/v1/jobs?state=lost&reason=worker_lost")["total"] == 0
+
+
+def test_a_log_is_shown_without_its_colours(daemons, tmp_path):
+    daemons.scheduler()
+    daemons.worker("--name", "w1", "--nthreads", "1", "--gpus", "none")
+    client = daemons.client()
+    daemons.wait_for_workers(client, 1)
+    job = client.submit_command(["printf", "\\033[1;31mERROR\\033[0m disk full\\n"],
+                                name="coloured")
+    assert job.result(timeout=30).exit_code == 0
+    url, job_id = daemons.dashboard, job.job_id(timeout=30)
+    log = wait_until(lambda: (piece := get_json(url, f"api/v1/jobs/{job_id}/log"))["ended"]
+                     and piece, what="the whole log")
+    assert (log["text"], log["size"]) == ("ERROR disk full\n", 27)  # the file keeps them
+    status, _, page = request(url, f"jobs/{job_id}")
+    assert status == 200 and b">ERROR disk full\n</pre>" in page and b"\x1b" not in page
 
 
 def test_job_metrics_after_a_known_workload(daemons, tmp_path):

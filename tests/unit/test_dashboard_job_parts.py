@@ -180,6 +180,24 @@ def test_a_piece_of_log_ends_on_a_whole_character():
     assert (lone["text"], lone["next_offset"]) == ("\ufffd", 2)
 
 
+def test_a_piece_of_log_is_shown_without_terminal_escape_sequences():
+    log = ("\x1b[1;31mERROR\x1b[0m disk full\n\x1b]0;train: epoch 3\x07\x1b(B\x1b[m"
+           "\x1b[2K\r\x1b]8;;https://example.org\x1b\\docs\x1b]8;;\x1b\\ ok\n").encode()
+    assert chunk(log, 0, len(log), True)["text"] == "ERROR disk full\n\rdocs ok\n"
+    # A read that stops inside a sequence stops before it: the next one reads it whole.
+    cut = chunk(b"ok \x1b[3", 0, 20, False)
+    assert (cut["text"], cut["next_offset"]) == ("ok ", 3)
+    assert chunk(b"\x1b[31mred\x1b[0m", 3, 20, False)["text"] == "red"
+    title = "ok \x1b]0;é".encode()[:-1]  # in an OSC's text, and a character cut in two
+    assert chunk(title, 0, 20, False) == {"offset": 0, "next_offset": 3, "size": 20,
+                                          "ended": False, "text": "ok "}
+    assert chunk(b"\x1b[3", 10, 13, False)["next_offset"] == 10  # all there is yet: waits
+    # One that no read can hold whole, or that nothing will complete, is not waited for.
+    lone = chunk(b"\x1b[3", 10, 20, False)
+    assert (lone["text"], lone["next_offset"]) == ("[3", 13)
+    assert chunk(b"ok \x1b[3", 0, 6, True)["text"] == "ok [3"
+
+
 class FakePool:
     """Stands in for the PeerPool: answers GetLog from ``logs`` (key -> bytes), or as told."""
 

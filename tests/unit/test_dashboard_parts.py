@@ -1,8 +1,10 @@
-"""The dashboard's parts that need no network: the token rule, snapshots built at most once a
-second, the observations the scheduler shell feeds, the page's helpers, and the metric
-families made from a snapshot (parsed back as Prometheus reads them)."""
+"""The dashboard's parts that need no network: the token and Host rules, snapshots built at
+most once a second, the observations the scheduler shell feeds, the page's helpers, and the
+metric families made from a snapshot (parsed back as Prometheus reads them)."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -27,6 +29,19 @@ def test_only_the_local_interfaces_need_no_token():
         assert not auth.token_required(host)
     for host in ("127.0.0.2", "0.0.0.0", "::", "10.1.2.3", "node1"):
         assert auth.token_required(host)
+
+
+def test_without_a_token_only_loopback_host_names_are_answered():
+    for header in ("localhost", "LOCALHOST:8787", "127.0.0.1", "127.0.0.1:8787",
+                   "127.3.2.1:80", "[::1]", "[::1]:8787"):
+        assert auth.host_allowed(header, "127.0.0.1"), header
+    # Names a DNS server answers for (a rebinding page's own), and what is not a Host at all.
+    for header in ("evil.example", "evil.example:8787", "localhost.evil.example",
+                   "127.0.0.1.nip.io:8787", "10.0.0.1:8787", "[::2]:8787", "::1", "",
+                   "localhost:80:80", "localhost:port", "[::1"):
+        assert not auth.host_allowed(header, "127.0.0.1"), header
+    assert auth.host_allowed("Box.Example:8787", "box.example")  # the configured host
+    assert auth.host_allowed("[::1]:1", "::1") and not auth.host_allowed("box:1", "localhost")
 
 
 def test_bearer_headers_are_read_strictly():
@@ -75,6 +90,23 @@ def test_observations_take_waits_run_times_and_failures_from_what_the_shell_hand
     assert failure == {"time": 1234.0, "key": "k", "error": "exception",
                        "message": "ValueError: boom", "worker": "tcp://w",
                        "text": "Traceback ...\n  line 1\nValueError: boom\n"}
+
+
+def test_task_failures_name_their_worker_as_job_failures_do_even_once_it_left():
+    t = Task("k", b"", Resources.parse(""), 0, 1, 0, None, "k")
+    t.queued_at = t.started = 1.0
+    workers = {"tcp://10.0.0.7:4000": SimpleNamespace(name="gpu-a")}
+    observed = Observations({"k": t}, workers, wall_clock=lambda: 9.0)
+    observed(ev.Tick(now=1), [act.Execute(key="k", worker="tcp://10.0.0.7:4000", spec=b"",
+                                          resources=Resources.parse(""))])
+    erred = act.TaskErred(key="k", clients=("c",), error="exception", text="ValueError: x")
+    observed(ev.TaskErred(key="k", worker="tcp://10.0.0.7:4000", now=2), [erred])
+    del workers["tcp://10.0.0.7:4000"]  # its death fails a task after it left the state
+    killed = act.TaskErred(key="k", clients=("c",), error="killed_worker", text="died")
+    observed(ev.WorkerLeft(address="tcp://10.0.0.7:4000", now=3), [killed])
+    assert [f["worker"] for f in observed.failures] == ["gpu-a", "gpu-a"]
+    assert observed.worker_name("tcp://10.0.0.7:4000") == "tcp://10.0.0.7:4000"  # forgotten
+    assert observed.worker_name(None) is None
 
 
 def test_pages_of_a_list_link_to_each_other_relatively():

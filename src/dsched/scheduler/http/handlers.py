@@ -3,7 +3,8 @@
 Every handler reads the current snapshot, never the scheduler itself (readyz aside, which
 must answer for now), so serving costs the scheduler no more than one snapshot a second.
 ``DashboardHandler`` holds what they share: the token rule (a Bearer header or the login
-cookie, where the dashboard requires the token), security headers, JSON and one-line errors.
+cookie, where the dashboard requires the token; the ``Host`` rule where it does not), security
+headers, JSON and one-line errors.
 ``ListHandler`` and ``ItemHandler`` serve a section's lists (paged with ``offset`` and
 ``limit``, filtered by the arguments it names) and their items; a section adds its own by
 subclassing them. Every link and redirect is relative, so the dashboard works under any
@@ -17,7 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tornado.ioloop import IOLoop
-from tornado.web import HTTPError, RequestHandler
+from tornado.web import HTTPError, RequestHandler, StaticFileHandler
 
 from . import auth, metrics
 from .page import HELPERS
@@ -63,6 +64,9 @@ class DashboardHandler(RequestHandler):
         self.set_header("Cache-Control", "no-store")
 
     def prepare(self) -> None:
+        refusal = host_refusal(self, self.dashboard)
+        if refusal is not None:
+            raise refusal
         if self.public or self.authorized():
             return
         if self.api:
@@ -111,6 +115,14 @@ class DashboardHandler(RequestHandler):
                 raise Refusal(400, f"unknown argument {name[:40]!r} (expected: {expected})")
         return args
 
+    def known(self, args: dict[str, list[str]], name: str, allowed: Sequence[str]) -> None:
+        """400 naming the values ``name`` may take when one of its values is not among them: a
+        filter on a value nothing can have is a typo, not an empty list."""
+        for value in args.get(name, ()):
+            if value not in allowed:
+                raise Refusal(400, f"unknown {name} {value[:40]!r} (expected: "
+                                   f"{', '.join(allowed)})")
+
     def number(self, args: dict[str, list[str]], name: str, default: int, low: int,
                high: int) -> int:
         values = args.get(name)
@@ -126,15 +138,19 @@ class DashboardHandler(RequestHandler):
 class ListHandler(DashboardHandler):
     """A list in a section's part, paged and filtered: ``section`` names the part, ``path`` the
     keys leading to the list in it, ``filters`` maps each query argument to the item field it
-    filters on (several values of one argument: any of them). Answers ``{"items", "total",
-    "offset", "limit"}``, ``total`` counting the items that pass the filters."""
+    filters on (several values of one argument: any of them), ``choices`` the arguments whose
+    values are a closed set to that set. Answers ``{"items", "total", "offset", "limit"}``,
+    ``total`` counting the items that pass the filters."""
 
     section = ""
     path: tuple[str, ...] = ("items",)
     filters: dict[str, str] = {}
+    choices: dict[str, tuple[str, ...]] = {}
 
     def get(self) -> None:
         args = self.arguments(("offset", "limit", *self.filters))
+        for name, allowed in self.choices.items():
+            self.known(args, name, allowed)
         offset = self.number(args, "offset", 0, 0, 10**9)
         limit = self.number(args, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         items = self.part(self.section)
@@ -168,6 +184,44 @@ class ItemHandler(DashboardHandler):
         raise Refusal(404, f"no {self.noun} {wanted[:100]!r}")
 
 
+def host_refusal(handler: RequestHandler, dashboard: "Dashboard") -> Refusal | None:
+    """Why ``handler``'s request is refused for its ``Host`` header, if it is: a dashboard
+    that asks for no token answers only to loopback names (``auth.host_allowed``)."""
+    if dashboard.token is None and not auth.host_allowed(handler.request.host, dashboard.host):
+        return Refusal(403, f"host {handler.request.host[:100]!r} is not a loopback name: "
+                            "without a token the dashboard answers only to localhost, "
+                            "127.0.0.1 or [::1]")
+    return None
+
+
+class StaticHandler(StaticFileHandler):
+    """The page's script and style sheet, under the same ``Host`` rule as the rest."""
+
+    def initialize(self, path: str, dashboard: "Dashboard") -> None:  # type: ignore[override]
+        super().initialize(path)
+        self.dashboard = dashboard
+
+    def prepare(self) -> None:
+        refusal = host_refusal(self, self.dashboard)
+        if refusal is not None:
+            self.set_status(403)
+            self.set_header("Content-Type", "text/plain; charset=utf-8")
+            self.finish(f"403 {refusal.message}\n")
+
+
+class FaviconHandler(DashboardHandler):
+    """``favicon.ico``, which a browser asks for where a page names no icon (a JSON answer
+    opened in a tab): no content, and kept for a day, so it is neither a 404 nor asked again.
+    The pages name ``static/favicon.svg``."""
+
+    public = True
+
+    def get(self) -> None:
+        self.set_header("Cache-Control", "max-age=86400")
+        self.set_status(204)
+        self.finish()
+
+
 # -- the built-in API ---------------------------------------------------------------------
 
 
@@ -180,6 +234,7 @@ class ClusterHandler(DashboardHandler):
 class WorkerList(ListHandler):
     section = "workers"
     filters = {"state": "state"}
+    choices = {"state": ("connected", "draining")}
 
 
 class WorkerItem(ItemHandler):

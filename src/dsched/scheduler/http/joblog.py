@@ -8,12 +8,18 @@ size (``MAX_BYTES``), in time (``TIMEOUT``) and in number (``AT_ONCE`` in flight
 refused at once, not queued), and it only awaits, so a slow or vanished worker never holds the
 scheduler's event loop. What goes wrong becomes ``LogUnavailable``, with an HTTP status and
 one line that says why.
+
+What it gives is the log as a person reads it: terminal escape sequences (colours, cursor
+moves, titles: CSI and OSC) are taken out of the text, since a page shows them as stray
+characters. The byte offsets stay those of the file, and ``sched logs`` gives the bytes as
+written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import codecs
+import re
 from typing import Any, Callable
 
 from ...errors import SchedError
@@ -29,6 +35,14 @@ TAIL_BYTES = 64 << 10
 TIMEOUT = 10.0
 #: Reads in flight at once; one more is refused with 503 (a person retries, the page polls).
 AT_ONCE = 8
+#: Terminal escape sequences: CSI (colours, cursor moves, erasing), OSC (a window's title, a
+#: hyperlink; ended by BEL or ST) and the two-character ones (ESC ( B of ``tput sgr0``, ...).
+ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
+                    r"|\x1b[ -/]*[0-Z\\^-~]")
+#: The start of an escape sequence a read cut short, at the end of the bytes read.
+ESCAPE_CUT = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[ -/]*)\Z")
+#: The longest cut sequence held back for the next read; a longer one is not a sequence.
+ESCAPE_KEPT = 4096
 
 
 class LogUnavailable(Exception):
@@ -102,13 +116,26 @@ class LogReader:
 
 def chunk(data: bytes, offset: int, size: int, ended: bool) -> dict[str, Any]:
     """The bytes of a log read from ``offset`` as text: ``text`` (UTF-8; what is not is
-    replaced), ``next_offset`` where to read on (before a character the read cut in two, so
-    that it is read whole next time), the log's ``size`` then, and ``ended``: nothing more will
-    be written to it."""
+    replaced; escape sequences taken out), ``next_offset`` where to read on (before a character
+    or an escape sequence the read cut in two, so that it is read whole next time), the log's
+    ``size`` then, and ``ended``: nothing more will be written to it."""
+    final = ended and offset + len(data) >= size
+    keep = len(data)
+    cut = None if final else ESCAPE_CUT.search(data)
+    # Held back only where the next read can get it whole: after something else, or at the
+    # log's end as it is now (the next read starts there once more is written).
+    if cut and len(data) - cut.start() <= ESCAPE_KEPT and (cut.start() or
+                                                           offset + len(data) >= size):
+        keep = cut.start()
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    text = decoder.decode(data, final=ended and offset + len(data) >= size)
+    text = decoder.decode(data[:keep], final=final)
     pending = len(decoder.getstate()[0])
     if pending and pending == len(data):  # too little to hold one character: take it as is
         text, pending = decoder.decode(b"", final=True), 0
-    return {"offset": offset, "next_offset": offset + len(data) - pending, "size": size,
-            "ended": ended, "text": text}
+    return {"offset": offset, "next_offset": offset + keep - pending, "size": size,
+            "ended": ended, "text": plain(text)}
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal escape sequences, nor the ESC of one cut short."""
+    return ESCAPE.sub("", text).replace("\x1b", "")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Iterable, Mapping, Sequence
 
-from ...jobs import ENDED
+from ...jobs import ENDED, JobState, Reason
 from .. import views
 from .handlers import DEFAULT_LIMIT, MAX_LIMIT, DashboardHandler, Refusal
 from .joblog import DEFAULT_BYTES, MAX_BYTES, LogUnavailable
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 FIELD = {name: i for i, name in enumerate(views.JOB_ROW)}
 #: The API's filters: query argument -> row field.
 FILTERS = {"state": "state", "name": "name", "reason": "reason"}
+#: The values the API's filters with a closed set of values may take.
+CHOICES = {"state": tuple(s.value for s in JobState), "reason": tuple(r.value for r in Reason)}
 #: The states a job does not leave, as the views name them.
 FINAL = frozenset(s.value for s in ENDED)
 #: Whole records of single jobs kept per snapshot (one per job asked about).
@@ -107,6 +109,8 @@ class JobList(DashboardHandler):
 
     def get(self) -> None:
         args = self.arguments(("offset", "limit", *FILTERS))
+        for name, allowed in CHOICES.items():
+            self.known(args, name, allowed)
         offset = self.number(args, "offset", 0, 0, 10**9)
         limit = self.number(args, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         snapshot = self.dashboard.snapshots.current()

@@ -68,11 +68,18 @@ class Histogram:
 
 
 class Observations:
-    """Fed by the scheduler shell (``__call__``) and by the lag probe (``probe_loop``)."""
+    """Fed by the scheduler shell (``__call__``) and by the lag probe (``probe_loop``).
+    ``tasks`` and ``workers`` are the state's, read only: what a failure names comes from
+    them."""
 
-    def __init__(self, tasks: dict, wall_clock: Callable[[], float] = time.time):
+    def __init__(self, tasks: dict, workers: dict | None = None,
+                 wall_clock: Callable[[], float] = time.time):
         self.tasks = tasks
+        self.workers = workers if workers is not None else {}
         self.wall_clock = wall_clock
+        #: The names of the workers tasks were sent to, by address: a task that fails with
+        #: its worker's death fails once that worker has left the state.
+        self._names: dict[str, str] = {}
         self.queue_wait = Histogram(QUEUE_WAIT_BUCKETS)
         self.run_time = Histogram(RUN_TIME_BUCKETS)
         self.loop_lag = Histogram(LOOP_LAG_BUCKETS)
@@ -107,10 +114,24 @@ class Observations:
                 if t is not None:  # a job's attempt waits minutes where a task waits ms
                     histogram = self.queue_wait if action.job is None else self.job_queue_wait
                     histogram.observe(t.started - t.queued_at)
+                if action.worker not in self._names:
+                    w = self.workers.get(action.worker)
+                    if w is not None:
+                        self._names[action.worker] = w.name
             elif kind is act.TaskErred:
                 self._failed(action, event)
             elif kind is act.JournalWrite:
                 self._journaled(action, event)
+        if type(event) is ev.WorkerLeft:  # after its tasks' failures named it
+            self._names.pop(event.address, None)
+
+    def worker_name(self, address: str | None) -> str | None:
+        """The name of the worker at ``address``, as job failures name it (its address where
+        it is not known)."""
+        if address is None:
+            return None
+        w = self.workers.get(address)
+        return w.name if w is not None else self._names.get(address, address)
 
     def _failed(self, action: act.TaskErred, event: Any) -> None:
         self.failed[action.error] += 1
@@ -124,7 +145,8 @@ class Observations:
             "error": action.error,
             "message": (lines[-1].strip() if lines else action.error)[:300],
             "text": text[-TEXT_KEPT:],
-            "worker": getattr(event, "worker", None) or getattr(event, "address", None),
+            "worker": self.worker_name(getattr(event, "worker", None)
+                                       or getattr(event, "address", None)),
         })
 
     def _journaled(self, write: act.JournalWrite, event: Any) -> None:

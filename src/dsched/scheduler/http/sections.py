@@ -45,10 +45,12 @@ SECTIONS: tuple[Section, ...] = (
             jobs.TEMPLATE_HELPERS),
 )
 
-#: Routes that belong to no section: the page itself, its login and polling, health, metrics.
+#: Routes that belong to no section: the page itself, its login, icon and polling, health,
+#: metrics.
 ROUTES: tuple[tuple[str, type], ...] = (
     ("/?", h.PageHandler),
     ("/login", h.LoginHandler),
+    ("/favicon.ico", h.FaviconHandler),
     ("/api/v1/panels", h.PanelsHandler),
     ("/healthz", h.HealthHandler),
     ("/readyz", h.ReadyHandler),

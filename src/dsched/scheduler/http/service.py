@@ -22,7 +22,7 @@ from tornado.web import Application, StaticFileHandler
 from ...comm.addresses import reachable_host
 from ...peers import PeerPool
 from . import auth, metrics
-from .handlers import log_request
+from .handlers import StaticHandler, log_request
 from .joblog import LogReader
 from .observe import Observations
 from .page import HELPERS
@@ -60,7 +60,7 @@ class Dashboard:
         self.tls = config.tls
         self._cluster_token = token  # the workers' data ports ask for it: logs are read there
         self.logs = LogReader(self._log_peers)
-        self.observations = Observations(scheduler.state.tasks)
+        self.observations = Observations(scheduler.state.tasks, scheduler.state.workers)
         self.snapshots = Snapshots(self._build, clock=self._clock)
         self._metrics = {s.name: s.metrics for s in sections if s.metrics is not None}
         self.server: HTTPServer | None = None
@@ -78,7 +78,8 @@ class Dashboard:
         for section in self.sections:
             routes += [(prefix + path, handler, {"dashboard": self})
                        for path, handler in section.routes]
-        routes.append((prefix + "/static/(.*)", StaticFileHandler, {"path": STATIC}))
+        routes.append((prefix + "/static/(.*)", StaticHandler,
+                       {"path": STATIC, "dashboard": self}))
         return Application(routes, template_path=TEMPLATES, log_function=log_request,
                            static_hash_cache=True, compiled_template_cache=True)
 

@@ -4,6 +4,8 @@
 // swaps in those that changed. On a job's page it also follows the job's log: it asks for what
 // was written after what it shows, and appends it, until the job has ended and its log is
 // read to the end. A hidden tab asks nothing; it catches up as soon as it is shown again.
+// While the scheduler does not answer, the page says so where it says the scheduler is ready,
+// rather than go on showing the last state it got as if it were current.
 (function () {
   "use strict";
   var PERIOD_MS = 2000;
@@ -45,14 +47,28 @@
         });
         taken.textContent = new Date(data.taken * 1000).toTimeString().slice(0, 8);
         status.textContent = "";
+        status.className = "";
         document.body.classList.remove("stale");
       })
       .catch(function (error) {
-        status.textContent = " (not updated: " + error.message + ")";
-        document.body.classList.add("stale");
+        unreachable(error.message);
       })
       .then(followLog)
       .then(schedule);
+  }
+
+  function unreachable(why) {
+    var state = document.getElementById("scheduler-status");
+    if (state) {
+      state.textContent = "unreachable";
+      state.className = "warn";
+      state.dataset.status = "unreachable";
+      state.title = why;
+    }
+    shown = {};  // every panel is replaced on the next answer, the status among them
+    status.textContent = " · the scheduler is unreachable (" + why + "): trying again";
+    status.className = "warn";
+    document.body.classList.add("stale");
   }
 
   function jobEnded() {
