@@ -135,11 +135,12 @@ class TaskGraph:
                 self.release_work.append(t)
 
     def add(self, key: str, resources: Resources, priority: int, client: str,
-            prefix: str) -> Task:
+            prefix: str, order: int | None = None) -> Task:
         """A task without inputs or dependents, wanted by ``client``, not yet queued: the
-        attempt of a job (the job book queues or books it)."""
+        attempt of a job (the job book queues or books it). ``order``: its place in the
+        queue, when it takes the place of an earlier attempt; else a new one, the last."""
         t = Task(key, _NO_SPEC, self.placer.queue.shape(resources), priority,
-                 self._next_order(priority), 0, None, prefix)
+                 self._next_order(priority) if order is None else order, 0, None, prefix)
         t.wanted_by = (client,)
         self.clients.setdefault(client, {})[key] = None
         self.tasks[key] = t

@@ -36,6 +36,7 @@ class Job:
         "id", "spec", "state", "wait", "detail", "submitted", "attempt", "started", "worker",
         "address", "lease", "gpus", "pid", "log", "start_time", "end_time", "exit_code",
         "error", "retries_left", "rejections", "cancelling", "task", "deadline", "deps_left",
+        "order",
     )
 
     def __init__(self, id: int, spec: JobSpec, submitted: float):
@@ -58,6 +59,8 @@ class Job:
         self.exit_code: int | None = None
         self.error = ""
         self.retries_left = spec.retries
+        #: Its place in the ready queue, taken by its first attempt and kept by the next ones.
+        self.order: int | None = None
         self.rejections = 0
         self.cancelling = False
         self.task: Task | None = None

@@ -188,9 +188,10 @@ class JobBook:
             job.wait = None
             job.attempt += 1
             job.started = False
+            # A job queued again keeps its place: ahead of later jobs of its priority.
             t = self.graph.add(job_key(job.id, job.attempt), job.spec.resources,
-                               job.spec.priority, JOBS_CLIENT, prefix="job")
-            t.job, job.task = job, t
+                               job.spec.priority, JOBS_CLIENT, prefix="job", order=job.order)
+            t.job, job.task, job.order = job, t, t.order
             self.placer.enqueue(t)
 
     def _unqueue(self, job: Job) -> None:

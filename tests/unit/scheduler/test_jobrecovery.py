@@ -192,3 +192,12 @@ def test_reconcile_is_a_pure_decision_over_the_journal_and_the_report():
 
 def test_the_state_starts_empty_of_jobs():
     assert SchedulerState().jobs.jobs == {}
+
+
+def test_a_requeued_job_keeps_its_place_ahead_of_later_jobs_of_its_priority():
+    s = story_with_running_job(requeue=True)
+    s.jobs(job("later"), job("later"), request=2)  # jobs 2 and 3 wait behind job 1
+    s.leave("w1")
+    s.at(111).tick()  # job 1's attempt is lost: queued again
+    assert s.states() == {1: "queued", 2: "queued", 3: "queued"}
+    assert started(s.worker("w2")) == [("job-1.2", "w2")]
