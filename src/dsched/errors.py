@@ -42,6 +42,12 @@ class VersionMismatchError(RemoteProtocolError):
     """The peer speaks another protocol version; the message names both."""
 
 
+class TlsMismatchError(RemoteProtocolError):
+    """A connection without TLS met a server that, by every sign, uses it: the server closed
+    it without a word in answer to our handshake, as a TLS server does. The message says how
+    each program is given TLS."""
+
+
 class CommClosedError(SchedError, ConnectionError):
     """The connection is closed; ``reason`` says why when the peer or we gave one."""
 
@@ -81,3 +87,12 @@ class TaskExit(SchedError):
 
     def __reduce__(self):
         return (TaskExit, (self.original,))
+
+
+def cannot_send_result(key: str, why: BaseException | str) -> str:
+    """What a client is told, as a SchedError, of a result that cannot travel: one message
+    whether the result waits in a worker's memory (a thread's task; a fetch finds out) or
+    must leave a GPU task's process at once (that task fails with it)."""
+    if isinstance(why, BaseException):
+        why = f"{type(why).__name__}: {why}"
+    return f"cannot send the result of {key}: {why}"

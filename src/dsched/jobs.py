@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any, Mapping
 
 from .errors import SchedError
+from .protocol.fields import checked_ids, checked_int
 from .resources import EMPTY, Resources
 
 
@@ -86,8 +87,12 @@ class JobSpec:
     def __post_init__(self) -> None:
         if not self.command or not all(isinstance(part, str) for part in self.command):
             raise JobSpecError("a job needs a command: a non-empty list of strings")
-        if self.retries < 0:
-            raise JobSpecError(f"retries must not be negative, not {self.retries}")
+        try:  # numbers the wire cannot carry are refused here, where they were given
+            checked_int("priority", self.priority)
+            checked_int("retries", self.retries, 0)
+            checked_ids("a job it runs after", (*self.after_ok, *self.after_any))
+        except (TypeError, ValueError) as error:
+            raise JobSpecError(str(error)) from None
         if self.time_limit is not None and not self.time_limit > 0:
             raise JobSpecError(f"a time limit must be positive, not {self.time_limit}")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):

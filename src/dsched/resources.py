@@ -33,6 +33,9 @@ MAX_GPUS = 1024
 _FORM = "expected NAME=VALUE pairs separated by spaces or commas, e.g. \"GPU=2 MEMORY=100e9\""
 _SEPARATORS = re.compile(r"[\s,]+")
 _BAD_NAME_CHARS = re.compile(r"[\s,=]")
+#: A quantity as a spec writes it. Decimal() alone also takes "1_000" and the digits of other
+#: scripts ("٣"), which read as something else to a person, a shell script or a log search.
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 ResourcesLike = Union["Resources", Mapping[str, object], str, None]
 
@@ -256,6 +259,10 @@ def parse_quantity(text: object, name: str = "", part: str | None = None) -> int
         ) from None
     if not value.is_finite():
         raise ResourceSpecError(f"invalid resource {shown!r}: the value must be finite; {_FORM}")
+    if not _NUMBER.fullmatch(str(text).strip()):
+        why = ("the value may not hold '_' separators (write 1000 or 1e3)" if "_" in str(text)
+               else "the value must be written with the ASCII digits 0-9")
+        raise ResourceSpecError(f"invalid resource {shown!r}: {why}")
     if value < 0:
         raise ResourceSpecError(f"invalid resource {shown!r}: the value must not be negative; {_FORM}")
     if value > MAX_QUANTITY:
@@ -281,7 +288,10 @@ def format_units(units: int) -> str:
 
 
 def _check_name(name: object, part: str) -> str:
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str):
+        raise ResourceSpecError(f"invalid resource {part!r}: the name must be a string, not "
+                                f"{type(name).__name__} {name!r}")
+    if not name:
         raise ResourceSpecError(f"invalid resource {part!r}: the name is empty; {_FORM}")
     if _BAD_NAME_CHARS.search(name):
         raise ResourceSpecError(

@@ -175,6 +175,10 @@ class CommConfig:
     connect_timeout: float = setting(10.0, k.seconds, "Seconds to connect and authenticate")
     handshake_timeout: float = setting(10.0, k.seconds,
                                        "Seconds a connecting peer has to authenticate")
+    answer_timeout: float = setting(5.0, k.seconds,
+                                    "Seconds a peer has to send the first bytes of the "
+                                    "handshake; every dsched daemon does so at once, so one "
+                                    "that stays silent (another program's port) is refused")
     close_timeout: float = setting(5.0, k.seconds,
                                    "Seconds a closing connection waits for the peer to take "
                                    "its last bytes")
@@ -190,7 +194,7 @@ class CommConfig:
         return {"max_frame_size": self.max_frame_size,
                 "max_message_size": self.max_message_size,
                 "outbox_limit": self.outbox_limit, "inbox_limit": self.inbox_limit,
-                "close_timeout": self.close_timeout}
+                "close_timeout": self.close_timeout, "answer_timeout": self.answer_timeout}
 
     def transfer_timeout_for(self, nbytes: int) -> float:
         """How long fetching a result of ``nbytes`` may take."""

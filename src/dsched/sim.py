@@ -17,7 +17,8 @@ from typing import Callable, Iterable
 
 from .resources import EMPTY, Resources, ResourcesLike
 from .scheduler import events as ev
-from .scheduler.actions import CloseWorker, Execute, StopTask, TaskCancelled, TaskErred, TaskFinished
+from .scheduler.actions import (CloseWorker, Execute, ResultMoved, StopTask, TaskCancelled,
+                                TaskErred, TaskFinished)
 from .scheduler.state import SchedulerState
 
 
@@ -245,6 +246,8 @@ class Simulation:
                 self._at(self.now, "leave", a.worker, a.reason)
             elif kind is TaskFinished:
                 self._end(a.key, "finished")
+            elif kind is ResultMoved and not a.who_has:  # lost: it will end again
+                self.outcomes.pop(a.key, None)
             elif kind is TaskErred:
                 self._end(a.key, "erred")
             elif kind is TaskCancelled:

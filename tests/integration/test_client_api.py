@@ -203,6 +203,15 @@ def test_client_with_no_address_starts_and_stops_a_local_cluster(monkeypatch, tm
     assert all(process.poll() is not None for process in processes)
 
 
+def test_a_token_file_under_home_is_found_as_the_config_files_would_be(cluster, monkeypatch,
+                                                                     tmp_path):
+    (tmp_path / "token").write_text(cluster.token)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("SCHED_TOKEN", raising=False)  # it would win over the file
+    with Client(cluster.address, token_file="~/token") as client:
+        assert client.submit(inc, 1).result(timeout=30) == 2
+
+
 def test_closing_cancels_pending_futures_and_refuses_new_work(cluster):
     client = Client(cluster.address, token=cluster.token)
     pending = client.submit(inc, 1, resources={"GPU": 5})

@@ -114,11 +114,15 @@ def make_lock():
 def test_a_result_that_cannot_be_pickled_is_a_clear_error_at_once(client):
     import time
 
-    future = client.submit(make_lock)
-    started = time.monotonic()
-    with pytest.raises(SchedError, match="cannot send the result of .*cannot pickle"):
-        future.result(timeout=30)
-    assert time.monotonic() - started < 5  # not after the fetch's patience runs out
+    for resources in (None, {"GPU": 1}):  # a thread of the worker, and a GPU child process
+        future = client.submit(make_lock, resources=resources)
+        started = time.monotonic()
+        with pytest.raises(SchedError) as raised:
+            future.result(timeout=30)
+        assert type(raised.value) is SchedError  # the same error, wherever the task ran
+        assert str(raised.value) == (f"cannot send the result of {future.key}: TypeError: "
+                                     "cannot pickle '_thread.lock' object")
+        assert time.monotonic() - started < 5  # not after the fetch's patience runs out
 
 
 def test_a_dependency_no_worker_can_send_fails_its_dependent_instead_of_looping(client):
@@ -302,6 +306,21 @@ def test_connecting_to_nothing_names_the_address_quickly():
     with pytest.raises(OSError, match=f"scheduler at {address}"):
         Client(address, token=generate_token())
     assert time.monotonic() - start < 5
+
+
+def test_a_port_that_accepts_but_never_answers_is_refused_in_seconds_saying_so():
+    from dsched import config
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts for it
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        start = time.monotonic()
+        with config.set({"comm.answer_timeout": 0.5}):
+            with pytest.raises(OSError) as refused:
+                Client(address, token=generate_token(), timeout=30)
+    assert time.monotonic() - start < 10  # not the 30 s connect timeout
+    assert str(refused.value) == (
+        f"cannot connect to the scheduler at {address}: the peer did not answer the dsched "
+        "handshake within 0.5 s: is it a dsched scheduler or worker?")
 
 
 def test_a_wrong_token_is_an_authentication_error(cluster):

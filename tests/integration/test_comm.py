@@ -316,6 +316,39 @@ async def test_connect_gives_up_on_a_server_that_never_answers():
         await server.wait_closed()
 
 
+async def test_connect_refuses_a_server_that_stays_silent_within_seconds_not_the_timeout():
+    server, port, hung_up = await plain_server(b"")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        with pytest.raises(TimeoutError, match=r"^the peer did not answer the dsched handshake "
+                           r"within 0\.3 s: is it a dsched scheduler or worker\?$"):
+            await connect(("127.0.0.1", port), role="client", name="c", token=TOKEN,
+                          timeout=DEADLINE, answer_timeout=0.3)
+        assert loop.time() - started < DEADLINE / 2  # not the whole connect timeout
+        await asyncio.wait_for(hung_up.wait(), DEADLINE)  # connect() did not leave it open
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_listener_hangs_up_on_a_peer_that_sends_nothing_within_seconds(caplog):
+    listener = await listen("127.0.0.1", 0, echo, token=TOKEN, handshake_timeout=DEADLINE,
+                            answer_timeout=0.3)
+    loop = asyncio.get_running_loop()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        started = loop.time()
+        # DEBUG too: the refusal is a rate-limited warning, DEBUG after another test's.
+        with caplog.at_level(logging.DEBUG, logger="dsched.comm"):
+            await asyncio.wait_for(reader.read(), DEADLINE)  # its preamble waits for ours
+            assert loop.time() - started < DEADLINE / 2
+        writer.close()
+        assert "sent nothing of the dsched handshake within 0.3 s" in caplog.text
+    finally:
+        await listener.close()
+
+
 async def test_connect_refuses_a_server_that_speaks_something_else():
     server, port, hung_up = await plain_server(b"HTTP/1.1 400 Bad Request\r\n\r\n")
     try:

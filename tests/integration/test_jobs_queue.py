@@ -157,3 +157,34 @@ def test_short_jobs_run_on_an_idle_worker_while_a_long_one_holds_the_other(daemo
     assert client.jobs([long.id])["jobs"][0]["state"] == "running"
     gate.touch()
     assert long.result(timeout=30).state == "completed"
+
+
+@pytest.mark.parametrize("options", [{"priority": -99999999999999999999},
+                                     {"priority": 2**70}, {"retries": 2**64},
+                                     {"after_ok": [2**63]}])
+def test_numbers_the_wire_cannot_carry_are_refused_at_submit(daemons, options):
+    daemons.scheduler()
+    client = daemons.client()
+    with pytest.raises(ValueError, match="must be from"):
+        client.submit_command(["true"], **options)
+    with pytest.raises(ValueError, match="a job number must be from 1"):
+        client.cancel_jobs([2**64])
+    assert client.submit_command(["true"], hold=True).job_id(timeout=10) == 1
+
+
+def test_an_op_that_cannot_be_encoded_fails_only_the_call_that_made_it(daemons):
+    import dataclasses
+
+    daemons.scheduler()
+    client = daemons.client()
+    held = client.submit_command(["true"], hold=True)
+    task = client.submit(sum, [1, 2])
+    spec = job_spec(["true"])
+    object.__setattr__(spec, "priority", 2**70)  # past the checks at the door
+    assert dataclasses.is_dataclass(spec)
+    bad = client._async._jobs.submit(spec)
+    with pytest.raises(SchedError, match="cannot send submit-jobs: cannot encode"):
+        bad.job_id(timeout=10)
+    assert held.job_id(timeout=10) == 1
+    assert client.status == "running" and task.status == "pending"  # not lost with it
+    assert client.jobs()["total"] == 1

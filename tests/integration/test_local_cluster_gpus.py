@@ -1,8 +1,9 @@
-"""A LocalCluster hands the machine's GPUs out so that no two workers share a device."""
+"""A LocalCluster hands the machine's GPUs out so that no two workers share a device, and
+refuses GPUs no worker could offer before it starts anything."""
 
 import pytest
 
-from dsched import Client, LocalCluster
+from dsched import Client, LocalCluster, ResourceSpecError
 
 FOUR_GPUS = {"SCHED_FAKE_NVML": '{"count": 4}'}
 
@@ -35,3 +36,19 @@ def test_on_a_machine_without_gpus_the_workers_say_so_and_nothing_else(capfd):
     log = capfd.readouterr().err
     assert "No GPUs: NVML found no GPU" in log
     assert "turned off" not in log  # nobody turned them off
+
+
+def test_a_gpu_offer_no_worker_could_make_is_refused_before_anything_starts(monkeypatch):
+    def no_process(*args, **kwargs):
+        raise AssertionError(f"started {args[0]!r}")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("dsched.client.cluster.subprocess.Popen", no_process)
+        with pytest.raises(ResourceSpecError, match="GPU=0.5: a worker's GPUs must be a whole"):
+            LocalCluster(n_workers=1, resources="GPU=0.5", env=FOUR_GPUS)
+        with pytest.raises(ResourceSpecError, match="whole number of devices"):
+            Client(n_workers=1, resources={"GPU": 1.5})
+    with LocalCluster(n_workers=0, env=FOUR_GPUS) as cluster:
+        with pytest.raises(ResourceSpecError, match="whole number of devices"):
+            cluster.start_worker(resources="GPU=0.5")
+        assert cluster.workers == []

@@ -1,16 +1,20 @@
 """``sched`` run as a subprocess against a real scheduler and worker (one cluster for the
 module): what each option of ``submit`` does to a job, following a log to the job's end,
 cancelling a running job, ``wait``'s exit status and progress lines, ``status --json``,
-``workers``, a request larger than any worker waiting with its reason, and an unreachable
-scheduler."""
+``workers``, a request larger than any worker waiting with its reason, an unreachable
+scheduler, a scheduler lost while waiting (said once), and a standard output closed early."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import socket
 import subprocess
 import sys
 
+from dashboard_helpers import request
 from deadline import wait_until
 from sched_helpers import sched, submit, views
 
@@ -174,3 +178,50 @@ def test_an_unreachable_scheduler_is_one_line_and_exit_status_1(cluster):
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith(f"sched: error: cannot connect to the scheduler at "
                                   f"127.0.0.1:{port}") and done.stderr.count("\n") == 1
+
+
+def test_wait_past_its_timeout_names_the_timeout_and_exits_124(cluster, client):
+    job = submit(cluster, "--hold", "--", "true")
+    try:
+        done = sched(cluster, "wait", "--timeout", "1", str(job))
+    finally:
+        sched(cluster, "cancel", str(job))
+    assert done.returncode == 124
+    assert done.stderr == "sched: error: 1 of 1 jobs had not ended within 1 s\n"
+
+
+def test_a_closed_standard_output_ends_the_command_quietly(cluster, client):
+    # The reader is gone before sched writes a byte, as head's is once it has its lines; the
+    # status is 128 + SIGPIPE, what a shell reports for git in `git log | head`.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "dsched.cli.sched", "-s", cluster.address,
+                               "status"], env=cluster.env, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (128 + signal.SIGPIPE, "")
+
+
+def test_a_scheduler_lost_while_waiting_is_said_once(daemons):
+    daemons.scheduler()
+    job = submit(daemons, "--hold", "--", "true")
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "dsched.cli.sched", "-s", daemons.address, "wait", str(job)],
+        env={**daemons.env, "SCHED_CLIENT__CONNECT_TIMEOUT": "1"}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        def clients() -> float:
+            _, _, body = request(daemons.dashboard, "metrics")
+            return float(re.search(rb"^dsched_clients_connected (\S+)$", body, re.M).group(1))
+        wait_until(lambda: clients() == 1, what="sched wait to connect")
+        daemons.scheduler_process.send_signal(signal.SIGTERM)  # its drain ends the connection
+        _, stderr = waiting.communicate(timeout=60)
+    finally:
+        waiting.kill()
+        waiting.communicate()
+    assert waiting.returncode == 1
+    # The library's log line ("Lost the scheduler ...") is not said again before it.
+    assert stderr.startswith(f"sched: error: lost the scheduler at {daemons.address}")
+    assert stderr.count("\n") == 1, stderr

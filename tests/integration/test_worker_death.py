@@ -53,7 +53,7 @@ def test_a_task_fails_once_it_has_killed_more_workers_than_allowed(daemons, tmp_
     first = wait_until(lambda: os.path.exists(marker) and open(marker).read().split(),
                        what="the task started")[0]
     workers[first].kill()
-    with pytest.raises(TaskFailedError, match=r"1 worker\(s\) died while running this task") as failed:
+    with pytest.raises(TaskFailedError, match=r"1 worker\(s\) died while running task report_then_wait-") as failed:
         future.result(timeout=60)
     assert failed.value.error == "killed_worker"
     assert open(marker).read().split() == [first]  # not run again
@@ -95,3 +95,36 @@ def test_a_chain_whose_intermediates_were_dropped_survives_losing_every_copy(dae
     daemons.worker("--name", "gpu", "--resources", "GPU=1")
     assert final.result(timeout=60) == 111
     assert "cancel" not in daemons.scheduler_log().lower()
+
+
+def run_then_block(marker, gate):
+    """Return at once the first time; any later run records its worker and waits for
+    ``gate``."""
+    import os
+
+    runs = open(marker).read().split() if os.path.exists(marker) else []
+    with open(marker, "a") as f:
+        f.write(os.environ["SCHED_WORKER_NAME"] + "\n")
+    if runs:
+        wait_until(lambda: os.path.exists(gate), 60, interval=0.01, what=f"{gate} to appear")
+    return len(runs)
+
+
+def test_a_result_lost_and_then_killed_with_its_second_worker_fails_naming_the_task(
+        daemons, tmp_path):
+    """Dask's test_fan_out_pattern_deadlock, allowed_failures=0: f finished on one worker,
+    which died; f ran again on the other, which died too. result() raises the killed-worker
+    error naming f, not 'could not fetch the results of f' from the first, dead worker."""
+    workers, client = start_two(daemons, SCHED_SCHEDULER__ALLOWED_FAILURES="0")
+    marker, gate = str(tmp_path / "marker"), str(tmp_path / "gate")
+    f = client.submit(run_then_block, marker, gate, key="f")
+    assert f.result(timeout=60) == 0
+    first = open(marker).read().split()[0]
+    workers[first].kill()
+    second = wait_until(lambda: open(marker).read().split()[1:], what="f to run again")[0]
+    assert f.status == "pending"  # told that its result was lost
+    workers[second].kill()
+    with pytest.raises(TaskFailedError, match=r"1 worker\(s\) died while running task f ") \
+            as failed:
+        f.result(timeout=60)
+    assert failed.value.error == "killed_worker"

@@ -50,7 +50,7 @@ async def test_how_the_previous_process_ended_is_told_to_the_first_scheduler_onl
                 pass
 
     scheduler = StandInScheduler(welcome_then_drop_once)
-    ended = "worker process worker-0 (pid 123) was killed by signal 11 (SIGSEGV)"
+    ended = "was killed by signal 11 (SIGSEGV)"
     listener, worker = await run_worker(scheduler, tmp_path, previous_exit=ended)
     try:
         await wait_until_async(lambda: len(scheduler.registers) == 2, 30,

@@ -126,7 +126,7 @@ def test_a_task_fails_once_more_workers_died_running_it_than_allowed(daemons, tm
         psutil.Process(pid).kill()
         killed.append(pid)
 
-    with pytest.raises(TaskFailedError, match=r"2 worker\(s\) died while running this task"
+    with pytest.raises(TaskFailedError, match=r"2 worker\(s\) died while running task \S+ "
                        ) as failed:
         future.result(timeout=60)
     assert failed.value.error == "killed_worker"

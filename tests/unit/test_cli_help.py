@@ -185,6 +185,30 @@ def test_dashboard_options_reach_the_config(monkeypatch):
     assert off["scheduler"]["dashboard_host"] == "127.0.0.1"
 
 
+def test_dashboard_port_none_turns_the_dashboard_off_as_its_help_says(monkeypatch):
+    calls = recorded(monkeypatch, scheduler, "run_scheduler")
+    assert "none to turn them off" in " ".join(run(scheduler.main, "--help").output.split())
+    for args in (["--dashboard-port", "none"], ["--dashboard-port", "none", "--no-dashboard"]):
+        result = run(scheduler.main, *args, env={"SCHED_SCHEDULER__DASHBOARD_PORT": "9999"})
+        assert result.exit_code == 0, result.output
+    assert [cfg["scheduler"]["dashboard_port"] for (cfg,) in calls] == [None, None]
+    result = run(scheduler.main, "--dashboard-port", "65536")
+    assert result.exit_code == 2
+    assert "must be an integer from 0 to 65535, or 'none', got 65536" in result.output
+
+
+def test_nthreads_none_means_the_cpus_this_process_may_use_as_its_help_says(monkeypatch):
+    calls = recorded(monkeypatch, worker, "run_worker")
+    assert "none: the CPUs this process may use" in " ".join(
+        run(worker.main, "--help").output.split())
+    result = run(worker.main, "h:1", "--nthreads", "none",
+                 env={"SCHED_WORKER__NTHREADS": "8"})
+    assert result.exit_code == 0, result.output
+    assert calls[0][0]["worker"]["nthreads"] is None  # the worker counts its CPUs
+    result = run(worker.main, "h:1", "--nthreads", "0")
+    assert result.exit_code == 2 and "must be an integer >= 1, or 'none', got 0" in result.output
+
+
 def test_bad_dashboard_options_exit_2():
     result = run(scheduler.main, "--dashboard-prefix", "/a b")
     assert result.exit_code == 2 and "a URL path such as '/sched'" in result.output

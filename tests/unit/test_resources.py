@@ -78,6 +78,34 @@ def test_invalid_mappings_and_types_are_rejected(spec):
         parse_resources(spec)
 
 
+@pytest.mark.parametrize("spec, why", [
+    ("GPU=1_000", "'_' separators"),
+    ({"GPU": "1_000"}, "'_' separators"),
+    ("GPU=\u0663", "ASCII digits 0-9"),  # ARABIC-INDIC DIGIT THREE
+    ({"MEMORY": "\uff11e9"}, "ASCII digits 0-9"),  # FULLWIDTH DIGIT ONE
+])
+def test_quantities_are_written_in_ascii_digits_without_separators(spec, why):
+    with pytest.raises(ResourceSpecError, match=why) as info:
+        parse_resources(spec)
+    assert "\n" not in str(info.value)
+
+
+@given(st.text(st.characters(categories=["Nd"]).filter(lambda c: not "0" <= c <= "9"),
+               min_size=1, max_size=4),
+       st.integers(min_value=1_000, max_value=MAX_QUANTITY))
+def test_no_other_script_nor_separated_digits_pass_for_a_quantity(digits, number):
+    for text in (digits, f"{number:_}"):
+        with pytest.raises(ResourceSpecError):
+            parse_resources(f"X={text}")
+        with pytest.raises(ResourceSpecError):
+            parse_resources({"X": text})
+
+
+def test_a_name_that_is_not_a_string_is_named_as_such():
+    with pytest.raises(ResourceSpecError, match="the name must be a string, not int 1"):
+        parse_resources({1: 2})
+
+
 def test_fits_treats_missing_names_as_zero():
     worker = parse_resources("GPU=2 MEMORY=100e9")
     assert parse_resources({"GPU": 1}).fits(worker)

@@ -220,6 +220,21 @@ def test_wait_past_its_timeout_exits_124(client):
     assert "1 of 2 jobs had not ended within 2 s" in result.stderr
 
 
+@pytest.mark.parametrize("args, env, says", [
+    (["-s", "127.0.0.1"], {}, "address '127.0.0.1' is not of the form host:port"),
+    (["-s", "127.0.0.1:0"], {}, "port 0 is not a scheduler's port"),
+    ([], {"SCHED_CLIENT__SCHEDULER_ADDRESS": "node7"}, "'node7' is not of the form host:port"),
+])
+def test_a_scheduler_address_without_a_port_is_one_line_and_exit_2(client, args, env, says):
+    # As sched-worker says of it (one rule, cli.address_problem): no default port is assumed.
+    client()
+    result = CliRunner().invoke(sched.main, [*args, "status"], env=env)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("sched: error: invalid scheduler address: ")
+    assert says in result.stderr and result.stderr.count("\n") == 1
+    assert client.configs == []  # refused before connecting
+
+
 def test_logs_writes_the_bytes_as_they_come(client):
     stand_in = client(log=(b"epoch 1\n", b"\xffbinary\n"))
     result = run("logs", "-f", "3")

@@ -140,6 +140,18 @@ def tls_options(section: str) -> Decorator:
     return decorate
 
 
+def address_problem(address: str) -> str | None:
+    """What is wrong with a scheduler's address (``host:port``; no default port), checked as
+    a worker or ``sched`` will connect to it; None when nothing is."""
+    from ..comm.addresses import parse_address
+
+    try:
+        _, port = parse_address(address)
+    except ValueError as error:
+        return str(error)
+    return f"address {address!r}: port 0 is not a scheduler's port" if port == 0 else None
+
+
 def build_config(config_file: str | None, options: Mapping[str, Any]) -> dict:
     """``config.load`` with the options the user gave (None = not given) over everything else.
 

@@ -6,14 +6,18 @@ Thin on purpose: each subcommand parses its options, connects a Client made from
 ``progress``); the library does the work. The group itself loads nothing, so that ``sched
 SUBCOMMAND --help`` works even with a broken config. Exit status: 0 when all went as asked; 1
 when the scheduler refused, could not be reached, or a job did not complete; 2 for a bad
-command line; ``submit --wait`` exits as the job did (``jobs.exit_status``); a wait that
-times out, 124. Errors are one line on stderr.
+command line (a scheduler address without a port among them, as for sched-worker);
+``submit --wait`` exits as the job did (``jobs.exit_status``); a wait that times out, 124;
+141, silently, when standard output is closed early (``sched status | head``). Errors are one
+line on stderr, said once: the library's own error log records are not shown.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import signal
 import sys
 import time
 from typing import Any, Callable
@@ -24,7 +28,7 @@ from .. import __version__
 from ..errors import SchedError
 from ..jobs import JobSpecError, JobState, exit_status
 from . import (CONTEXT_SETTINGS, ConfigValue, Duration, EnvVar, JobIds, ResourceSpec,
-               build_config, config_option)
+               address_problem, build_config, config_option)
 from .jobtext import ended_line, job_table, worker_table
 from .progress import JobProgress
 
@@ -38,24 +42,69 @@ def connect(cfg: dict) -> Any:
     return client_from_config(cfg)
 
 
+#: The exit status when standard output is closed before the command is done (``sched status
+#: | head``): 128 + SIGPIPE, what a shell reports for ``git log | head``'s git, and as silent.
+EXIT_STDOUT_CLOSED = 128 + signal.SIGPIPE
+
+
 def fail(message: str) -> int:
     click.echo(f"sched: error: {message}", err=True)
     return 1
 
 
+class _CommandLog(logging.Handler):
+    """How the library's log records reach the terminal while a command uses the client: a
+    warning as one ``sched: warning:`` line; an error not at all, since each error the client
+    logs also fails the call the command made, which the command says once (``fail``). A
+    record with a traceback (a bug) is shown whole."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.ERROR and not record.exc_info:
+            return
+        text = f"sched: {record.levelname.lower()}: {record.getMessage()}"
+        if record.exc_info:
+            text += "\n" + logging.Formatter().formatException(record.exc_info)
+        click.echo(text, err=True)
+
+
+def _stdout_closed() -> int:
+    """Standard output's reader is gone: end quietly. Python flushes stdout again at exit and
+    would complain that it cannot, so what is left goes to /dev/null."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
+        pass
+    return EXIT_STDOUT_CLOSED
+
+
 def _with_client(ctx: click.Context, work: Callable[[Any], int]) -> None:
     """Exit with ``work(client)``, or 1 with the error's one line when it raises one of ours
-    or the scheduler cannot be reached."""
+    or the scheduler cannot be reached; 2 for an address that cannot be one, as sched-worker
+    says of it."""
+    from ..client.settings import DEFAULT_SCHEDULER
+
     obj = ctx.find_object(dict) or {}
     cfg = build_config(obj.get("config_file"), obj.get("options", {}))
+    problem = address_problem(cfg["client"]["scheduler_address"] or DEFAULT_SCHEDULER)
+    if problem:
+        fail(f"invalid scheduler address: {problem}")
+        ctx.exit(2)
+    library = logging.getLogger("dsched")
+    handler = _CommandLog(logging.WARNING)
+    library.addHandler(handler)
     try:
         client = connect(cfg)
         try:
             status = work(client)
         finally:
             client.close()
+    except BrokenPipeError:  # stdout (a socket's never reaches here: the comm layer has it)
+        status = _stdout_closed()
     except (SchedError, OSError) as error:
         status = fail(str(error))
+    finally:
+        library.removeHandler(handler)
     ctx.exit(status)
 
 
@@ -69,7 +118,8 @@ def _stdout_is_a_terminal() -> bool:
 
 @click.group(context_settings=CONTEXT_SETTINGS)
 @click.option("-s", "--scheduler", "scheduler_address", metavar="ADDRESS",
-              help="Scheduler to talk to [client.scheduler_address; default 127.0.0.1:8786].")
+              help="Scheduler to talk to, HOST:PORT "
+              "[client.scheduler_address; default 127.0.0.1:8786].")
 @click.option("--token-file", metavar="FILE",
               help="Shared token file "
               "[client.token_file; default: the scheduler's on this machine].")
@@ -290,12 +340,14 @@ def run_local(ctx: click.Context, jobfile: str, resources: Any, nworkers: int | 
     try:
         views = run_jobfile(jobfile, Resources.parse(resources or {}),
                             nworkers or os.cpu_count() or 1, on_update=progress.update)
+        progress.finish(views)
     except JobSpecError as error:  # a bad JOBFILE is a bad command line
         fail(f"{error}; nothing ran")
         ctx.exit(2)
+    except BrokenPipeError:
+        ctx.exit(_stdout_closed())
     except (SchedError, OSError, RuntimeError) as error:
         ctx.exit(fail(str(error)))
-    progress.finish(views)
     ctx.exit(0 if all(view["state"] == "completed" for view in views) else 1)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from .. import __version__
+from .. import __version__, config
 from ..settings import help_of
 from . import (CONTEXT_SETTINGS, ConfigValue, build_config, config_option, log_level_option,
                tls_options)
@@ -29,7 +29,7 @@ def show_dashboard_token(cfg: dict) -> int:
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.option("--host", metavar="HOST", help=help_of("scheduler.host"))
 @click.option("--port", type=click.IntRange(0, 65535), help=help_of("scheduler.port"))
-@click.option("--dashboard-port", type=click.IntRange(0, 65535),
+@click.option("--dashboard-port", type=ConfigValue("scheduler.dashboard_port", "PORT|none"),
               help=help_of("scheduler.dashboard_port"))
 @click.option("--dashboard-host", metavar="HOST", help=help_of("scheduler.dashboard_host"))
 @click.option("--dashboard-prefix", metavar="PATH",
@@ -47,13 +47,16 @@ def show_dashboard_token(cfg: dict) -> int:
 @log_level_option("scheduler")
 @click.version_option(__version__, prog_name="sched-scheduler")
 @click.pass_context
-def main(ctx: click.Context, host: str | None, port: int | None, dashboard_port: int | None,
-         dashboard_host: str | None, dashboard_prefix: str | None, no_dashboard: bool,
+def main(ctx: click.Context, host: str | None, port: int | None,
+         dashboard_port: int | str | None, dashboard_host: str | None,
+         dashboard_prefix: str | None, no_dashboard: bool,
          print_dashboard_token: bool, token_file: str | None, tls_cert: str | None,
          tls_key: str | None, tls_ca: str | None, state_dir: str | None,
          config_file: str | None, log_level: str | None) -> None:
     """Run the dsched scheduler: it tracks workers and places tasks on them."""
-    if no_dashboard and dashboard_port is not None:
+    # --dashboard-port none says what --no-dashboard says; any port contradicts it.
+    port_given = config.check_value("scheduler.dashboard_port", dashboard_port)
+    if no_dashboard and port_given is not None:
         raise click.UsageError("--no-dashboard and --dashboard-port contradict each other")
     cfg = build_config(config_file, {
         "scheduler.host": host, "scheduler.port": port,

@@ -12,7 +12,7 @@ import click
 
 from .. import __version__
 from ..settings import help_of
-from . import (CONTEXT_SETTINGS, ConfigValue, build_config, config_option,
+from . import (CONTEXT_SETTINGS, ConfigValue, address_problem, build_config, config_option,
                log_level_option, tls_options)
 
 
@@ -26,7 +26,8 @@ def run_worker(cfg: dict) -> int:
 @click.argument("scheduler_address", required=False)
 @click.option("--resources", type=ConfigValue("worker.resources", "NAME=VALUE ..."),
               help=help_of("worker.resources", "; replaces the config's whole table"))
-@click.option("--nthreads", type=click.IntRange(min=1), help=help_of("worker.nthreads"))
+@click.option("--nthreads", type=ConfigValue("worker.nthreads", "N|none"),
+              help=help_of("worker.nthreads"))
 @click.option("--nanny/--no-nanny", default=None, help=help_of("worker.nanny"))
 @click.option("--nworkers", type=click.IntRange(min=1), help=help_of("worker.nworkers"))
 @click.option("--name", help=help_of(
@@ -65,17 +66,6 @@ def main(ctx: click.Context, scheduler_address: str | None, config_file: str | N
         click.echo(f"sched-worker: error: invalid SCHEDULER_ADDRESS: {problem}", err=True)
         ctx.exit(2)
     ctx.exit(run_worker(cfg))
-
-
-def address_problem(address: str) -> str | None:
-    """What is wrong with the scheduler's address, checked as the worker will connect to it."""
-    from ..comm.addresses import parse_address
-
-    try:
-        _, port = parse_address(address)
-    except ValueError as error:
-        return str(error)
-    return f"address {address!r}: port 0 is not a scheduler's port" if port == 0 else None
 
 
 if __name__ == "__main__":

@@ -33,11 +33,12 @@ def run_and_wait(loop: asyncio.AbstractEventLoop, coroutine: Coroutine,
     """Run ``coroutine`` on ``loop`` (running in another thread) and block until it returns;
     TimeoutError, and the coroutine cancelled, after ``timeout`` seconds."""
     running = asyncio.run_coroutine_threadsafe(coroutine, loop)
-    try:
-        return running.result(timeout)
-    except concurrent.futures.TimeoutError:
+    # Waited for apart from its result: concurrent.futures.TimeoutError is TimeoutError, so
+    # catching it around result() would take the coroutine's own TimeoutError for this one.
+    if not concurrent.futures.wait([running], timeout).done:
         running.cancel()
-        raise TimeoutError(f"no answer within {timeout} seconds") from None
+        raise TimeoutError(f"no answer within {timeout:g} seconds")
+    return running.result()
 
 
 class LoopThread:

@@ -24,6 +24,7 @@ from ..comm import Comm, connect
 from ..errors import AuthenticationError, CommClosedError, SchedError, SchedulerLostError
 from ..peers import PeerPool
 from ..protocol import ops
+from ..protocol.fields import checked_ids, checked_int
 from ..settings import TlsConfig, build
 from .future import Future, FutureStatus
 from .joblogs import JobLog, job_view, log_attempt, read_log
@@ -176,6 +177,7 @@ class AsyncClient:
                 raise OSError(f"cannot connect to the scheduler at {address}: {error}") from None
             raise
         self.id = first.client
+        comm.on_unsendable = self._reports.unsendable
         return comm
 
     async def _read(self) -> None:
@@ -351,6 +353,7 @@ class AsyncClient:
     async def watch_jobs(self, jobs: Iterable[int]) -> list[JobFuture]:
         """Futures of jobs submitted before (by any client), by number."""
         self._check_running()
+        jobs = checked_ids("a job number", jobs)
         self._outbox.flush()
         return [self._jobs.watch(job) for job in jobs]
 
@@ -358,16 +361,20 @@ class AsyncClient:
                    limit: int = 1000) -> dict:
         """Jobs by number (none: all) and state (none: any), newest first: ``{"jobs": [each
         as ``sched status --json`` shows it], "total": n, "counts": {state: n}}``."""
+        jobs = checked_ids("a job number", jobs)
+        offset, limit = checked_int("offset", offset, 0), checked_int("limit", limit, 0)
         return await self._request(lambda i: ops.QueryJobs(
-            id=i, jobs=tuple(jobs), states=tuple(states), offset=offset, limit=limit))
+            id=i, jobs=jobs, states=tuple(states), offset=offset, limit=limit))
 
     async def cancel_jobs(self, jobs: Iterable[int]) -> dict:
         """Cancel jobs, queued or running; what became of each (by number, as text)."""
-        return await self._request(lambda i: ops.CancelJobs(id=i, jobs=tuple(jobs)))
+        jobs = checked_ids("a job number", jobs)
+        return await self._request(lambda i: ops.CancelJobs(id=i, jobs=jobs))
 
     async def release_jobs(self, jobs: Iterable[int]) -> dict:
         """Let held jobs run; what became of each (by number, as text)."""
-        return await self._request(lambda i: ops.ReleaseJobs(id=i, jobs=tuple(jobs)))
+        jobs = checked_ids("a job number", jobs)
+        return await self._request(lambda i: ops.ReleaseJobs(id=i, jobs=jobs))
 
     async def job_log(self, job: int, offset: int = 0, limit: int = 1 << 20) -> ops.Log:
         """Bytes of the log of a job's latest attempt from ``offset``, read from its worker:

@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import config
 from ..auth import generate_token
-from ..resources import SCALE, Resources
+from ..resources import SCALE, Resources, check_offer
 from ..worker.gpus import detect_gpus, gpus_option, load_nvml, split_gpus
 from ..worker.ledger import GPU
 from .bridge import running_loop
@@ -63,8 +63,10 @@ class LocalCluster:
         cpus = os.cpu_count() or 1
         self.n_workers = n_workers if n_workers is not None else max(1, min(4, cpus))
         self.threads_per_worker = threads_per_worker or max(1, cpus // max(self.n_workers, 1))
-        self.resources = Resources.parse(
-            resources if resources is not None else config.get("worker.resources"))
+        # Checked by the worker's own rule, here: a worker that refuses its --resources would
+        # only print its usage text, and the cluster would fail with a vaguer error later.
+        self.resources = check_offer(Resources.parse(
+            resources if resources is not None else config.get("worker.resources")))
         self.token = generate_token()
         self.log_level = log_level
         self.gpus = gpus
@@ -133,7 +135,7 @@ class LocalCluster:
         other worker of this cluster holds (an error when fewer are left); without GPUs,
         ``GPU=N`` is abstract (devices 0..N-1 as far as tasks can tell).
         """
-        spec = Resources.parse(resources) if resources is not None else self.resources
+        spec = check_offer(Resources.parse(resources)) if resources is not None else self.resources
         if gpus is None:
             gpus = self._take_gpus(spec)
         index = len(self.workers)

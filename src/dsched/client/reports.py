@@ -2,7 +2,7 @@
 
 Task reports end or annotate the futures of their key: ``TaskFinished``, ``ResultMoved`` (a
 finished result is held elsewhere now: copied off a draining worker, or computed again after
-a loss), ``TaskErred``, ``TaskCancelled`` (this client's cancel took effect) and
+a loss; held nowhere: lost, and its future is pending again until it ends anew), ``TaskErred``, ``TaskCancelled`` (this client's cancel took effect) and
 ``TaskWaiting`` (the reason no connected worker can run a task yet, or none once one can).
 Job ends and the replies to job submissions go to the client's JobDesk; other replies to the
 request waiting for them; an error without a request names the keys of a refused submit.
@@ -42,6 +42,8 @@ def result_moved(states: States, op: ops.ResultMoved) -> None:
     state = states.get(op.key)
     if state is not None:
         state.who_has = op.who_has
+        if not op.who_has:  # lost with its workers: computed again, or failing for good
+            state.reset()
 
 
 def task_erred(states: States, op: ops.TaskErred) -> None:
@@ -50,8 +52,9 @@ def task_erred(states: States, op: ops.TaskErred) -> None:
         return
     if op.exception:
         state.error_from_payload(op.exception, op.text, op.error)
-    else:
-        state.finish(FutureStatus.error, exception=TaskFailedError(op.text, op.error),
+    else:  # a failure of dsched's, not of the task's code: the message names the task
+        text = op.text if op.key in op.text else f"task {op.key}: {op.text}"
+        state.finish(FutureStatus.error, exception=TaskFailedError(text, op.error),
                      traceback=None, reason=op.error)
 
 
@@ -123,6 +126,21 @@ class Reports:
                 return await waiter
         finally:
             self._requests.pop(request_id, None)
+
+    def unsendable(self, op: dict, error: Exception) -> None:
+        """``op`` cannot be encoded (the comm left it out): the call that made it fails, as if
+        the scheduler had refused it, and nothing else does."""
+        reason = f"cannot send {op.get('op')}: {error}"
+        if op.get("op") == "submit":
+            failure = SchedError(reason)
+            for task in op.get("tasks", ()):
+                state = self._outbox.states.get(task.get("key"))
+                if state is not None:
+                    state.finish(FutureStatus.error, exception=failure, reason=reason)
+        elif type(op.get("id")) is int and op["id"]:
+            self._reply(ops.Error(id=op["id"], reason=reason))
+        else:
+            logger.error("Left out an op that cannot be sent: %s", reason)
 
     def lost(self, error: BaseException) -> None:
         """The connection is gone: every request waiting raises ``error``."""

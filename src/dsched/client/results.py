@@ -122,6 +122,12 @@ async def fetch_results(peers: PeerPool, states: list[FutureState],
     attempt = 0
     failure: BaseException | None = None
     while True:
+        for key, state in list(wanted.items()):
+            if state.status is not FINISHED:  # lost meanwhile: wait for its new end
+                await wait_all([state], fail_fast=True)
+                if state.status is not FINISHED:
+                    raise state.exception or SchedError(f"task {key}: {state.reason}")
+                deadline = loop.time() + FETCH_PATIENCE
         requests = _requests(wanted, attempt, request_bytes)
         replies = await asyncio.gather(
             *(peers.get_data(worker, tuple(keys), timeout_for(nbytes))

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .. import config, settings
+from .. import config, config_kinds, settings
 from ..auth import load_token
 from ..settings import CommConfig, build
 
 
 def resolve_token(token: str | None, token_file: str | None) -> str:
-    """The token a client uses: given, ``SCHED_TOKEN``, ``token_file``, or the config's file."""
-    return load_token(token, token_file=token_file or config.get("client.token_file"))
+    """The token a client uses: given, ``SCHED_TOKEN``, ``token_file``, or the config's file.
+
+    ``token_file`` is read as the config file's value is (``~`` expanded), so that the one
+    path means the same file in either place."""
+    given = config_kinds.path(token_file) if token_file else None
+    return load_token(token, token_file=given or config.get("client.token_file"))
 
 
 def comm_config() -> CommConfig:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable
 
 from .. import serialize
 from ..protocol import Payload, ops
+from ..protocol.fields import checked_int
 from ..protocol.messages import any_out_of_band
 from ..resources import Resources, check_demand
 from ..serialize import TaskRef
@@ -50,13 +51,9 @@ def task_options(resources: Any = None, priority: Any = None, retries: Any = Non
     options: dict[str, Any] = {}
     if demand is not None and not demand.is_empty():
         options["resources"] = demand.to_wire()
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise TypeError(f"priority must be an int, not {priority!r}")
-    if priority:
+    if checked_int("priority", priority):
         options["priority"] = priority
-    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
-        raise ValueError(f"retries must be a non-negative int, not {retries!r}")
-    if retries:
+    if checked_int("retries", retries, 0):
         options["retries"] = retries
     if workers is not None:
         names = [workers] if isinstance(workers, str) else list(workers)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from ..errors import CommClosedError, LocalProtocolError, RemoteProtocolError
 from ..protocol import PeerInfo
@@ -30,6 +30,7 @@ _malformed = Limited(logger)  # peers that send what we cannot accept
 # The defaults of the limits, as declared once in settings.py (see there what each means).
 _DEFAULT = CommConfig()
 HANDSHAKE_TIMEOUT = _DEFAULT.handshake_timeout
+ANSWER_TIMEOUT = _DEFAULT.answer_timeout
 OUTBOX_LIMIT = _DEFAULT.outbox_limit
 INBOX_LIMIT = _DEFAULT.inbox_limit
 CLOSE_TIMEOUT = _DEFAULT.close_timeout
@@ -64,6 +65,10 @@ class Comm:
         # (chunk, counted): counted chunks are what the outbox limit holds a slow peer to.
         self._outbox: collections.deque[tuple[Chunk, bool]] = collections.deque()
         self._outbox_bytes = 0
+        #: Called with ``(op, error)`` for each op that cannot be encoded, which is then left
+        #: out and the rest sent, so that the caller fails only the call that made it. None:
+        #: such an op is a bug of this side, and the connection closes.
+        self.on_unsendable: Callable[[dict, LocalProtocolError], None] | None = None
 
     def __repr__(self) -> str:
         state = f"closed: {self._close_reason}" if self.closed else "open"
@@ -124,7 +129,7 @@ class Comm:
             try:
                 chunks = self._encode([op])
             except LocalProtocolError as error:
-                self._sender_error(error)
+                self._sender_error(error, op)
                 return
             self._write(chunks, counted=False)
             return
@@ -141,8 +146,15 @@ class Comm:
         try:
             chunks = self._encode_within_limit(ops)
         except LocalProtocolError as error:
-            self._sender_error(error)
-            return
+            if self.on_unsendable is None:
+                self._sender_error(error)
+                return
+            chunks = []
+            for op in ops:  # one by one, to leave out only what cannot go
+                try:
+                    chunks += self._encode_within_limit([op])
+                except LocalProtocolError as error:
+                    self._sender_error(error, op)
         self._write(chunks, counted=True)
         if self._outbox_bytes > self.outbox_limit:
             self.abort(
@@ -150,7 +162,10 @@ class Comm:
                 f"outbox limit of {self.outbox_limit}"
             )
 
-    def _sender_error(self, error: LocalProtocolError) -> None:
+    def _sender_error(self, error: LocalProtocolError, op: dict | None = None) -> None:
+        if op is not None and self.on_unsendable is not None:
+            self.on_unsendable(op, error)
+            return
         logger.error("Closing %r: cannot send queued ops: %s", self, error)
         self._start_close(f"sender error: {error}")
 

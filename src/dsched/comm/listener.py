@@ -12,7 +12,8 @@ from typing import Awaitable, Callable, Collection
 from ..errors import CommClosedError
 from ..protocol import ACCEPTOR, MAX_FRAME_SIZE, MAX_MESSAGE_SIZE, Handshake
 from .addresses import format_address
-from .connection import CLOSE_TIMEOUT, HANDSHAKE_TIMEOUT, INBOX_LIMIT, OUTBOX_LIMIT, Comm
+from .connection import (ANSWER_TIMEOUT, CLOSE_TIMEOUT, HANDSHAKE_TIMEOUT, INBOX_LIMIT,
+                         OUTBOX_LIMIT, Comm)
 from .quiet import Limited
 from .stream import FrameStream
 
@@ -131,6 +132,7 @@ async def listen(
     inbox_limit: int = INBOX_LIMIT,
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
     close_timeout: float = CLOSE_TIMEOUT,
+    answer_timeout: float = ANSWER_TIMEOUT,
 ) -> Listener:
     """Listen on ``host:port`` (0 for any free port); ``await handler(comm)`` runs per peer."""
     # Built once here so that bad arguments fail now, not on every connection.
@@ -144,7 +146,7 @@ async def listen(
                                  max_message_size=max_message_size,
                                  outbox_limit=outbox_limit, inbox_limit=inbox_limit,
                                  handshake_timeout=handshake_timeout,
-                                 close_timeout=close_timeout)
+                                 close_timeout=close_timeout, answer_timeout=answer_timeout)
         listener._accepted(connection)
         return connection
 

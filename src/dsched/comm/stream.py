@@ -9,7 +9,7 @@ import asyncio
 from typing import Iterable
 
 from ..errors import CommClosedError, RemoteProtocolError
-from ..protocol import Handshake, MessageDecoder
+from ..protocol import INITIATOR, Handshake, MessageDecoder
 from ..protocol.messages import Chunk
 from .connection import CLOSE_TIMEOUT, Comm
 
@@ -18,7 +18,7 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def __init__(self, handshake: Handshake, *, max_frame_size: int, max_message_size: int,
                  outbox_limit: int, inbox_limit: int, handshake_timeout: float,
-                 close_timeout: float = CLOSE_TIMEOUT):
+                 close_timeout: float = CLOSE_TIMEOUT, answer_timeout: float | None = None):
         self.loop = asyncio.get_running_loop()
         self.handshake = handshake
         self.ready: asyncio.Future[Comm] = self.loop.create_future()
@@ -33,6 +33,7 @@ class FrameStream(asyncio.BufferedProtocol):
         self._outbox_limit = outbox_limit
         self._inbox_limit = inbox_limit
         self._handshake_timeout = handshake_timeout
+        self._answer_timeout = answer_timeout
         self._close_timeout = close_timeout
         self._handshake_buffer = bytearray(4096)
         self._decoder = MessageDecoder(max_frame_size, max_message_size=max_message_size)
@@ -41,6 +42,7 @@ class FrameStream(asyncio.BufferedProtocol):
         self._writers: list[asyncio.Future] = []
         self._reading_paused = False
         self._handshake_timer: asyncio.TimerHandle | None = None
+        self._answer_timer: asyncio.TimerHandle | None = None
         self._close_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio callbacks -----------------------------------------------------------------
@@ -52,6 +54,8 @@ class FrameStream(asyncio.BufferedProtocol):
             self.peer_address = f"{peername[0]}:{peername[1]}"
         self._handshake_timer = self.loop.call_later(self._handshake_timeout,
                                                      self._handshake_expired)
+        if self._answer_timeout is not None and self._answer_timeout < self._handshake_timeout:
+            self._answer_timer = self.loop.call_later(self._answer_timeout, self._silent)
         self.write((self.handshake.data_to_send(),))
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -89,7 +93,7 @@ class FrameStream(asyncio.BufferedProtocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for timer in (self._handshake_timer, self._close_timer):
+        for timer in (self._handshake_timer, self._answer_timer, self._close_timer):
             if timer is not None:
                 timer.cancel()
         reason = f"connection lost: {exc}" if exc else "connection closed"
@@ -114,6 +118,9 @@ class FrameStream(asyncio.BufferedProtocol):
     # -- handshake -------------------------------------------------------------------------
 
     def _handshake_data(self, data: bytes) -> None:
+        if self._answer_timer is not None:
+            self._answer_timer.cancel()
+            self._answer_timer = None
         try:
             self.handshake.receive_data(data)
         except RemoteProtocolError as error:
@@ -138,6 +145,18 @@ class FrameStream(asyncio.BufferedProtocol):
     def _handshake_expired(self) -> None:
         if self.comm is None and not self.ready.done():
             reason = f"handshake not finished within {self._handshake_timeout:g} s"
+            self.handshake.abandon(reason)
+            self._reject(TimeoutError(reason))
+
+    def _silent(self) -> None:
+        """Not a byte from the peer yet. Every dsched daemon sends its first bytes at once, so
+        a port that stays silent belongs to some other program: better said now than after
+        the whole handshake timeout."""
+        if self.comm is None and not self.ready.done():
+            within = f"within {self._answer_timeout:g} s"
+            reason = (f"the peer did not answer the dsched handshake {within}: is it a dsched "
+                      "scheduler or worker?" if self.handshake.side == INITIATOR else
+                      f"the peer sent nothing of the dsched handshake {within}")
             self.handshake.abandon(reason)
             self._reject(TimeoutError(reason))
 

@@ -23,6 +23,7 @@ from dask._expr import Expr
 from dask._task_spec import DataNode, GraphNode, Task, _execute_subgraph
 from dask.highlevelgraph import HighLevelGraph
 
+from ..protocol.fields import checked_int
 from ..resources import EMPTY, Resources, check_demand
 from .requires import any_marked, declared
 
@@ -84,11 +85,11 @@ def demand_of(annotations: dict[str, Any], where: str = "") -> Demand:
     if resources is not None:
         resources = check_demand(Resources.parse(resources))
     if priority is not None:
-        priority = _whole(priority, "priority", where)
+        priority = checked_int(f"the priority annotation{where}",
+                               _whole(priority, "priority", where))
     if retries is not None:
-        retries = _whole(retries, "retries", where)
-        if retries < 0:
-            raise ValueError(f"the retries annotation{where} must not be negative: {retries}")
+        retries = checked_int(f"the retries annotation{where}",
+                              _whole(retries, "retries", where), 0)
     if workers is not None:
         names = [workers] if isinstance(workers, str) else list(workers)
         if not all(isinstance(name, str) for name in names):

@@ -106,6 +106,8 @@ class Handshake:
         self.peer: PeerInfo | None = None
         self.leftover = b""
         self.error: RemoteProtocolError | None = None
+        #: Bytes received from the peer so far: 0 at a failure means it never said a word.
+        self.received_bytes = 0
         self._token = token
         self._nonce = nonce if nonce is not None else os.urandom(NONCE_SIZE)
         self._state = _PREAMBLE
@@ -136,6 +138,7 @@ class Handshake:
             raise self.error  # type: ignore[misc]
         if self._state == _DONE:
             raise LocalProtocolError("handshake is done: feed later bytes to the message decoder")
+        self.received_bytes += len(data)
         self._received += data
         self._advance()
 

@@ -199,11 +199,17 @@ class JournalWrite:
 
 @_frozen
 class Log:
-    """A decision worth a log line: ``logger.log(level, msg, *args)`` (formatted lazily)."""
+    """A decision worth a log line: ``logger.log(level, msg, *args)`` (formatted lazily).
+
+    ``detail``: the long text the line stands for (a traceback), logged only at DEBUG.
+    ``pace``: the key prefix of a task failure; such lines come in floods, so the shell logs
+    few of them a minute and counts the rest (``pacedlog.py``)."""
 
     level: int
     msg: str
     args: tuple = ()
+    detail: str = ""
+    pace: str = ""
 
     def message(self) -> str:
         return self.msg % self.args if self.args else self.msg

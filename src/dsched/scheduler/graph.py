@@ -18,7 +18,7 @@ from typing import Iterable
 
 from ..jobs import parse_job_key
 from ..resources import Resources
-from .actions import DEBUG, INFO, TaskCancelled, TaskErred, TaskFinished, ResultMoved
+from .actions import DEBUG, TaskCancelled, TaskErred, TaskFinished, ResultMoved
 from .events import TaskSpec
 from .outbox import Outbox
 from .placer import Placer
@@ -300,7 +300,8 @@ class TaskGraph:
             self.out.actions.append(TaskErred(
                 key=t.key, clients=t.wanted_by, error=t.error or "exception",
                 text=t.end_reason or "", exception=t.exception))
-            self.out.log(INFO, "Task %s erred (%s): %s", t.key, t.error, t.end_reason)
+            self.out.log_failure(t.prefix, t.end_reason or "", "Task %s erred (%s)", t.key,
+                                 t.error)
 
     # -- releasing and forgetting -----------------------------------------------------------------
 
@@ -346,6 +347,9 @@ class TaskGraph:
             self.release_work.append(t)
             return
         self.out.counters["recomputed"] += 1
+        if t.reported and t.wanted_by:  # its clients wait again: for the result, or its error
+            self.out.actions.append(ResultMoved(key=t.key, clients=t.wanted_by, who_has=()))
+            t.reported = False
         for dd in t.waiters:
             if dd.state is QUEUED:
                 self.placer.dequeue(dd)

@@ -68,8 +68,8 @@ class Membership:
                        e.job_lease)
         self.workers[e.address] = w
         self.placer.add_worker(w)
-        out.log(INFO, "Worker %s joined from %s: %d threads, resources %s",
-                e.name, e.address, e.nthreads, e.resources)
+        out.log(INFO, "Worker %s joined from %s: %d thread%s, resources %s", e.name,
+                e.address, e.nthreads, "" if e.nthreads == 1 else "s", e.resources or "none")
         if e.previous_exit:
             self._explain_crash(e.name, e.previous_exit)
         if e.held or e.running:
@@ -193,7 +193,7 @@ class Membership:
                 executing.append(t.key)
             t.prefetched = False
             if t.deaths > self.allowed_failures:
-                text = (f"{t.deaths} worker(s) died while running this task "
+                text = (f"{t.deaths} worker(s) died while running task {t.key} "
                         f"(allowed_failures={self.allowed_failures}); the last: "
                         + "; earlier: ".join(reversed(t.death_causes)))
                 graph.fail(t, "killed_worker", text)

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .actions import Free, JournalWrite, Log, TaskWaiting
+from .actions import INFO, Free, JournalWrite, Log, TaskWaiting
+
+_TRACEBACK = "Traceback (most recent call last):"
+#: The most characters of a task's error in its one log line (the whole is at DEBUG).
+LINE_LIMIT = 200
 
 
 class Outbox:
@@ -32,6 +36,13 @@ class Outbox:
 
     def log(self, level: int, msg: str, *args) -> None:
         self.actions.append(Log(level=level, msg=msg, args=args))
+
+    def log_failure(self, prefix: str, text: str, msg: str, *args) -> None:
+        """A task of key ``prefix`` failed with ``text`` (a traceback, or a reason): one line
+        at INFO, ``msg % args`` and the gist of ``text``, paced by the shell; all of ``text``
+        at DEBUG."""
+        self.actions.append(Log(level=INFO, msg=msg + ": %s", args=(*args, gist(text)),
+                                detail=text, pace=prefix))
 
     def free(self, address: str, key: str) -> None:
         """The worker at ``address`` may drop its copy of ``key``."""
@@ -65,3 +76,13 @@ class Outbox:
             self.waiting = {}
         self.actions = []
         return actions
+
+
+def gist(text: str) -> str:
+    """``text`` on one line: of a traceback its last line (the exception), after whatever
+    came before it ("dependency x failed: "); cut at ``LINE_LIMIT`` characters."""
+    head, traceback, tail = text.partition(_TRACEBACK)
+    if traceback:
+        text = head + (tail.strip().splitlines() or [""])[-1]
+    line = " ".join(text.split())
+    return line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT - 3] + "..."

@@ -28,6 +28,7 @@ from . import actions as act
 from . import events as ev
 from .commits import GroupCommit
 from .journal import Journal
+from .pacedlog import PacedLog
 from .state import SchedulerState
 from .views import jobs_view, processing_count, task_counts, waiting, who_has, worker_info
 
@@ -122,6 +123,7 @@ class Scheduler:
                                     recovery_timeout=config.recovery_timeout)
         self.journal = journal
         self.commits = GroupCommit(journal, self._carry_out, self._fail, self._committed)
+        self._log = PacedLog(logger)
         #: Set, with the reason, when the scheduler cannot go on (the journal failed).
         self.fatal: asyncio.Future | None = None
         self.workers: dict[str, Comm] = {}
@@ -191,6 +193,7 @@ class Scheduler:
     async def close(self, reason: str = "scheduler shutting down") -> None:
         if self._ticker is not None:
             self._ticker.cancel()
+        self._log.tick(self.now(), stopping=True)
         if self.listener is not None:
             await self.listener.close(reason)
 
@@ -198,12 +201,18 @@ class Scheduler:
         """Stop taking work, wait up to ``deadline`` seconds for running tasks, then close."""
         self.draining = True
         self.not_ready["draining"] = "draining: it takes no new work"
-        logger.info("Draining: no new submissions; waiting up to %.0fs for running tasks", deadline)
+        logger.info("Draining: new tasks and jobs are refused; waiting up to %g s for the "
+                    "running tasks to end", deadline)
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
         while processing_count(self.state) and loop.time() < end:
             await asyncio.sleep(0.05)
-        await self.close("scheduler drained")
+        running = processing_count(self.state)
+        how = (f" with {running} task(s) still running, after draining for {deadline:g} s"
+               if running else ", drained: no task was left running")
+        if running:  # their clients lose them
+            logger.warning("Stopping%s", how)
+        await self.close(f"the scheduler stopped{how}")
 
     def now(self) -> float:
         return (self._loop or asyncio.get_running_loop()).time()
@@ -372,7 +381,7 @@ class Scheduler:
                          ops.Reply(id=action.request, value=action.value))
                 comm.write_nowait(reply.to_wire())
         elif kind is act.Log:
-            logger.log(action.level, action.msg, *action.args)
+            self._log.write(action, self.now())
         elif kind is act.CloseWorker:
             comm = self.workers.get(action.worker)
             if comm is not None:
@@ -388,6 +397,7 @@ class Scheduler:
             await asyncio.sleep(self.config.tick_interval)
             try:
                 self._handle(ev.Tick(now=self.now()))
+                self._log.tick(self.now())
                 if "recovering" in self.not_ready:
                     self._note_recovery()
             except Exception:  # a bug in one tick must not stop the clock

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Callable
 
 from . import events as ev
-from .actions import INFO, WARNING
+from .actions import WARNING
 from .graph import TaskGraph
 from .jobbook import JobBook
 from .jobrecovery import JobRecovery
@@ -148,8 +148,8 @@ class SchedulerState:
         t.exceptions += 1
         if t.retries > 0:
             t.retries -= 1
-            self.out.log(INFO, "Task %s raised on %s; retrying (%d retries left): %s",
-                         t.key, w.name, t.retries, e.text)
+            self.out.log_failure(t.prefix, e.text, "Task %s raised on %s; retrying (%d "
+                                 "retries left)", t.key, w.name, t.retries)
             self.graph.compute(t)
         else:
             self.graph.fail(t, "exception", e.text, e.exception)

@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable
 
 from .. import serialize
 from ..comm import Comm
-from ..errors import CommClosedError, LocalProtocolError, RemoteProtocolError
+from ..errors import CommClosedError, LocalProtocolError, RemoteProtocolError, cannot_send_result
 from ..peers import PeerPool
 from ..protocol import Payload, ops
 from ..settings import CommConfig
@@ -62,7 +62,7 @@ class Data:
             try:
                 data[key] = Payload(serialize.dumps(self.values[key]))
             except Exception as error:  # a result that cannot be pickled: say so
-                errors[key] = f"cannot send the result of {key}: {type(error).__name__}: {error}"
+                errors[key] = cannot_send_result(key, error)
         # Awaited, not queued: the next request is served once the peer has taken this
         # reply, so large replies never pile up in the outbox.
         await self._send(comm, ops.Data(id=request.id, data=data, missing=tuple(missing),
@@ -76,7 +76,7 @@ class Data:
             return
         except LocalProtocolError as error:
             if len(reply.data) <= 1:
-                errors = {**reply.errors, **{key: f"cannot send the result of {key}: {error}"
+                errors = {**reply.errors, **{key: cannot_send_result(key, str(error))
                                               for key in reply.data}}
                 await comm.send(ops.Data(id=reply.id, missing=reply.missing,
                                          errors=errors).to_wire())

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence, TypeVar
 
 from ..errors import ConfigError, ResourceSpecError
-from ..resources import SCALE, Resources, format_units, named_devices
+from ..resources import SCALE, Resources, device_index, format_units, named_devices
 from .ledger import GPU
 
 logger = logging.getLogger(__name__)
@@ -235,13 +235,17 @@ def resources_with_gpus(resources: Resources, gpus: Sequence[GpuDevice]) -> Reso
     return resources + Resources({GPU: len(gpus) * SCALE})
 
 
-def ledger_devices(resources: Resources, gpus: Sequence[GpuDevice]) -> tuple[int, ...]:
+def ledger_devices(resources: Resources, gpus: Sequence[GpuDevice],
+                   detected: bool | None = None) -> tuple[int, ...]:
     """The device indices behind the worker's ``GPU`` resource, for ``WorkerState``.
 
     Without devices found, abstract ``GPU=N`` maps to ``0..N-1``. With devices found, ``GPU=N``
     takes the first N of them by index, and asking for more than were found is an error (it
-    would let tasks share devices the user thinks are separate).
+    would let tasks share devices the user thinks are separate). The same holds for devices
+    named ``gpu<N>`` (``check_named_devices``). ``detected``: whether this machine's GPUs were
+    found at all (default: whether ``gpus`` has any), when ``gpus`` is one process's share.
     """
+    check_named_devices(resources, gpus, bool(gpus) if detected is None else detected)
     units = resources.get(GPU)
     if units % SCALE:
         raise ResourceSpecError(
@@ -260,11 +264,40 @@ def ledger_devices(resources: Resources, gpus: Sequence[GpuDevice]) -> tuple[int
         return tuple(indices)
     if count > len(indices):
         raise ResourceSpecError(
-            f"the worker offers GPU={count} but only {len(indices)} GPU(s) were found "
+            f"the worker offers GPU={count} but only {_were_found(len(indices), 'GPU')} "
             f"({', '.join(map(str, indices))}): offer at most GPU={len(indices)}, or leave GPU "
             "out to offer all of them"
         )
     return tuple(indices[:count])
+
+
+def check_named_devices(resources: Resources, gpus: Sequence[GpuDevice],
+                        detected: bool) -> None:
+    """Refuse ``gpu<N>`` resources that would give one device two owners: each stands for
+    device N, whose jobs are pinned to it, so its value is 1 (``gpu0=2`` would pin two
+    whole-device jobs to device 0); and where GPUs were detected, N is one of ``gpus``, the
+    devices this worker may use (not a device that does not exist, nor one that
+    ``CUDA_VISIBLE_DEVICES``, ``--gpus`` or the division among ``--nworkers`` keeps from it)."""
+    for name in resources.names():
+        index = device_index(name)
+        if index is None:
+            continue
+        if resources[name] != SCALE:
+            raise ResourceSpecError(
+                f"invalid worker resource {name}={format_units(resources[name])}: {name} stands "
+                f"for device {index}, one device, so its value is 1")
+        usable = sorted(device.index for device in gpus)
+        if detected and index not in usable:
+            raise ResourceSpecError(
+                f"invalid worker resource {name}=1: device {index} is not one this worker may "
+                f"use (it may use {', '.join(map(str, usable)) or 'none'}: the devices found, "
+                "less those CUDA_VISIBLE_DEVICES, --gpus or --nworkers keep from it)")
+
+
+def _were_found(n: int, noun: str = "") -> str:
+    """``1 GPU was found``, ``2 GPUs were found``; without a noun, ``1 was found``."""
+    counted = f"{n} {noun}{'s' if noun and n != 1 else ''}".rstrip()
+    return f"{counted} {'was' if n == 1 else 'were'} found"
 
 
 def split_gpus(gpus: Sequence[T], nworkers: int) -> list[list[T]]:
@@ -295,13 +328,13 @@ def check_division(resources: Resources, gpus: Sequence[GpuDevice],
     devices found at all, ``GPU=N`` stays abstract.
     """
     count = resources.get(GPU) // SCALE
-    if not gpus or not count:
+    if not gpus or not count or len(shares) == 1:  # one process: ledger_devices says why
         return
     short = [i for i, share in enumerate(shares) if len(share) < count]
     if short:
         raise ResourceSpecError(
             f"{len(shares)} worker processes offering GPU={count} each need {len(shares) * count} "
-            f"GPUs, but {len(gpus)} were found (process {short[0]} would get "
+            f"GPUs, but {_were_found(len(gpus))} (process {short[0]} would get "
             f"{len(shares[short[0]])}): lower --nworkers or GPU, or leave GPU out to divide the "
             "devices found"
         )

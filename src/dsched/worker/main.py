@@ -193,8 +193,8 @@ def process_commands(w: WorkerConfig, cfg: dict,
     resources = Resources.parse(w.resources)
     shares = split_gpus(list(devices), n)
     check_division(resources, devices, shares)
-    for share in shares:
-        _advertised(resources, share)
+    for share in shares:  # each process's share: a device named gpu<N> is in one of them
+        ledger_devices(resources_with_gpus(resources, share), share, detected=bool(devices))
     env = {**os.environ, **_settings_env(cfg), NANNY_ENV: str(os.getpid())}
     limit = memory_limit(w.memory_limit, n)
     commands = []

@@ -55,7 +55,9 @@ class Child:
     restarts: int = 0
     started_at: float = 0.0
     backoff: float = 0.0
-    ended: str = ""  # how its last process ended, in words; "" before any has
+    #: How its last process ended, "" before any has: "was killed by signal 9 (SIGKILL)", no
+    #: subject, since the scheduler it is told to names the process itself ("... it was ...").
+    ended: str = ""
 
 
 class Nanny:
@@ -110,17 +112,16 @@ class Nanny:
             code = await child.process.wait()
             if self._stopping.is_set():
                 return
-            child.ended = f"worker process {child.name} (pid {child.process.pid}) " \
-                          f"{describe_exit(code)}"
+            child.ended = describe_exit(code)
+            ended = f"worker process {child.name} (pid {child.process.pid}) {child.ended}"
             if code == 0:
-                logger.info("%s: it stopped of its own accord, so it is not restarted",
-                            child.ended)
+                logger.info("%s: it stopped of its own accord, so it is not restarted", ended)
                 self._note(child, "stopped of its own accord")
                 return
             if code == EXIT_CONFIG:
                 # The process has said why; starting it again would only fail again.
                 logger.info("%s (refused, or a configuration that cannot work): stopping",
-                            child.ended)
+                            ended)
                 self._note(child, "refused, or a configuration that cannot work")
                 self._status = EXIT_CONFIG
                 await self.stop(self._stop_deadline)
@@ -130,7 +131,7 @@ class Nanny:
                 child.backoff = 0.0
             child.backoff = min(self._max_backoff, max(self._min_backoff, child.backoff * 2))
             child.restarts += 1
-            logger.warning("%s after %.1fs; restarting it in %.1fs", child.ended, lived,
+            logger.warning("%s after %.1fs; restarting it in %.1fs", ended, lived,
                            child.backoff)
             self._note(child, f"{describe_exit(code)}; restarting")
             try:

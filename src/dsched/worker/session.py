@@ -3,8 +3,9 @@
 The session keeps one connection, reconnecting with back-off when it breaks; while it is
 down, the ops the worker sends wait and go first once it registers again (so no report is
 lost), and running tasks and held results carry on. It sends heartbeats while connected. A
-refusal (wrong token, another protocol version, a name already taken) is final: the session
-stops and says why, and the worker exits with a status that tells a service manager so.
+refusal (wrong token, another protocol version, a name already taken, a scheduler that uses
+TLS when this worker does not) is final: the session stops and says why, and the worker exits
+with a status that tells a service manager so.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any, Callable
 
 from ..comm import Comm, connect
 from ..errors import (
-    AuthenticationError, CommClosedError, RemoteProtocolError, SchedError, VersionMismatchError,
+    AuthenticationError, CommClosedError, RemoteProtocolError, SchedError, TlsMismatchError,
+    VersionMismatchError,
 )
 from ..protocol import ops
 
@@ -79,6 +81,7 @@ class SchedulerSession:
         low, high = self._reconnect
         backoff = low
         lost_at: float | None = None
+        tls_mismatch = False  # the last try met a server that uses TLS, by every sign
         loop = asyncio.get_running_loop()
         while not self.stopped.is_set():
             try:
@@ -88,6 +91,11 @@ class SchedulerSession:
             except (OSError, TimeoutError, SchedError) as error:
                 if isinstance(error, (AuthenticationError, VersionMismatchError)):
                     return self._refused(str(error))
+                # As final as a wrong token once seen twice in a row: a plain scheduler that
+                # closes while our handshake is in flight also closes without a word, once.
+                if isinstance(error, TlsMismatchError) and tls_mismatch:
+                    return self._refused(str(error))
+                tls_mismatch = isinstance(error, TlsMismatchError)
                 if lost_at is None:
                     lost_at = loop.time()
                 if self._death_timeout is not None and loop.time() - lost_at > self._death_timeout:
@@ -101,6 +109,7 @@ class SchedulerSession:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, high)
                 continue
+            tls_mismatch = False
             try:
                 await self._serve(comm)
             except CommClosedError as error:

@@ -83,7 +83,7 @@ def test_killed_worker_after_allowed_failures_plus_one_deaths():
     actions = s.leave(s.where("t"))
     assert [(a.key, a.error) for a in actions if isinstance(a, act.TaskErred)] == [
         ("t", "killed_worker")]
-    assert "2 worker(s) died while running this task" in actions[0].text
+    assert "2 worker(s) died while running task t " in actions[0].text
 
 
 def test_deaths_and_exceptions_are_counted_apart():
@@ -116,8 +116,10 @@ def test_lost_results_still_wanted_are_recomputed_and_their_new_place_reported()
     s.worker("b")
     actions = s.leave("a")
     assert started(actions) == [("x", "b")]
-    # Not a second end, but the client must learn where to fetch the result now.
-    assert s.finish("x") == [act.ResultMoved(key="x", clients=("c",), who_has=(addr("b"),))]
+    # The client learns the result is gone (its future is pending again), then its new end.
+    assert act.ResultMoved(key="x", clients=("c",), who_has=()) in actions
+    assert s.finish("x") == [act.TaskFinished(key="x", clients=("c",), nbytes=0,
+                                              who_has=(addr("b"),))]
     assert s.state.tasks["x"].who_has == {addr("b"): None}
 
 
@@ -215,9 +217,10 @@ def test_a_result_no_worker_can_ever_send_fails_instead_of_looping():
     s.finish("x", nbytes=10)
     actions = s(ev.MissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
                             now=0))
-    (error,) = [a for a in actions if isinstance(a, act.TaskErred)]  # x was reported already
-    assert error.key == "y" and error.error == "dependency"
-    assert "no worker could send the result of x" in error.text
+    # x's client, told x was lost, hears it failed too: it could not fetch it either
+    errors = {a.key: a for a in actions if isinstance(a, act.TaskErred)}
+    assert sorted(errors) == ["x", "y"] and errors["y"].error == "dependency"
+    assert "no worker could send the result of x" in errors["y"].text
     assert s.state_of("x") == "erred" and s.state.tasks["x"].error == "unfetchable"
     assert s.state_of("y") == "erred" and started(actions) == []
 
@@ -235,3 +238,20 @@ def test_an_input_that_cannot_travel_at_all_fails_its_dependent_at_once():
     assert error.key == "y" and error.error == "unfetchable"
     assert "its input x cannot be sent" in error.text and "cannot pickle" in error.text
     assert started(actions) == [] and s.state_of("x") == "memory"  # not computed again
+
+
+def test_a_lost_result_is_pending_again_for_its_clients_and_its_failure_reaches_them():
+    """Dask's test_fan_out_pattern_deadlock: f finished on a, a died (f is computed again on
+    b), then b died running it, with allowed_failures=0: the client hears that f was lost,
+    then that f failed, naming it, not a finished f held by a dead worker."""
+    s = Story(allowed_failures=0)
+    s.worker("a")
+    s.submit(task("f"))
+    s.finish("f")
+    s.worker("b")
+    lost = s.leave("a")
+    assert act.ResultMoved(key="f", clients=("c",), who_has=()) in lost
+    assert s.where("f") == "b"
+    [erred] = [a for a in s.leave("b") if isinstance(a, act.TaskErred)]
+    assert (erred.key, erred.clients, erred.error) == ("f", ("c",), "killed_worker")
+    assert "died while running task f " in erred.text

@@ -197,7 +197,7 @@ def test_the_task_that_ended_a_worker_process_is_named_and_its_error_says_how():
             in logs(s, WARNING))
     (error,) = of(act.TaskErred, s(ev.WorkerLeft(address=addr("w2"), now=0)))
     assert error.error == "killed_worker"
-    assert "2 worker(s) died while running this task" in error.text
+    assert "2 worker(s) died while running task bomb " in error.text
     assert "its process was killed by signal 11 (SIGSEGV)" in error.text
     assert s.state.counters["deaths"] == 2
 

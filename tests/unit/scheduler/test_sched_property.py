@@ -48,6 +48,9 @@ class SchedulerMachine(RuleBasedStateMachine):
             elif isinstance(a, act.StopTask):
                 del self.running[(a.worker, a.key)]
                 self.stopping.add((a.worker, a.key))
+            elif isinstance(a, act.ResultMoved) and not a.who_has:  # lost: a new end comes
+                for client in a.clients:
+                    assert self.ends.pop((a.key, client)) == ["TaskFinished"], (a, client)
             elif isinstance(a, (act.TaskFinished, act.TaskErred, act.TaskCancelled)):
                 for client in a.clients:
                     ends = self.ends.setdefault((a.key, client), [])

@@ -27,6 +27,15 @@ def test_guild_gpu1_task_starts_beside_the_first_gpu0_task():
     assert started(s.finish("bbb")) == [("ccc", "w")]
 
 
+def test_a_joining_worker_is_logged_with_its_resources_or_none():
+    s = Story()
+    s.worker("cpu", nthreads=2)
+    s.worker("gpu", resources="GPU=2")
+    joined = [a.message() for a in s.log if isinstance(a, act.Log) and "joined" in a.msg]
+    assert joined == ["Worker cpu joined from tcp://cpu: 2 threads, resources none",
+                      "Worker gpu joined from tcp://gpu: 1 thread, resources GPU=2"]
+
+
 def test_execute_carries_spec_resources_and_where_the_inputs_are():
     s = Story()
     s.worker("a", resources="GPU=1")

@@ -4,6 +4,7 @@ import json
 import logging
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +15,8 @@ from dsched.worker.actions import StartTask
 from dsched.protocol.ops import Execute
 from dsched.worker.fake_nvml import GIB, FakeNvml
 from dsched.worker.gpus import (
-    FAKE_NVML_ENV, GpuDevice, detect_gpus, gpu_usage, gpus_option, ledger_devices,
-    resources_with_gpus, split_gpus,
+    FAKE_NVML_ENV, GpuDevice, check_division, detect_gpus, gpu_usage, gpus_option,
+    ledger_devices, resources_with_gpus, split_gpus,
 )
 from dsched.worker.state import WorkerState
 
@@ -128,6 +129,34 @@ def test_devices_behind_the_gpu_resource():
         ledger_devices(R("GPU=5"), four)
     with pytest.raises(ResourceSpecError, match="whole GPUs"):
         ledger_devices(R("GPU=1.5"), ())
+
+
+def refusal(resources: str, found: int, nworkers: int) -> str:
+    """Why ``sched-worker --nworkers N --resources ...`` refuses to start, as its nanny
+    checks before it starts any process."""
+    gpus = [GpuDevice(i) for i in range(found)]
+    shares = split_gpus(gpus, nworkers)
+    with pytest.raises(ResourceSpecError) as refused:
+        check_division(R(resources), gpus, shares)
+        for share in shares:
+            ledger_devices(R(resources), share)
+    return str(refused.value)
+
+
+def test_too_few_gpus_are_counted_in_good_english_and_as_docs_resources_md_quotes():
+    assert refusal("GPU=2", found=1, nworkers=1).startswith(
+        "the worker offers GPU=2 but only 1 GPU was found (0):")
+    assert refusal("GPU=1", found=1, nworkers=2).startswith(
+        "2 worker processes offering GPU=1 each need 2 GPUs, but 1 was found (process 1 would "
+        "get 0):")
+    docs = (Path(__file__).parents[3] / "docs" / "resources.md").read_text()
+    for options in ((2, 2, "GPU=2"), (2, 3, "GPU=1")):  # (found, nworkers, resources)
+        found, nworkers, resources = options
+        row = next(line for line in docs.splitlines()
+                   if line.startswith(f"| {found} | `--nworkers {nworkers} --resources "
+                                      f'"{resources}"`'))
+        said = refusal(resources, found, nworkers).split(":")[0]
+        assert f'exit status 2: "{said}"' in row, (said, row)
 
 
 def test_four_gpus_over_two_workers_give_each_two_distinct_devices():
