@@ -137,6 +137,9 @@ def test_submit_options_end_where_the_command_starts(client):
     ("--time", "0", "must be positive"),
     ("--env", "NOVALUE", "'NOVALUE' is not NAME=VALUE"),
     ("--after-ok", "1,x", "not a list of job numbers"),
+    ("--after-ok", "99999999999999999999", "is not in the range 1<=x<="),
+    ("--priority", "-99999999999999999999", "is not in the range -9223372036854775808<=x<="),
+    ("--retries", str(2**64), "is not in the range 0<=x<="),
 ])
 def test_submit_refuses_a_bad_value_before_it_connects(client, option, value, words):
     result = run("submit", option, value, "--", "true")
@@ -273,3 +276,10 @@ def test_run_local_refuses_a_bad_jobfile_before_it_starts_anything(tmp_path, mon
         assert words in result.stderr and "nothing ran" in result.stderr
     result = run("run-local", str(tmp_path / "missing.txt"))
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+@pytest.mark.parametrize("command", ["status", "cancel", "release", "wait", "logs"])
+def test_a_job_number_the_wire_cannot_carry_is_a_usage_error(client, command):
+    result = run(command, "99999999999999999999999")
+    assert result.exit_code == 2 and "is not in the range 1<=x<=" in result.output
+    assert client.configs == []

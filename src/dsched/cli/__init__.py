@@ -14,6 +14,7 @@ import click
 from .. import config
 from ..errors import ConfigError, ResourceSpecError
 from ..jobs import JobSpecError, parse_duration
+from ..protocol.fields import INT_MAX, INT_MIN
 from ..resources import Resources, check_demand
 from ..settings import help_of
 
@@ -103,9 +104,15 @@ class JobIds(click.ParamType):
         if isinstance(value, tuple):
             return value
         parts = [part.strip() for part in value.split(",")]
-        if not all(part.isdigit() for part in parts):
+        if not all(part.isascii() and part.isdigit() for part in parts):
             self.fail(f"{value!r} is not a list of job numbers such as 3,4", param, ctx)
-        return tuple(int(part) for part in parts)
+        return tuple(JOB_ID.convert(part, param, ctx) for part in parts)
+
+
+#: A job number, as far as the wire carries one.
+JOB_ID = click.IntRange(1, INT_MAX)
+#: A priority, as far as the wire carries one.
+PRIORITY = click.IntRange(INT_MIN, INT_MAX)
 
 
 def config_option() -> Decorator:

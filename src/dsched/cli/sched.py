@@ -27,8 +27,9 @@ import click
 from .. import __version__
 from ..errors import SchedError
 from ..jobs import JobSpecError, JobState, exit_status
-from . import (CONTEXT_SETTINGS, ConfigValue, Duration, EnvVar, JobIds, ResourceSpec,
-               address_problem, build_config, config_option)
+from ..protocol.fields import INT_MAX
+from . import (CONTEXT_SETTINGS, JOB_ID, PRIORITY, ConfigValue, Duration, EnvVar, JobIds,
+               ResourceSpec, address_problem, build_config, config_option)
 from .jobtext import ended_line, job_table, worker_table
 from .progress import JobProgress
 
@@ -139,8 +140,8 @@ def main(ctx: click.Context, scheduler_address: str | None, token_file: str | No
               help='Resources the job needs, e.g. "GPU=1" or "gpu0=1 gpu1=1". A request '
               "larger than any worker offers is queued and waits, saying why.")
 @click.option("--name", default="", help="Job name shown by status and logs.")
-@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
-@click.option("--retries", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--priority", type=PRIORITY, default=0, show_default=True, help="Higher runs first.")
+@click.option("--retries", type=click.IntRange(0, INT_MAX), default=0, show_default=True,
               help="Times to run it again when its command exits non-zero.")
 @click.option("--after-ok", type=JobIds(), multiple=True,
               help="Start only once these jobs have completed (never, if one does not).")
@@ -193,7 +194,7 @@ def submit(ctx: click.Context, command: tuple[str, ...], after_ok: tuple, after_
 
 
 @main.command()
-@click.argument("job_ids", nargs=-1, type=int, metavar="[JOB]...")
+@click.argument("job_ids", nargs=-1, type=JOB_ID, metavar="[JOB]...")
 @click.option("--state", "states", multiple=True, type=click.Choice(STATES),
               help="Only jobs in this state (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON, for scripts.")
@@ -243,7 +244,7 @@ def workers(ctx: click.Context, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("job_id", type=int, metavar="JOB")
+@click.argument("job_id", type=JOB_ID, metavar="JOB")
 @click.option("-f", "--follow", is_flag=True,
               help="Keep printing output as it is written, until the job ends.")
 @click.pass_context
@@ -260,7 +261,7 @@ def logs(ctx: click.Context, job_id: int, follow: bool) -> None:
 
 
 @main.command()
-@click.argument("job_ids", nargs=-1, required=True, type=int, metavar="JOB...")
+@click.argument("job_ids", nargs=-1, required=True, type=JOB_ID, metavar="JOB...")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Give up after this long (exit status 124).")
 @click.pass_context
@@ -300,7 +301,7 @@ def _answer(ctx: click.Context, job_ids: tuple[int, ...], ask: str, good: tuple[
 
 
 @main.command()
-@click.argument("job_ids", nargs=-1, required=True, type=int, metavar="JOB...")
+@click.argument("job_ids", nargs=-1, required=True, type=JOB_ID, metavar="JOB...")
 @click.pass_context
 def cancel(ctx: click.Context, job_ids: tuple[int, ...]) -> None:
     """Cancel jobs, queued or running (running ones are killed)."""
@@ -308,7 +309,7 @@ def cancel(ctx: click.Context, job_ids: tuple[int, ...]) -> None:
 
 
 @main.command()
-@click.argument("job_ids", nargs=-1, required=True, type=int, metavar="JOB...")
+@click.argument("job_ids", nargs=-1, required=True, type=JOB_ID, metavar="JOB...")
 @click.pass_context
 def release(ctx: click.Context, job_ids: tuple[int, ...]) -> None:
     """Let held jobs (submit --hold) run."""
