@@ -102,3 +102,13 @@ def test_a_bad_jobfile_line_is_an_error_naming_it(text, words):
     with pytest.raises(JobSpecError) as error:
         parse_jobfile(text, name="jobs.txt")
     assert str(error.value).startswith(words)
+
+
+def test_the_count_line_counts_every_job_and_says_which_a_page_shows():
+    from dsched.cli.jobtext import count_line
+
+    counts = {"queued": 1000, "running": 3, "completed": 2}
+    assert count_line(counts, 1005, 1005) == "1005 jobs: 3 running, 1000 queued, 2 completed"
+    assert count_line(counts, 1000, 1005).startswith(
+        "1005 jobs: 3 running, 1000 queued, 2 completed (showing 1000 of 1005: those on "
+        "workers first")

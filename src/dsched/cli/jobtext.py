@@ -131,6 +131,18 @@ def summary(views: Sequence[View]) -> str:
     return f"{len(views)} job{s}: {', '.join(states)}" if states else f"{len(views)} job{s}"
 
 
+def count_line(counts: Mapping[str, int], shown: int, total: int) -> str:
+    """``1003 jobs: 3 running, 1000 queued`` for the jobs the scheduler has (``counts`` by
+    state), and which of them a page shows when it shows fewer."""
+    n = sum(counts.values())
+    states = [f"{counts[state]} {state}" for state in _WAITING + _ENDED if counts.get(state)]
+    line = f"{n} job{'s' if n != 1 else ''}" + (f": {', '.join(states)}" if states else "")
+    if shown < total:
+        line += (f" (showing {shown} of {total}: those on workers first, then those waiting, "
+                 "then those ended, each newest first)")
+    return line
+
+
 def progress_line(views: Sequence[View], seconds: float) -> str:
     """``[0:12] 2/4 ended (1 completed, 1 failed); 1 running, 1 queued``."""
     ended = [view for view in views if view["state"] in _ENDED]

@@ -30,7 +30,7 @@ from ..jobs import JobSpecError, JobState, exit_status
 from ..protocol.fields import INT_MAX
 from . import (CONTEXT_SETTINGS, JOB_ID, PRIORITY, ConfigValue, Duration, EnvVar, JobIds,
                ResourceSpec, address_problem, build_config, config_option)
-from .jobtext import ended_line, job_table, worker_table
+from .jobtext import count_line, ended_line, job_table, worker_table
 from .progress import JobProgress
 
 STATES = [state.value for state in JobState]
@@ -203,7 +203,8 @@ def status(ctx: click.Context, job_ids: tuple[int, ...], states: tuple[str, ...]
            as_json: bool) -> None:
     """Show jobs and why each one waits.
 
-    Jobs are shown newest first; each one not running says why it is in its state.
+    Jobs on workers come first, then those waiting, then those ended, each newest first;
+    each one not running says why it is in its state. A last line counts them by state.
     """
     def work(client: Any) -> int:
         found = client.jobs(job_ids, states)
@@ -212,8 +213,7 @@ def status(ctx: click.Context, job_ids: tuple[int, ...], states: tuple[str, ...]
             _json(found)
         elif views:
             click.echo("\n".join(job_table(views, time.time())))
-            if found["total"] > len(views):
-                click.echo(f"(the newest {len(views)} of {found['total']} jobs)")
+            click.echo(count_line(found["counts"], len(views), found["total"]))
         else:
             click.echo("no jobs")
         if found.get("recovering") and not as_json:

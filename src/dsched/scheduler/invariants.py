@@ -112,11 +112,13 @@ def _check_queue(s: SchedulerState) -> None:
     rq = s.queue
     queued = [t for t in s.tasks.values() if t.state is QUEUED]
     assert rq.size == len(queued) == sum(q.live for q in rq.queues.values()), "queue size"
+    assert rq.resource_free == {q.qid for q in rq.queues.values() if q.empty}, "resource-free"
     heads = []
     for key, q in rq.queues.items():
         assert rq.by_id[q.qid] is q and q.key == key, q
         live = q.tasks()
         assert len(live) == q.live > 0, q
+        assert sum(t.job is not None for t in live) == q.jobs, q
         for t in live:
             assert t.state is QUEUED and (t.resources, t.restrict) == key, (q, t)
         assert q.heap[0][1] is live[0] and q.head_order == live[0].order, q

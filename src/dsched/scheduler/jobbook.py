@@ -117,7 +117,7 @@ class JobBook:
                 answers[str(job_id)] = "cancelling"
                 if not job.cancelling:
                     job.cancelling = True
-                    job.detail = f"cancelled by {client}; stopping on {job.worker}"
+                    job.detail = f"cancelled by {client}"  # the view says where it stops
                     self.out.journal(job, "cancel")
                     if job.task is not None:
                         self.graph.drop(job.task)  # stopped there; its end settles the job
@@ -180,9 +180,8 @@ class JobBook:
             job.wait = Reason.dependency
             s = "s" if len(job.deps_left) > 1 else ""
             job.detail = f"waiting for job{s} {', '.join(map(str, job.deps_left))} to end"
-        elif self.recovering:
+        elif self.recovering:  # the view words it, from ``recovering``, while it lasts
             job.wait = Reason.recovering
-            job.detail = "the scheduler restarted and waits for the workers that ran jobs"
             self.held_back.append(job)
         else:
             job.wait = None

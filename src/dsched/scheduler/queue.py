@@ -37,7 +37,7 @@ class ShapeQueue:
     """
 
     __slots__ = (
-        "qid", "key", "resources", "restrict", "heap", "live", "reason", "reason_kind",
+        "qid", "key", "resources", "restrict", "heap", "live", "jobs", "reason", "reason_kind",
         "unrunnable_since", "fifo", "head_order", "primary", "primary_units", "best_fit",
         "empty", "multi", "names", "passed_head", "passed",
     )
@@ -50,6 +50,7 @@ class ShapeQueue:
         self.restrict: frozenset[str] | None = restrict
         self.heap: list[tuple[int, Task]] = []
         self.live = 0
+        self.jobs = 0  # of ``live``, the job attempts (not counted among tasks in views)
         self.reason: str | None = None
         self.reason_kind: str | None = None  # see ``reasons.REASON_KINDS``
         self.unrunnable_since = 0.0
@@ -92,6 +93,9 @@ class ReadyQueue:
         self.by_id: dict[int, ShapeQueue] = {}
         self.heads: list[tuple[int, int, ShapeQueue]] = []
         self.dirty: set[int] = set()
+        #: The queues of resource-free shapes, whose heads ``ahead_for`` may hold back: dirty
+        #: again whenever a head of a queue with resources moves (``_moved``).
+        self.resource_free: set[int] = set()
         self.size = 0
         self._next_qid = 0
         self._shapes: dict[frozenset, Resources] = {}
@@ -135,10 +139,14 @@ class ReadyQueue:
             q = ShapeQueue(self._next_qid, key, offered)
             self.queues[key] = q
             self.by_id[q.qid] = q
+            if q.empty:
+                self.resource_free.add(q.qid)
         heappush(q.heap, (t.order, t))
         t.queue = q
         t.state = QUEUED
         q.live += 1
+        if t.job is not None:
+            q.jobs += 1
         self.size += 1
         if q.head_order is None or t.order < q.head_order:
             self._set_head(q, t.order)
@@ -183,6 +191,8 @@ class ReadyQueue:
         t = heappop(heap)[1]
         t.queue = None
         q.live -= 1
+        if t.job is not None:
+            q.jobs -= 1
         self.size -= 1
         while heap and heap[0][1].queue is not q:
             heappop(heap)
@@ -192,6 +202,7 @@ class ReadyQueue:
             q.head_order = order = heap[0][0]
             insort(heads, (order, q.qid, q))
             self.dirty.add(q.qid)
+            self.moved(q)
         else:
             self._head_changed(q)
         return t
@@ -210,6 +221,8 @@ class ReadyQueue:
         assert q is not None
         t.queue = None
         q.live -= 1
+        if t.job is not None:
+            q.jobs -= 1
         self.size -= 1
         if q.heap[0][1] is t:
             self._head_changed(q)
@@ -222,6 +235,8 @@ class ReadyQueue:
             del self.queues[q.key]
             del self.by_id[q.qid]
             self.dirty.discard(q.qid)
+            self.resource_free.discard(q.qid)
+            self.moved(q)
             q.head_order = None
             q.heap.clear()
         else:
@@ -234,6 +249,13 @@ class ReadyQueue:
         q.head_order = order
         insort(heads, (order, q.qid, q))
         self.dirty.add(q.qid)
+        self.moved(q)
+
+    def moved(self, q: ShapeQueue) -> None:
+        """The head of ``q`` changed, left, or became unrunnable: if it demands resources, the
+        resource-free heads it held back from being sent ahead (``ahead_for``) may go now."""
+        if not q.empty and self.resource_free:
+            self.dirty |= self.resource_free
 
     def __len__(self) -> int:
         return self.size

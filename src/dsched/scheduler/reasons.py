@@ -104,6 +104,7 @@ class Reasons:
             self.placer.queue.dirty.add(q.qid)
             self.out.log(INFO, "Tasks needing %s can run again", q.resources or "nothing")
         else:
+            self.placer.queue.moved(q)  # it holds nothing back from being sent ahead now
             if old is None:
                 q.unrunnable_since = self.out.now
                 q.fifo = deque(sorted(q.tasks(), key=lambda t: t.queued_at))

@@ -174,7 +174,8 @@ class SchedulerState:
 
     def _on_rejected(self, e: ev.TaskRejected) -> None:
         ended = self._ended_on(e.worker, e.key, holds_result=False, job=True)
-        if ended is None:
+        if ended is None:  # a job's attempt, stopped while still unstarted, ends so too
+            self.jobs.stopped(e.worker, e.key)
             return
         w, t = ended
         if t.job is not None:

@@ -10,7 +10,7 @@ Pure: no I/O, no clock (ages are measured on the state's own clock); never chang
 from __future__ import annotations
 
 from collections import Counter
-from itertools import islice
+from itertools import chain, islice
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -46,13 +46,14 @@ def worker_info(state: "SchedulerState") -> dict[str, dict[str, Any]]:
 
 
 def task_counts(state: "SchedulerState") -> dict[str, int]:
-    """How many tasks are in each state."""
-    return dict(Counter(task.state.value for task in state.tasks.values()))
+    """How many tasks are in each state (job attempts are jobs, counted as jobs)."""
+    return dict(Counter(t.state.value for t in state.tasks.values() if t.job is None))
 
 
 def tasks_by_state(state: "SchedulerState") -> dict[str, int]:
-    """How many tasks are in each state, every state named (zero included). Walks the tasks."""
-    counts = Counter(task.state for task in state.tasks.values())
+    """How many tasks are in each state, every state named (zero included), job attempts
+    aside. Walks the tasks."""
+    counts = Counter(t.state for t in state.tasks.values() if t.job is None)
     return {s.value: counts.get(s, 0) for s in TaskState}
 
 
@@ -134,14 +135,15 @@ def pending(state: "SchedulerState", counts: dict[str, int],
     by_reason: Counter = Counter()
     groups = []
     for q in state.queue.queues.values():
-        if not q.live:
+        tasks = q.live - q.jobs
+        if not tasks:
             continue
         if q.reason is None:
             kind, text, since = "capacity", PENDING_TEXTS["capacity"], None
         else:
             kind, text, since = q.reason_kind, q.reason, max(0.0, now - q.unrunnable_since)
-        by_reason[kind] += q.live
-        groups.append({"reason": kind, "text": text, "tasks": q.live,
+        by_reason[kind] += tasks
+        groups.append({"reason": kind, "text": text, "tasks": tasks,
                        "resources": str(q.resources) if q.resources else "",
                        "workers": sorted(q.restrict) if q.restrict is not None else None,
                        "unrunnable_for": since})
@@ -166,8 +168,9 @@ def waiting(state: "SchedulerState", limit: int = 100) -> dict[str, int]:
     """
     reasons: dict[str, int] = {}
     for queue in state.queue.queues.values():
-        if queue.reason is not None and queue.live:
-            reasons[queue.reason] = reasons.get(queue.reason, 0) + queue.live
+        tasks = queue.live - queue.jobs
+        if queue.reason is not None and tasks:
+            reasons[queue.reason] = reasons.get(queue.reason, 0) + tasks
             if len(reasons) >= limit:
                 break
     return reasons
@@ -199,8 +202,10 @@ _JOB_REASON = {"invalid_request": "too_large", "no_workers": "no_workers",
 
 def jobs_view(state: "SchedulerState", ids=(), states=(), offset: int = 0,
               limit: int = 1000) -> dict[str, Any]:
-    """Jobs by id (``ids``; none: all) and state (``states``; none: any), newest first, from
-    ``offset``, at most ``limit``: ``{"jobs": [...], "total": n, "counts": {state: n}}``."""
+    """Jobs by id (``ids``; none: all) and state (``states``; none: any), from ``offset``, at
+    most ``limit``: ``{"jobs": [...], "total": n, "counts": {state: n}}``. Those on workers come
+    first, then those waiting, then those ended, each newest first: a page of a long queue
+    still shows every running job."""
     book = state.jobs.jobs
     wanted = set(states)
     counts = Counter(j.state.value for j in book.values())
@@ -210,7 +215,12 @@ def jobs_view(state: "SchedulerState", ids=(), states=(), offset: int = 0,
             chosen = [j for j in chosen if j.state.value in wanted]
         total = len(chosen)
     else:  # ids grow with submission, and the book keeps them in that order
-        chosen = reversed(book.values())
+        on_workers = sorted((i for jobs in state.jobs.on_worker.values() for i in jobs),
+                            reverse=True)
+        shown = set(on_workers)
+        chosen = chain((book[i] for i in on_workers),
+                       (j for j in reversed(book.values()) if not j.ended and j.id not in shown),
+                       (j for j in reversed(book.values()) if j.ended))
         if wanted:
             chosen = (j for j in chosen if j.state.value in wanted)
         total = sum(counts.get(s, 0) for s in wanted) if wanted else len(book)
@@ -227,10 +237,15 @@ def job_view(state: "SchedulerState", job) -> dict[str, Any]:
         view["reason"], view["detail"] = queued_reason(state, t)
         if job.detail:  # what happened to its last attempt
             view["detail"] += f" ({job.detail})"
+    elif job.cancelling and job.state in (JobState.assigned, JobState.running):
+        view["detail"] = f"{job.detail}; stopping on {job.worker}"
     elif job.state is JobState.assigned and view["reason"] is None:
         # Jobs are never sent ahead: an assigned one starts as soon as its worker hears of it.
         view["reason"] = Reason.starting.value
         view["detail"] = f"starting on {job.worker}" + (f" ({job.detail})" if job.detail else "")
+    elif job.wait is Reason.recovering:
+        view["detail"] = ("the scheduler restarted and waits for the workers that ran jobs"
+                          + (f" ({job.detail})" if job.detail else ""))
     return view
 
 

@@ -4,6 +4,8 @@ what the worker reports, and dispatches nothing while it recovers."""
 
 from __future__ import annotations
 
+import pytest
+
 from dsched.protocol import ops
 from dsched.scheduler import actions as act, events as ev
 from dsched.scheduler.reconcile import Ack, Adopt, Kill, PutBack, Record, Vanished, reconcile
@@ -201,3 +203,32 @@ def test_a_requeued_job_keeps_its_place_ahead_of_later_jobs_of_its_priority():
     s.at(111).tick()  # job 1's attempt is lost: queued again
     assert s.states() == {1: "queued", 2: "queued", 3: "queued"}
     assert started(s.worker("w2")) == [("job-1.2", "w2")]
+
+
+def test_a_reason_says_what_is_true_now_recovery_over_and_a_cancel_done():
+    s = story_with_running_job()
+    s.jobs(job(resources="GPU=1"))
+    r = JobStory(lease_margin=10.0, recovery_timeout=30.0)
+    r.at(1000)(ev.JobsLoaded(rows=tuple(rows_after(s)), now=r.now))
+    assert "the scheduler restarted" in r.view(2)["detail"]
+    r.worker("w1", attempts=(running("job-1.1"),))  # recovery is over; job 2 waits for a GPU
+    assert r.view(2)["reason"] == "missing_resources"
+    assert "restarted" not in r.view(2)["detail"]
+    r.cancel_jobs(1)
+    assert r.view(1)["detail"] == "cancelled by c; stopping on w1"
+    r.end("job-1.1", "cancelled", worker="w1", exit_code=-15)
+    assert r.view(1)["state"] == "cancelled" and "stopping" not in r.view(1)["detail"]
+
+
+@pytest.mark.parametrize("how", ["ended unstarted", "refused by a draining worker"])
+def test_a_job_cancelled_before_it_started_ends_and_does_not_say_it_is_stopping(how):
+    s = JobStory()
+    s.worker("w1")
+    s.jobs(job())  # assigned, not yet started
+    s.cancel_jobs(1)
+    if how == "ended unstarted":
+        s.end("job-1.1", "cancelled", worker="w1", exit_code=None, started=None)
+    else:  # the worker began to drain before the stop reached it
+        s(ev.TaskRejected(key="job-1.1", worker="tcp://w1", reason="closing", now=s.now))
+    assert s.view(1)["state"] == "cancelled"
+    assert s.view(1)["detail"] == "cancelled by c"

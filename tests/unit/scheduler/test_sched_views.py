@@ -105,3 +105,22 @@ def test_workers_show_resources_threads_and_gpus_from_heartbeats():
     assert (w["memory"], w["memory_limit"], w["heartbeat_age"]) == (50, 200, 1)
     assert tasks_by_state(story.state) == {"waiting": 0, "queued": 0, "processing": 1,
                                            "memory": 0, "released": 0, "erred": 0}
+
+
+def test_job_attempts_are_jobs_not_tasks_in_the_task_counts():
+    from sched_story import JobStory, job
+
+    from dsched.scheduler.views import jobs_view
+
+    s = JobStory()
+    s.worker("w")
+    s.submit(task("t"))
+    s.jobs(job(), job(resources="GPU=1"))  # job 1 waits for the thread, job 2 for a GPU
+    assert task_counts(s.state) == {"processing": 1}
+    assert tasks_by_state(s.state)["queued"] == 0
+    assert pending(s.state, tasks_by_state(s.state))["by_reason"] == {}
+    assert waiting(s.state) == {}
+    # ...and a page of jobs shows those on workers first, however many wait
+    s.finish("t")
+    s.jobs(*(job() for _ in range(5)), request=2)
+    assert [v["id"] for v in jobs_view(s.state, limit=3)["jobs"]] == [1, 7, 6]
