@@ -59,6 +59,10 @@ seconds = _kind("a positive number of seconds", lambda v: _is_number(v) and v > 
 log_level = _kind("one of " + ", ".join(_LEVELS),
                    lambda v: isinstance(v, str) and v.strip().lower() in _LEVELS,
                    lambda v: v.strip().lower())
+_CONTAINMENT = ("auto", "cgroup", "subreaper")
+containment = _kind("one of " + ", ".join(_CONTAINMENT),
+                    lambda v: isinstance(v, str) and v.strip().lower() in _CONTAINMENT,
+                    lambda v: v.strip().lower())
 _SIZE = re.compile(r"\s*(\d*\.?\d+(?:e[+-]?\d+)?)\s*([kmgtp]i?)?b?\s*", re.I)
 
 

@@ -1,11 +1,14 @@
 """What both daemons share when they run as programs: logging, credentials, signals, and
 what they tell the service manager.
 
-The first SIGTERM or SIGINT starts a drain (the daemon's own ``drain`` coroutine); a second one
-exits at once. Drains have a deadline, so a daemon never hangs on shutdown. The exit statuses
-that mean something to a service manager are defined here, once, and so is systemd's notify
-protocol (``ServiceNotifier``: ready, status, stopping, the watchdog). This module decides
-nothing about scheduling or tasks; it only carries a daemon's own lifetime.
+The first SIGTERM, SIGINT or SIGHUP starts a drain (the daemon's own ``drain`` coroutine); a
+second SIGTERM or SIGINT exits at once. SIGHUP, which the end of the terminal or SSH session
+that started the daemon sends (often twice: from the shell, and from the kernel when the shell
+has gone), only ever drains; a daemon started with SIGHUP ignored (``nohup``) keeps ignoring
+it. Drains have a deadline, so a daemon never hangs on shutdown. The exit statuses that mean
+something to a service manager are defined here, once, and so is systemd's notify protocol
+(``ServiceNotifier``: ready, status, stopping, the watchdog). This module decides nothing about
+scheduling or tasks; it only carries a daemon's own lifetime.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from .auth import client_ssl_context, server_ssl_context
 from .settings import TlsConfig
 
 EXIT_AT_ONCE = 128 + signal.SIGTERM
-#: Refused by the scheduler, or given a configuration that cannot work (sysexits' EX_CONFIG):
-#: starting it again unchanged would fail again, so a nanny does not, and a unit should not.
+#: Refused by the scheduler, or given a configuration that cannot work (sysexits' EX_CONFIG:
+#: a port or a directory another daemon holds, a journal it cannot write): starting it again
+#: unchanged would fail again, so a nanny does not, and a unit should not.
 EXIT_CONFIG = 78
 
 
@@ -51,8 +55,10 @@ def install_signal_handlers(drain: Callable[[], Awaitable[None]], *,
                             at_once: Callable[[], None] | None = None,
                             supervised: bool = False,
                             service: ServiceNotifier | None = None) -> None:
-    """First SIGTERM/SIGINT: tell the ``service`` manager the daemon is stopping and run
-    ``drain()``; a second: run ``at_once()`` (to kill what must not outlive us) and exit at once.
+    """First SIGTERM/SIGINT/SIGHUP: log it (one INFO line naming it), tell the ``service``
+    manager the daemon is stopping and run ``drain()``; a second SIGTERM/SIGINT: run
+    ``at_once()`` (to kill what must not outlive us) and exit at once. A SIGHUP while draining
+    is only logged: a hang-up comes twice, and must not turn a drain into an exit at once.
 
     A ``supervised`` process (a worker under its nanny) leaves "at once" to its supervisor and
     ignores later signals: a terminal's Ctrl-C reaches the supervisor and its processes
@@ -64,7 +70,7 @@ def install_signal_handlers(drain: Callable[[], Awaitable[None]], *,
     def on_signal(signum: int) -> None:
         name = signal.Signals(signum).name
         if state["signalled"]:
-            if supervised:
+            if supervised or signum == signal.SIGHUP:
                 logging.getLogger("dsched").info("Received %s: already draining", name)
                 return
             logging.getLogger("dsched").warning("Second signal: exiting at once")
@@ -72,14 +78,17 @@ def install_signal_handlers(drain: Callable[[], Awaitable[None]], *,
                 at_once()
             os._exit(EXIT_AT_ONCE)
         state["signalled"] = True
-        logging.getLogger("dsched").info(
-            "Received %s: draining%s", name, "" if supervised else " (send again to exit at once)")
+        again = ("" if supervised else " (SIGTERM to exit at once)" if signum == signal.SIGHUP
+                 else " (send again to exit at once)")
+        logging.getLogger("dsched").info("Received %s: draining%s", name, again)
         if service is not None:
             service.stopping(f"Received {name}: draining")
         task = loop.create_task(drain())
         task.add_done_callback(_log_failure("Drain failed"))
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
+            continue  # started under nohup: whoever started us wants it to outlive the session
         loop.add_signal_handler(signum, on_signal, signum)
 
 

@@ -67,7 +67,8 @@ class SchedulerConfig:
                                            "Path the dashboard is served under, for a reverse "
                                            "proxy (/sched); none: the root")
     state_dir: str | None = setting(None, k.nullable(k.path),
-                                    "Directory of the token file and the job journal; none: "
+                                    "Directory of the token file and the job journal, locked "
+                                    "by the scheduler using it (one scheduler each); none: "
                                     "$XDG_STATE_HOME/sched (~/.local/state/sched)")
     token_file: str | None = setting(None, k.nullable(k.path),
                                      "Shared token file, created (mode 0600) when missing; "
@@ -145,10 +146,19 @@ class WorkerConfig:
                                "Seconds a worker cut off from the scheduler lets its jobs run "
                                "before it kills them (the scheduler waits this long, plus a "
                                "margin, before it declares them lost)")
+    containment: str = setting("auto", k.containment,
+                               "How every process a job or GPU task starts is found and killed "
+                               "with it: cgroup (a cgroup v2 each: needs root or a delegated "
+                               "cgroup), subreaper (the descendants of its supervisor), or auto "
+                               "(cgroup where one can be made)")
     job_directory: str | None = setting(None, k.nullable(k.path),
-                                        "Where job attempt records and logs are kept; none: "
-                                        "sched-jobs/NAME under local_directory or the temp dir "
-                                        "(give workers a stable --name)")
+                                        "Where job attempt records and logs are kept, private "
+                                        "to the worker's user (made 0700; refused if another "
+                                        "user owns it or may write to it); none: "
+                                        "sched-jobs/NAME under local_directory, else "
+                                        "$XDG_STATE_HOME/sched/jobs/NAME "
+                                        "(~/.local/state/sched/jobs/NAME); give workers a "
+                                        "stable --name")
     death_timeout: float | None = setting(None, k.nullable(k.seconds),
                                           "Seconds without a scheduler before exiting; none: "
                                           "never")
@@ -206,8 +216,10 @@ class ClientConfig:
     scheduler_address: str | None = setting(None, k.nullable(k.text),
                                             "Scheduler to connect to; none: Client() starts a "
                                             "LocalCluster, sched uses 127.0.0.1:8786")
-    connect_timeout: float = setting(30.0, k.seconds, "Seconds to connect, and to wait for an "
-                                     "answer")
+    connect_timeout: float = setting(30.0, k.seconds, "Seconds to connect, to wait for an "
+                                     "answer, and, following jobs or a log (sched wait, logs "
+                                     "-f), for a lost scheduler or the log's worker to come "
+                                     "back")
     token_file: str | None = setting(None, k.nullable(k.path),
                                      "Shared token file; none: the scheduler's on this machine")
     tls: TlsConfig = table(TlsConfig, "TLS towards the scheduler and workers")

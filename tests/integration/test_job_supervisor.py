@@ -83,8 +83,9 @@ def supervise(tmp_path):
     directory.mkdir()
 
     def start(command, *, time_limit=None, env=None, cwd=None, gpus=(), grace=0.2,
-              lease=60.0, orders=()) -> Supervised:
-        """``orders``: lines the worker said before the supervisor began to read."""
+              lease=60.0, orders=(), cgroup="") -> Supervised:
+        """``orders``: lines the worker said before the supervisor began to read; ``cgroup``:
+        the job's own, in the worker's cgroup mode."""
         record, log = record_path(str(directory), KEY), log_path(str(directory), KEY)
         job = {"command": command, "env": env or {}, "cwd": cwd, "time_limit": time_limit,
                "name": "test"}
@@ -94,7 +95,7 @@ def supervise(tmp_path):
         os.write(write, b"".join(line.encode() + b"\n" for line in orders))
         process = subprocess.Popen(
             [sys.executable, "-m", "dsched.worker.jobsupervisor", record, str(lock), str(grace),
-             repr(time.monotonic() + lease)],
+             repr(time.monotonic() + lease), *((cgroup,) if cgroup else ())],
             stdin=read, stdout=subprocess.PIPE, pass_fds=(lock,), start_new_session=True)
         os.close(lock)
         os.close(read)
@@ -265,6 +266,53 @@ def test_what_a_job_leaves_in_its_group_dies_when_it_exits(supervise, tmp_path):
     assert job.ended().outcome == "completed"
     wait_until(lambda: not alive(read_pid(tmp_path / "sleeper")), 10,
                what="the background sleep to be killed")
+
+
+def job_cgroup(tmp_path, mode: str) -> str:
+    """The cgroup a worker in ``mode`` gives the job ("" in subreaper mode); skip where cgroup
+    mode is not possible."""
+    from dsched.worker import containment
+
+    if mode == containment.SUBREAPER:
+        return ""
+    try:
+        return containment.choose(mode, "test", str(tmp_path)).cgroup_for(KEY)
+    except OSError as error:
+        pytest.skip(f"cgroup mode is not possible on this machine: {error}")
+
+
+@pytest.mark.parametrize("mode", ["cgroup", "subreaper"])
+def test_what_a_job_starts_in_another_session_is_killed_before_its_end_is_said(supervise,
+                                                                               tmp_path, mode):
+    cgroup = job_cgroup(tmp_path, mode)
+    pidfile = tmp_path / "escapee"
+    # Orphaned at once, in a session of its own: neither the job's group nor its child.
+    escape = f"(setsid sh -c 'echo $$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile}; " \
+             "exec sleep 600' &)"
+    job = supervise(["sh", "-c", f"{escape}; while [ ! -e {pidfile} ]; do sleep 0.01; done"],
+                    cgroup=cgroup)
+    job.started()
+    escapee = read_pid(pidfile)
+    try:
+        assert job.ended().outcome == "completed"
+        assert not alive(escapee)  # already: the job's GPUs are free once it is said to end
+        assert not cgroup or not os.path.exists(cgroup)
+    finally:
+        if alive(escapee):
+            os.kill(escapee, signal.SIGKILL)
+
+
+def test_orphans_that_end_while_the_job_runs_are_reaped_at_once(supervise, tmp_path):
+    pidfile = tmp_path / "orphan"
+    # Orphaned at once, so handed to the supervisor; it ends soon, long before the job.
+    job = supervise(["sh", "-c", f"(setsid sh -c 'echo $$ > {pidfile}; sleep 0.2' &); "
+                                 "sleep 600"])
+    job.started()
+    orphan = read_pid(pidfile)
+    # Not left a zombie until the job ends: a long job would pile them up.
+    wait_until(lambda: not psutil.pid_exists(orphan), 10, what="the ended orphan to be reaped")
+    job.tell("kill")
+    assert job.ended().outcome == "cancelled"
 
 
 def test_a_killed_supervisor_takes_the_job_with_it_and_leaves_no_outcome(supervise, tmp_path):

@@ -67,8 +67,10 @@ def test_a_client_resubmits_after_a_lost_reply_and_follows_its_jobs_on(daemons, 
     assert "failpoint after-submit-commit: killed" in daemons.scheduler_log()
     daemons.scheduler("--state-dir", state_dir, port=port)
 
-    assert future.job_id(timeout=30) == held.job_id() + 1
-    assert client.jobs()["total"] == 2
+    # The job the journal committed, not a second one. (Its number is above held's, not
+    # held's + 1: numbers reserved before a kill are skipped, docs/jobs.md.)
+    resubmitted = future.job_id(timeout=30)
+    assert sorted(view["id"] for view in client.jobs()["jobs"]) == [held.job_id(), resubmitted]
     assert client.cancel_jobs([held.job_id()]) == {str(held.job_id()): "cancelled"}
     with pytest.raises(CancelledError):  # its end reached the future it was watched by
         held.result(timeout=10)

@@ -2,7 +2,8 @@
 module): what each option of ``submit`` does to a job, following a log to the job's end,
 cancelling a running job, ``wait``'s exit status and progress lines, ``status --json``,
 ``workers``, a request larger than any worker waiting with its reason, an unreachable
-scheduler, a scheduler lost while waiting (said once), and a standard output closed early."""
+scheduler, a scheduler lost while waiting and not back (said once, exit status 75), and a
+standard output closed early."""
 
 from __future__ import annotations
 
@@ -221,7 +222,9 @@ def test_a_scheduler_lost_while_waiting_is_said_once(daemons):
     finally:
         waiting.kill()
         waiting.communicate()
-    assert waiting.returncode == 1
+    # Not back within client.connect_timeout: a status of its own, not a job's failure (1).
+    assert waiting.returncode == 75
     # The library's log line ("Lost the scheduler ...") is not said again before it.
     assert stderr.startswith(f"sched: error: lost the scheduler at {daemons.address}")
+    assert stderr.endswith("; not back within 1 s\n")
     assert stderr.count("\n") == 1, stderr

@@ -107,8 +107,8 @@ def test_run_local_runs_the_seeds_gpu_jobs_in_order_with_their_devices(tmp_path)
         for name, spec in GPU_RUNS)
     done = run_local(tmp_path, jobfile, "--resources", "gpu0=1 gpu1=1", "--nworkers", "4")
     assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[-1] == "4 jobs: 4 completed"
+    lines = [line for line in done.stdout.splitlines() if not line.startswith("[")]
+    assert lines[-1] == "4 jobs: 4 completed"  # and the jobs' output lines, "[N] ..."
     assert sorted(re.sub(r" after \S+$", "", line) for line in lines[:-1]) == [
         f"job {i} (jobs.txt:{i + 1}) completed" for i in range(1, 5)]
     assert {name: (tmp_path / f"{name}.out").read_text() for name, _ in GPU_RUNS} == {
@@ -119,4 +119,29 @@ def test_run_local_fails_when_a_job_fails(tmp_path):
     done = run_local(tmp_path, "true\nsh -c 'exit 3'\n")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "job 2 (jobs.txt:2) failed after" in done.stdout
-    assert done.stdout.endswith("2 jobs: 1 completed, 1 failed\n")
+    # The summary, then the failed job again, with the end of its output.
+    assert "\n2 jobs: 1 completed, 1 failed\njob 2 (jobs.txt:2) failed after" in done.stdout
+
+
+def test_run_local_shows_the_jobs_output_keeps_their_logs_and_the_end_of_a_failed_one(
+        tmp_path):
+    steps = "".join(f"step {i}\n" for i in range(1, 26))
+    done = run_local(tmp_path, "sh -c 'for i in $(seq 1 25); do echo \"step $i\"; done; "
+                               "echo oops >&2; exit 3'\necho fine\n", "--log-dir", "logs")
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    # Each line as it came, after its job's number; a job's lines before the line of its end.
+    assert [line for line in lines if line.startswith("[1] ")][:26] == [
+        *(f"[1] step {i}" for i in range(1, 26)), "[1] oops"]
+    assert "[2] fine" in lines
+    assert lines.index("[1] oops") < next(i for i, line in enumerate(lines)
+                                          if line.startswith("job 1 (jobs.txt:1) failed"))
+    # At the end, under the failed job's line: its last 20 lines.
+    end = lines[lines.index("2 jobs: 1 completed, 1 failed") + 1:]
+    assert end[0].startswith("job 1 (jobs.txt:1) failed after") and end[0].endswith(
+        ": exited with code 3; the last 20 lines of its output (all of it in logs/job-1.log):")
+    assert len(end) == 21 and all(line.startswith("    ") for line in end[1:])
+    assert {"    step 25", "    oops"} <= set(end[1:])
+    # The logs are kept whole, as the jobs wrote them.
+    assert (tmp_path / "logs" / "job-1.log").read_text().startswith(steps + "oops\n")
+    assert (tmp_path / "logs" / "job-2.log").read_text().startswith("fine\n")

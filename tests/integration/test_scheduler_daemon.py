@@ -24,6 +24,10 @@ def slow(seconds, value):
     return value
 
 
+def fail(x):
+    raise ValueError(f"bad {x}")
+
+
 def scheduler_command(*args):
     return [sys.executable, "-m", "dsched.cli.scheduler", "--host", "127.0.0.1", *args]
 
@@ -97,6 +101,23 @@ def test_the_log_is_quiet_at_info_one_line_per_operator_event_not_per_task(daemo
     assert len(lines) < 10, "\n".join(lines)
 
 
+def test_a_thousand_failures_cost_the_info_log_a_line_not_a_traceback_each(daemons):
+    from dsched import wait
+
+    daemons.scheduler()  # --log-level info
+    daemons.worker("--name", "w", "--nthreads", "2")
+    client = daemons.client()
+    daemons.wait_for_workers(client, 1)
+    failed = client.map(fail, range(1000))
+    wait(failed, timeout=60)
+    assert {future.status for future in failed} == {"error"}
+    log = daemons.scheduler_log()
+    assert "Traceback" not in log  # at DEBUG only
+    erred = [line for line in log.splitlines() if "erred" in line]
+    assert len(erred) == 1 and "erred (exception): ValueError: bad" in erred[0], erred
+    assert len(log.splitlines()) < 10, log
+
+
 def test_sigterm_lets_running_tasks_finish_then_exits(daemons):
     daemons.scheduler()
     daemons.worker("--nthreads", "1")
@@ -107,6 +128,25 @@ def test_sigterm_lets_running_tasks_finish_then_exits(daemons):
     daemons.scheduler_process.send_signal(signal.SIGTERM)
     assert running.result(timeout=30) == "done"
     assert daemons.scheduler_process.wait(30) == 0
+
+
+def test_a_drain_that_runs_out_of_time_says_how_many_tasks_were_still_running(daemons):
+    from dsched import SchedulerLostError
+
+    daemons.scheduler(env={"SCHED_SCHEDULER__DRAIN_TIMEOUT": "0.5"})
+    daemons.worker("--nthreads", "1")
+    client = daemons.client()
+    daemons.wait_for_workers(client, 1)
+    never = client.submit(slow, 60, "never")
+    wait_until(lambda: client.scheduler_info()["tasks"].get("processing"), what="task running")
+    daemons.scheduler_process.send_signal(signal.SIGTERM)
+    assert daemons.scheduler_process.wait(30) == 0
+    log = daemons.scheduler_log()
+    assert ("Draining: new tasks and jobs are refused; waiting up to 0.5 s for the running "
+            "tasks to end") in log
+    assert "Stopping with 1 task(s) still running, after draining for 0.5 s" in log
+    with pytest.raises(SchedulerLostError, match="the scheduler stopped with 1 task"):
+        never.result(timeout=30)
 
 
 def test_a_second_signal_exits_at_once(daemons):
@@ -187,3 +227,90 @@ async def test_a_committed_batch_that_cannot_be_carried_out_stops_the_scheduler(
 
     assert reason.startswith("carrying out a journal commit failed: TypeError: unknown "
                              "scheduler action")
+
+
+# -- the state directory and the journal: one scheduler each, refused at start, errors said --
+
+
+def test_a_second_scheduler_on_a_state_directory_in_use_exits_78_naming_the_holder(daemons):
+    address = daemons.scheduler()  # the default state directory, as the second one's
+    state = daemons.tmp_path / "state" / "sched"
+    pid = daemons.scheduler_process.pid
+    second = subprocess.run(scheduler_command("--port", "0"), env=daemons.env,
+                            capture_output=True, text=True, timeout=60)
+    assert second.returncode == 78  # EX_CONFIG: it would fail the same way until the first goes
+    assert second.stderr.splitlines() == [
+        f"sched-scheduler: error: the state directory {state} is in use by another scheduler "
+        f"(pid {pid}, listening at {address}): give each scheduler its own --state-dir "
+        "(scheduler.state_dir)"]
+    assert daemons.client().submit_command("true", hold=True).job_id(timeout=30) == 1
+    daemons.scheduler_process.kill()  # the lock goes with its holder, however it ends
+    daemons.scheduler_process.wait()
+    daemons.scheduler()
+    assert daemons.client().jobs()["total"] == 1
+
+
+def test_a_journal_that_cannot_be_written_is_refused_at_start_with_78(daemons, tmp_path):
+    from storage_helpers import read_only_file
+
+    state = tmp_path / "state-dir"
+    daemons.scheduler("--state-dir", str(state))
+    daemons.scheduler_process.send_signal(signal.SIGTERM)
+    assert daemons.scheduler_process.wait(30) == 0
+    journal = state / "jobs.sqlite"
+    with read_only_file(journal):
+        result = subprocess.run(scheduler_command("--port", "0", "--state-dir", str(state)),
+                                env=daemons.env, capture_output=True, text=True, timeout=60)
+    # Said at start, not by the first submission that cannot be kept.
+    assert result.returncode == 78
+    assert result.stderr.splitlines() == [
+        f"sched-scheduler: error: the journal {journal} cannot be written: attempt to write a "
+        "readonly database; make it (and its directory) writable by this user, or choose "
+        "another --state-dir (scheduler.state_dir)"]
+
+
+def test_a_full_disk_stops_the_scheduler_saying_the_disk_is_full(daemons, tmp_path):
+    from storage_helpers import tiny_filesystem
+
+    with tiny_filesystem(tmp_path / "small", "256k") as state:
+        try:
+            daemons.scheduler("--state-dir", str(state))
+            client = daemons.client()
+            client.submit_command(["echo", "x" * 1_000_000])  # more than the disk holds
+            assert daemons.scheduler_process.wait(30) == 1
+        finally:
+            daemons.stop()  # nothing may hold the filesystem when it is unmounted
+    log = daemons.scheduler_log()
+    assert (f"CRITICAL dsched.scheduler: Stopping: cannot write the journal "
+            f"{state / 'jobs.sqlite'}: database or disk is full") in log, log
+    assert "cannot rollback" not in log
+
+
+# -- SIGHUP: the end of the session that started it drains it, as SIGTERM does ----------------
+
+
+def test_sighup_drains_as_sigterm_does_and_a_second_one_does_not_cut_the_drain_short(daemons):
+    daemons.scheduler()
+    daemons.worker("--nthreads", "1")
+    client = daemons.client()
+    daemons.wait_for_workers(client, 1)
+    running = client.submit(slow, 1.0, "done")
+    wait_until(lambda: client.scheduler_info()["tasks"].get("processing"), what="task running")
+    # Closing an SSH session sends it twice: from the shell, then from the kernel.
+    daemons.scheduler_process.send_signal(signal.SIGHUP)
+    wait_until(lambda: "Received SIGHUP: draining" in daemons.scheduler_log(), what="drain")
+    daemons.scheduler_process.send_signal(signal.SIGHUP)
+    assert running.result(timeout=30) == "done"
+    assert daemons.scheduler_process.wait(30) == 0
+    log = daemons.scheduler_log()
+    assert "INFO dsched: Received SIGHUP: draining (SIGTERM to exit at once)" in log
+    assert "Received SIGHUP: already draining" in log
+
+
+def test_a_scheduler_started_with_sighup_ignored_keeps_ignoring_it(daemons):
+    daemons.scheduler(prefix=("nohup",))  # what nohup asks: outlive the session
+    daemons.scheduler_process.send_signal(signal.SIGHUP)  # ignored: dropped on sending
+    daemons.scheduler_process.send_signal(signal.SIGTERM)
+    assert daemons.scheduler_process.wait(30) == 0
+    log = daemons.scheduler_log()
+    assert "Received SIGTERM: draining" in log and "SIGHUP" not in log

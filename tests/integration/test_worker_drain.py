@@ -1,9 +1,12 @@
-"""A worker that drains (SIGTERM) is sent no new work, and hands the results only it holds to
-other workers before it leaves, so finished work is not computed again."""
+"""A worker that drains (SIGTERM, or SIGHUP: the end of the session that started it) is sent no
+new work, and hands the results only it holds to other workers before it leaves, so finished
+work is not computed again."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 
 import cloudpickle
@@ -89,3 +92,39 @@ def test_what_cannot_be_moved_is_computed_again_and_the_log_says_so(daemons, tmp
     log = daemons.scheduler_log()
     assert "(1 cannot be moved: no other worker)" in log
     assert "it alone held 1 result(s), 1 of them still needed and computed again" in log
+
+
+def test_sighup_drains_a_worker_as_sigterm_does(daemons):
+    daemons.scheduler()
+    worker = daemons.worker("--no-nanny", "--name", "a", env=FAST, stderr=subprocess.PIPE,
+                            text=True)
+    client = daemons.client()
+    daemons.wait_for_workers(client, 1)
+    worker.send_signal(signal.SIGHUP)
+    _, log = worker.communicate(timeout=60)
+    assert worker.returncode == 0, log  # drained, not killed by the signal
+    assert "INFO dsched: Received SIGHUP: draining (SIGTERM to exit at once)" in log
+    assert "Worker a is draining" in daemons.scheduler_log()
+
+
+def test_a_hang_up_of_the_session_drains_the_nanny_and_its_processes(daemons):
+    daemons.scheduler()
+    # Its own process group, as a command started in a terminal has: a hang-up reaches the
+    # nanny and its worker processes together, and twice (from the shell, then the kernel).
+    nanny = daemons.worker("--name", "n", "--nworkers", "2", env=FAST, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    client = daemons.client()
+    daemons.wait_for_workers(client, 2)
+    os.killpg(nanny.pid, signal.SIGHUP)
+    os.killpg(nanny.pid, signal.SIGHUP)
+    _, log = nanny.communicate(timeout=60)
+    assert nanny.returncode == 0, log
+    lines = log.splitlines()
+    # The nanny's line; then each process drains once, on the hang-up or on the nanny's SIGTERM,
+    # whichever it reads first (the nanny owns "at once"); the other signals change nothing.
+    assert sum("Received SIGHUP: draining (SIGTERM to exit at once)" in line
+               for line in lines) == 1, log
+    assert sum(line.endswith(("INFO dsched: Received SIGHUP: draining",
+                              "INFO dsched: Received SIGTERM: draining")) for line in lines) == 2
+    assert "exiting at once" not in log and "was killed" not in log
+    wait_until(lambda: not client.scheduler_info()["workers"], what="both processes gone")

@@ -131,3 +131,85 @@ def test_worker_processes_say_once_what_is_true_of_the_gpus(daemons, option, sai
     assert [line for line in log.splitlines() if "GPU" in line] == [
         line for line in log.splitlines() if said in line], log
     assert log.count(said) == 1, log
+
+
+TWO_GPUS = {"SCHED_FAKE_NVML": json.dumps({"count": 2})}
+
+
+@pytest.mark.parametrize("args, env, says", [
+    (("--resources", "gpu0=2"), TWO_GPUS, "gpu0=2: gpu0 stands for device 0, one device"),
+    (("--resources", "gpu5=1"), TWO_GPUS, "device 5 is not one this worker may use (it may use "
+                                          "0, 1"),
+    (("--resources", "gpu0=1"), {**TWO_GPUS, "CUDA_VISIBLE_DEVICES": "1"},
+     "device 0 is not one this worker may use (it may use 1"),
+    (("--resources", "gpu0=1 gpu1=1", "--nworkers", "2"), TWO_GPUS,
+     "device 1 is not one this worker may use (it may use 0"),
+    (("--resources", "gpu0=1", "--nworkers", "3"), TWO_GPUS,  # each process would pin gpu0
+     "device 0 is not one this worker may use (it may use 1"),
+])
+def test_a_device_named_gpu_n_has_one_owner_or_the_worker_exits_2(daemons, args, env, says):
+    done = run_worker(daemons, "127.0.0.1:8786", "--log-level", "warning", *args, env=env)
+    assert done.returncode == 2
+    assert says in one_line(done.stderr)
+
+
+# -- the job directory: one worker process each, this user's alone, said with the setting ------
+
+JOB_DIRECTORY = "SCHED_WORKER__JOB_DIRECTORY"
+
+
+def addresses(client) -> dict[str, str]:
+    return {w["name"]: address for address, w in client.scheduler_info()["workers"].items()}
+
+
+@pytest.mark.parametrize("nanny", ["--nanny", "--no-nanny"])
+def test_a_second_worker_on_a_job_directory_in_use_exits_78_naming_the_holder(daemons, tmp_path,
+                                                                            nanny):
+    jobs = tmp_path / "jobs"
+    address = daemons.scheduler()
+    first = daemons.worker("--no-nanny", "--name", "a", env={JOB_DIRECTORY: repr(str(jobs))})
+    daemons.wait_for_workers(client := daemons.client(), 1)
+
+    done = run_worker(daemons, address, nanny, "--name", "b", "--log-level", "warning",
+                      env={JOB_DIRECTORY: repr(str(jobs))})
+
+    assert done.returncode == EXIT_CONFIG
+    assert one_line(done.stderr).endswith(
+        f"Cannot start the worker: the job directory {jobs} is in use by another worker process "
+        f"(pid {first.pid}, worker a at {addresses(client)['a']}): give each worker its own "
+        "--name or worker.job_directory")
+    assert first.poll() is None and list(addresses(client)) == ["a"]
+
+
+def test_nworkers_processes_each_hold_a_job_directory_of_their_own(daemons, tmp_path):
+    jobs = tmp_path / "jobs"
+    address = daemons.scheduler()
+    daemons.worker("--name", "w", "--nworkers", "2", env={JOB_DIRECTORY: repr(str(jobs))})
+    daemons.wait_for_workers(client := daemons.client(), 2)
+    at = addresses(client)
+    for name in ("w-0", "w-1"):
+        assert (jobs / name / "worker.lock").read_text().endswith(
+            f", worker {name} at {at[name]}\n")
+
+    done = run_worker(daemons, address, "--no-nanny", "--name", "x", "--log-level", "warning",
+                      env={JOB_DIRECTORY: repr(str(jobs / "w-1"))})
+
+    assert done.returncode == EXIT_CONFIG
+    assert f"in use by another worker process (pid " in one_line(done.stderr)
+    assert f", worker w-1 at {at['w-1']})" in one_line(done.stderr)
+
+
+def test_a_job_directory_others_may_write_to_is_refused_in_one_line_naming_the_setting(
+        daemons, tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    jobs.chmod(0o777)  # anyone could plant a record for the worker to run
+    address = daemons.scheduler()
+
+    done = run_worker(daemons, address, "--log-level", "warning",
+                      env={JOB_DIRECTORY: repr(str(jobs))})
+
+    assert done.returncode == EXIT_CONFIG
+    assert one_line(done.stderr).endswith(
+        f"Cannot start the worker: the job directory {jobs} may be written by other users (mode "
+        "0777): chmod 700 it, or set worker.job_directory to a directory of this user's")

@@ -68,3 +68,32 @@ def test_a_restarted_scheduler_serves_a_new_client_at_once(daemons, tmp_path):
         assert ledger.executing_count() == 4
     finally:
         hold.unlink()
+
+
+def test_job_numbers_are_never_given_twice_even_after_the_journal_loses_its_wal(daemons,
+                                                                              tmp_path):
+    """Storage loss: the scheduler killed, then its journal's -wal file (the commits not yet
+    copied into the database file) gone. The jobs in it are lost; their numbers, which clients
+    and workers (in ``job-N.A``, an attempt's fence) knew, are never given again, and the
+    scheduler says at start that acknowledged jobs were lost."""
+    state = tmp_path / "state-dir"
+    daemons.scheduler("--state-dir", str(state))
+    client = daemons.client()
+    futures = [client.submit_command("true", hold=True) for _ in range(150)]
+    acknowledged = [future.job_id(timeout=30) for future in futures]
+    assert acknowledged == list(range(1, 151))
+    daemons.scheduler_process.kill()
+    daemons.scheduler_process.wait()
+    for lost in ("jobs.sqlite-wal", "jobs.sqlite-shm"):
+        (state / lost).unlink()
+
+    daemons.scheduler("--state-dir", str(state))
+    again = daemons.client()
+    kept = [view["id"] for view in again.jobs()["jobs"]]
+    assert len(kept) < 150  # the loss happened: else this test proves nothing
+    new = again.submit_command("true", hold=True).job_id(timeout=30)
+    assert new > max(acknowledged)
+    [warning] = [line for line in daemons.scheduler_log().splitlines() if "WARNING" in line]
+    assert (f"The journal {state / 'jobs.sqlite'} holds no job numbered above "
+            f"{max(kept, default=0)}, but jobs up to ") in warning
+    assert "acknowledged jobs were lost" in warning

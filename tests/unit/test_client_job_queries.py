@@ -1,7 +1,8 @@
 """The client library's job queries behind ``sched logs``, ``sched wait`` and ``sched
 workers``, against a scripted stand-in for the scheduler and workers (no sockets): a log read
-once or followed through a retry to the job's end; waiting for jobs with updates, a prompt
-wake-up when one ends, a timeout; workers joined with the GPUs their jobs hold."""
+once or followed through a retry to the job's end, from where its worker is now, waiting for a
+worker that is away; waiting for jobs with updates, a prompt wake-up when one ends, a timeout,
+a scheduler lost and got back (or not); workers joined with the GPUs their jobs hold."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import asyncio
 
 import pytest
 
-from dsched.client.joblogs import JobLog
+from dsched.client.joblogs import JobLog, WorkerUnreachable, read_latest
 from dsched.client.jobs import JobFuture
 from dsched.client.jobwait import wait_for_jobs
 from dsched.client.workerview import workers_view
-from dsched.errors import SchedError
+from dsched.errors import SchedError, SchedulerLostError
 from dsched.protocol import ops
 
 
@@ -58,6 +59,11 @@ class Scripted:
         return self.info
 
 
+def connected(name: str, address: str) -> dict:
+    """``scheduler_info()`` with the worker ``name`` connected at ``address``."""
+    return {"workers": {address: {"name": name}}}
+
+
 async def read_all(log: JobLog) -> list[bytes]:
     return [chunk async for chunk in log]
 
@@ -91,6 +97,94 @@ async def test_a_log_that_does_not_exist_yet_or_any_more_is_an_error_in_words():
     gone = Scripted(([view(2, "completed", 1, "a:1", "/j/2.1")], {}))
     with pytest.raises(SchedError, match="no log of job-2.1 on this worker"):
         await read_all(JobLog(gone, 2, follow=True))
+
+
+async def test_a_log_is_read_where_its_worker_is_connected_now_else_where_it_was():
+    moved = Scripted(([view(5, "completed", 1, "old:1", "/j/5.1", worker="w1")],
+                      {("new:2", "job-5.1"): b"kept\n"}), info=connected("w1", "new:2"))
+    assert (await read_latest(moved, 5, 0, 100)).data == b"kept\n"
+    assert await read_all(JobLog(moved, 5)) == [b"kept\n"]
+    assert await read_all(JobLog(moved, 5, follow=True, interval=0)) == [b"kept\n"]
+    away = Scripted(([view(5, "completed", 1, "old:1", "/j/5.1", worker="w1")],
+                     {("old:1", "job-5.1"): b"there\n"}), info=connected("w2", "new:2"))
+    assert await read_all(JobLog(away, 5)) == [b"there\n"]
+
+
+class Away(Scripted):
+    """A worker "w1" that is away (its reads fail) until ``back`` is set, then connected at
+    "new:2"."""
+
+    def __init__(self, *snapshots):
+        super().__init__(*snapshots, info={"workers": {}})
+        self.back = False
+        self.tries = 0
+
+    async def get_log(self, address, key, offset, limit, timeout) -> ops.Log:
+        if not self.back or address != "new:2":
+            self.tries += 1
+            raise ConnectionRefusedError(111, "Connect call failed")
+        return await super().get_log(address, key, offset, limit, timeout)
+
+    async def scheduler_info(self) -> dict:
+        return connected("w1", "new:2") if self.back else {"workers": {}}
+
+
+async def test_following_a_log_waits_for_its_worker_to_come_back_saying_so_once():
+    client = Away(([view(6, "completed", 1, "old:1", "/j/6.1", worker="w1")],
+                   {("new:2", "job-6.1"): b"done\n"}))
+    said = []
+
+    def waiting(worker):
+        said.append(worker)
+
+    log = JobLog(client, 6, follow=True, interval=0, on_wait=waiting)
+    reading = asyncio.ensure_future(read_all(log))
+    while client.tries < 3:
+        await asyncio.sleep(0.01)
+    client.back = True
+    assert await asyncio.wait_for(reading, 10) == [b"done\n"]
+    assert said == ["w1"]
+    with pytest.raises(WorkerUnreachable, match="cannot read the log of job 6 from its worker at "
+                       "old:1"):  # once, not following: no wait
+        await read_all(JobLog(Away(*client.snapshots), 6))
+    gone = Away(*client.snapshots)
+    gone._timeout = 0.3
+    with pytest.raises(WorkerUnreachable, match="the worker was not back within 0.3 s"):
+        await read_all(JobLog(gone, 6, follow=True, interval=0))
+
+
+class Restarting(Scripted):
+    """A scheduler lost under the first ``lost`` reads of jobs; the client gets it back
+    unless ``gives_up``."""
+
+    def __init__(self, *snapshots, lost: int = 1, gives_up: bool = False):
+        super().__init__(*snapshots)
+        self.lost, self.gives_up, self.reconnects = lost, gives_up, 0
+
+    async def jobs(self, ids=(), states=(), offset=0, limit=1000) -> dict:
+        if self.lost:
+            self.lost -= 1
+            raise SchedulerLostError("lost the scheduler at s:1: connection reset")
+        return await super().jobs(ids, states, offset, limit)
+
+    async def connected_again(self) -> None:
+        self.reconnects += 1
+        if self.gives_up:
+            raise SchedulerLostError("lost the scheduler at s:1: connection reset; not back "
+                                     "within 30 s")
+
+
+async def test_waiting_and_following_go_on_once_the_client_has_its_scheduler_again():
+    back = Restarting(([view(1, "running")], {}), ([view(1, "completed")], {}), lost=2)
+    assert [v["state"] for v in await wait_for_jobs(back, [1], interval=0)] == ["completed"]
+    assert back.reconnects == 2
+    key = ("a:1", "job-1.1")
+    back = Restarting(([view(1, "completed", 1, "a:1", "/j/1.1")], {key: b"all\n"}))
+    assert await read_all(JobLog(back, 1, follow=True, interval=0)) == [b"all\n"]
+    assert back.reconnects == 1
+    gone = Restarting(([view(1, "running")], {}), gives_up=True)
+    with pytest.raises(SchedulerLostError, match="not back within 30 s"):
+        await wait_for_jobs(gone, [1], interval=0)
 
 
 async def test_waiting_for_jobs_reports_each_read_and_returns_once_all_ended():

@@ -242,6 +242,16 @@ async def test_a_log_is_read_from_the_worker_of_the_latest_attempt():
     assert pool.closed and made == [1]
 
 
+async def test_a_log_is_read_where_its_worker_is_connected_now_else_where_it_was():
+    pool = FakePool({"job-7.2": b"kept\n"})
+    where = {"w1": "127.0.0.1:10"}  # its nanny started it again, on a new port
+    reader = LogReader(lambda: pool, locate=where.get)
+    assert (await reader.read(JOB, 0, 100))["text"] == "kept\n"
+    where.clear()  # not connected: the address the attempt was recorded with
+    await reader.read(JOB, 0, 100)
+    assert [asked[0] for asked in pool.asked] == ["127.0.0.1:10", "127.0.0.1:9"]
+
+
 async def test_a_log_read_is_bounded_in_time_and_in_number_and_says_what_went_wrong():
     never = asyncio.Event()
 

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from dsched.cli import sched
+from dsched.errors import SchedulerLostError
 
 pytestmark = pytest.mark.usefixtures("home")
 
@@ -34,10 +35,19 @@ class Acknowledged:
         return self.job
 
 
-class StandIn:
-    """Answers as the client library would, from ``views`` (by id); records the calls."""
+#: In a StandIn's ``log``: the library says it waits for the job's worker to come back.
+WAITING = object()
+#: What the library raises when its scheduler was lost and not got back.
+LOST = SchedulerLostError("lost the scheduler at h:1: connection reset; not back within 30 s")
 
-    def __init__(self, *views: dict, answers: dict | None = None, log=(b"",), workers=()):
+
+class StandIn:
+    """Answers as the client library would, from ``views`` (by id); records the calls.
+    ``lost``: waiting raises it."""
+
+    def __init__(self, *views: dict, answers: dict | None = None, log=(b"",), workers=(),
+                 lost: Exception | None = None):
+        self.lost = lost
         self.views = {v["id"]: v for v in views}
         self.answers = answers or {}
         self.log = log
@@ -56,6 +66,8 @@ class StandIn:
 
     def wait_for_jobs(self, jobs, on_update=None, timeout=None, interval=1.0):
         self.calls.append(("wait", tuple(jobs), timeout))
+        if self.lost is not None:
+            raise self.lost
         views = [self.views[job] for job in jobs]
         if on_update is not None:
             on_update(views)
@@ -71,9 +83,15 @@ class StandIn:
     def workers(self):
         return self.found_workers
 
-    def read_job_log(self, job, follow=False):
+    def read_job_log(self, job, follow=False, on_wait=None):
         self.calls.append(("log", job, follow))
-        yield from self.log
+        for data in self.log:
+            if isinstance(data, Exception):
+                raise data
+            if data is WAITING:
+                on_wait("w1")
+                continue
+            yield data
 
     def close(self):
         self.closed = True
@@ -245,6 +263,29 @@ def test_logs_writes_the_bytes_as_they_come(client):
     assert ("log", 3, True) in stand_in.calls
 
 
+def test_logs_follow_says_once_that_it_waits_for_the_jobs_worker(client):
+    client(log=(b"before\n", WAITING, b"after\n"))
+    result = run("logs", "-f", "3")
+    assert result.exit_code == 0 and result.stdout == "before\nafter\n"
+    assert result.stderr == "sched: waiting for worker w1 to come back\n"
+
+
+@pytest.mark.parametrize("args", [("wait", "1"), ("submit", "--wait", "--", "true"),
+                                  ("logs", "-f", "1")])
+def test_a_command_following_jobs_exits_75_when_its_scheduler_is_not_back(client, args):
+    client(view(1), view(7), lost=LOST, log=(b"so far\n", LOST))
+    result = run(*args)
+    assert result.exit_code == sched.EXIT_SCHEDULER_LOST == 75, result.output
+    assert result.stderr.endswith(f"sched: error: {LOST}\n")
+    assert result.stderr.count("\n") == 1
+
+
+def test_a_scheduler_lost_under_a_command_that_follows_nothing_is_exit_1(client):
+    client(view(1), log=(LOST,))
+    result = run("logs", "1")
+    assert result.exit_code == 1 and result.stderr == f"sched: error: {LOST}\n"
+
+
 def test_workers_prints_resources_used_of_total_free_and_gpus_with_their_jobs(client):
     client(workers=[{"name": "w1", "address": "127.0.0.1:5", "nthreads": 4, "busy": 2,
                      "draining": False, "jobs": [4, 6],
@@ -271,9 +312,11 @@ def test_run_local_refuses_a_bad_jobfile_before_it_starts_anything(tmp_path, mon
                         ("[foo=2] true\n", "needs foo=2, more than the worker offers (foo=1)"),
                         ("# only a comment\n", "no jobs")):
         jobfile.write_text(text)
-        result = run("run-local", "--resources", "foo=1", str(jobfile))
+        result = run("run-local", "--resources", "foo=1", "--log-dir", str(tmp_path / "logs"),
+                     str(jobfile))
         assert result.exit_code == 2, result.output
         assert words in result.stderr and "nothing ran" in result.stderr
+        assert not (tmp_path / "logs").exists()  # nothing made either
     result = run("run-local", str(tmp_path / "missing.txt"))
     assert result.exit_code == 2 and "does not exist" in result.output
 

@@ -88,12 +88,13 @@ def _gpu(gpu: Mapping[str, Any]) -> str:
 
 
 WORKER_COLUMNS = ("WORKER", "ADDRESS", "SLOTS", "RESOURCES (USED/TOTAL)", "FREE", "GPUS",
-                  "JOBS")
+                  "CONTAINMENT", "JOBS")
 
 
 def worker_table(workers: Sequence[Mapping[str, Any]]) -> list[str]:
     """``sched workers``: one row a worker; slots busy of its threads; each resource used of
-    its total, and what is free; each GPU with the jobs on it; the jobs it runs."""
+    its total, and what is free; each GPU with the jobs on it; how it kills what its jobs
+    start (``cgroup``, ``subreaper``); the jobs it runs."""
     rows = []
     for w in workers:
         resources = w["resources"]
@@ -103,7 +104,7 @@ def worker_table(workers: Sequence[Mapping[str, Any]]) -> list[str]:
             " ".join(f"{n}={_amount(r['used'])}/{_amount(r['total'])}"
                      for n, r in sorted(resources.items())),
             " ".join(f"{n}={_amount(r['free'])}" for n, r in sorted(resources.items())),
-            ", ".join(_gpu(gpu) for gpu in w["gpus"]),
+            ", ".join(_gpu(gpu) for gpu in w["gpus"]), w.get("containment", ""),
             ",".join(map(str, w["jobs"]))])
     return table(WORKER_COLUMNS, rows)
 

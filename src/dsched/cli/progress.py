@@ -3,7 +3,8 @@
 In a terminal: a line for each job as it ends, and below them one live line (how many ended,
 how, and how many still run or wait), rewritten in place with a carriage return. Elsewhere (a
 pipe, a file, a CI log): only the line for each job that ends, and no rewriting. Both end with
-a summary. It prints only; what to wait for and when is the client library's.
+a summary. Lines given with an update (``sched run-local``'s jobs' output) go above the lines
+of jobs that ended then. It prints only; what to wait for and when is the client library's.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ class JobProgress:
         self.reported: set[int] = set()
         self.width = 0  # of the live line now shown
 
-    def update(self, views: Sequence[dict[str, Any]]) -> None:
-        """The jobs as they are now: a line for each that has ended since the last update."""
+    def update(self, views: Sequence[dict[str, Any]], before: Sequence[str] = ()) -> None:
+        """The jobs as they are now: a line for each that has ended since the last update,
+        after the lines ``before`` (the jobs' output, from run-local)."""
         ended = [v for v in views if v["state"] in _ENDED and v["id"] not in self.reported]
         self.reported.update(v["id"] for v in ended)
-        lines = [ended_line(v) for v in ended]
+        lines = [*before, *(ended_line(v) for v in ended)]
         if self.live:
             lines.append(progress_line(views, self.clock() - self.start))
             self._rewrite(lines)

@@ -8,7 +8,9 @@ SUBCOMMAND --help`` works even with a broken config. Exit status: 0 when all wen
 when the scheduler refused, could not be reached, or a job did not complete; 2 for a bad
 command line (a scheduler address without a port among them, as for sched-worker);
 ``submit --wait`` exits as the job did (``jobs.exit_status``); a wait that times out, 124;
-141, silently, when standard output is closed early (``sched status | head``). Errors are one
+a command that follows jobs (``wait``, ``submit --wait``, ``logs -f``) and lost its scheduler
+for longer than ``client.connect_timeout``, 75; 141, silently, when standard output is closed
+early (``sched status | head``). Errors are one
 line on stderr, said once: the library's own error log records are not shown.
 """
 
@@ -20,12 +22,13 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import click
 
 from .. import __version__
-from ..errors import SchedError
+from ..errors import SchedError, SchedulerLostError
 from ..jobs import JobSpecError, JobState, exit_status
 from ..protocol.fields import INT_MAX
 from . import (CONTEXT_SETTINGS, JOB_ID, PRIORITY, ConfigValue, Duration, EnvVar, JobIds,
@@ -46,6 +49,10 @@ def connect(cfg: dict) -> Any:
 #: The exit status when standard output is closed before the command is done (``sched status
 #: | head``): 128 + SIGPIPE, what a shell reports for ``git log | head``'s git, and as silent.
 EXIT_STDOUT_CLOSED = 128 + signal.SIGPIPE
+#: The exit status of a command that follows jobs (wait, submit --wait, logs -f) when its
+#: scheduler was lost and not back within client.connect_timeout: EX_TEMPFAIL of sysexits.h,
+#: since the jobs go on and the command may be run again. Not 1, which says a job failed.
+EXIT_SCHEDULER_LOST = 75
 
 
 def fail(message: str) -> int:
@@ -79,10 +86,10 @@ def _stdout_closed() -> int:
     return EXIT_STDOUT_CLOSED
 
 
-def _with_client(ctx: click.Context, work: Callable[[Any], int]) -> None:
+def _with_client(ctx: click.Context, work: Callable[[Any], int], lost: int = 1) -> None:
     """Exit with ``work(client)``, or 1 with the error's one line when it raises one of ours
-    or the scheduler cannot be reached; 2 for an address that cannot be one, as sched-worker
-    says of it."""
+    or the scheduler cannot be reached (``lost`` when the scheduler was lost and the client
+    did not get it back); 2 for an address that cannot be one, as sched-worker says of it."""
     from ..client.settings import DEFAULT_SCHEDULER
 
     obj = ctx.find_object(dict) or {}
@@ -102,6 +109,9 @@ def _with_client(ctx: click.Context, work: Callable[[Any], int]) -> None:
             client.close()
     except BrokenPipeError:  # stdout (a socket's never reaches here: the comm layer has it)
         status = _stdout_closed()
+    except SchedulerLostError as error:
+        fail(str(error))
+        status = lost
     except (SchedError, OSError) as error:
         status = fail(str(error))
     finally:
@@ -159,7 +169,8 @@ def main(ctx: click.Context, scheduler_address: str | None, token_file: str | No
               help="Queue it again if its worker is lost while it runs (it may then have run "
               "twice); without it such a job ends 'lost'.")
 @click.option("--wait", is_flag=True,
-              help="Follow the job to its end and exit with its exit status.")
+              help="Follow the job to its end and exit with its exit status (75: the "
+              "scheduler was lost for longer than client.connect_timeout).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the job as JSON (as status --json does), at its end with --wait.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -190,7 +201,7 @@ def submit(ctx: click.Context, command: tuple[str, ...], after_ok: tuple, after_
             click.echo(ended_line(view), err=True)
         return exit_status(view["state"], view["exit_code"])
 
-    _with_client(ctx, work)
+    _with_client(ctx, work, EXIT_SCHEDULER_LOST if wait else 1)
 
 
 @main.command()
@@ -246,18 +257,27 @@ def workers(ctx: click.Context, as_json: bool) -> None:
 @main.command()
 @click.argument("job_id", type=JOB_ID, metavar="JOB")
 @click.option("-f", "--follow", is_flag=True,
-              help="Keep printing output as it is written, until the job ends.")
+              help="Keep printing output as it is written, until the job ends; wait out a "
+              "restart of the scheduler or of the job's worker, for up to "
+              "client.connect_timeout each (exit status 75 when the scheduler is not back).")
 @click.pass_context
 def logs(ctx: click.Context, job_id: int, follow: bool) -> None:
-    """Print a job's output (stdout and stderr), from its worker."""
+    """Print a job's output (stdout and stderr), from its worker.
+
+    The worker is asked where it is connected now, by its name: one restarted on a new port
+    still serves the logs it kept.
+    """
+    def waiting(worker: str) -> None:
+        click.echo(f"sched: waiting for worker {worker} to come back", err=True)
+
     def work(client: Any) -> int:
         out = sys.stdout.buffer
-        for data in client.read_job_log(job_id, follow):
+        for data in client.read_job_log(job_id, follow, on_wait=waiting):
             out.write(data)
             out.flush()
         return 0
 
-    _with_client(ctx, work)
+    _with_client(ctx, work, EXIT_SCHEDULER_LOST if follow else 1)
 
 
 @main.command()
@@ -268,7 +288,9 @@ def logs(ctx: click.Context, job_id: int, follow: bool) -> None:
 def wait(ctx: click.Context, job_ids: tuple[int, ...], timeout: float | None) -> None:
     """Wait for jobs to end, showing progress.
 
-    Exits 0 if they all completed, 1 if any did not, 124 on --timeout.
+    Exits 0 if they all completed, 1 if any did not, 124 on --timeout. A restart of the
+    scheduler is waited out (the jobs go on); 75 if it is not back within
+    client.connect_timeout.
     """
     def work(client: Any) -> int:
         progress = JobProgress(sys.stdout, _stdout_is_a_terminal())
@@ -287,7 +309,7 @@ def wait(ctx: click.Context, job_ids: tuple[int, ...], timeout: float | None) ->
         progress.finish(views)
         return 0 if all(view["state"] == "completed" for view in views) else 1
 
-    _with_client(ctx, work)
+    _with_client(ctx, work, EXIT_SCHEDULER_LOST)
 
 
 def _answer(ctx: click.Context, job_ids: tuple[int, ...], ask: str, good: tuple[str, ...]) -> None:
@@ -324,24 +346,43 @@ def release(ctx: click.Context, job_ids: tuple[int, ...]) -> None:
 @click.option("--nworkers", type=click.IntRange(min=1),
               help="Jobs that may run at once: the local worker's slots, which share "
               "--resources (they do not multiply them) [default: the number of CPUs].")
+@click.option("--log-dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Keep each job's output in DIR/job-N.log (DIR is made if missing; a log "
+              "of the same name is replaced) [default: not kept].")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Do not print the jobs' output as it comes (the end of a job that did not "
+              "complete is still shown).")
 @click.pass_context
-def run_local(ctx: click.Context, jobfile: str, resources: Any, nworkers: int | None) -> None:
+def run_local(ctx: click.Context, jobfile: str, resources: Any, nworkers: int | None,
+              log_dir: str | None, quiet: bool) -> None:
     """Run a file of jobs on a cluster of its own.
 
     A scheduler and one worker are started for the run, and stopped after it.
 
     JOBFILE has one command line per line, split as a shell would, with an optional
     [resources] prefix: "[gpu0=1 gpu1=1] python train.py". Blank lines and lines starting
-    with # are skipped. Fails if any job did not complete.
+    with # are skipped. Each line of the jobs' output (stdout and stderr) is printed as it
+    comes, after its job's number: "[3] epoch 1". At the end, each job that did not complete
+    is shown with its last 20 lines. Fails if any job did not complete.
     """
     from ..client.runlocal import run_jobfile
     from ..resources import Resources
+    from .joboutput import INTERVAL, JobOutput
 
+    output = JobOutput(Path(log_dir) if log_dir else None)
     progress = JobProgress(sys.stdout, _stdout_is_a_terminal())
-    try:
+
+    def update(views: list) -> None:
+        lines = output.read(views)
+        progress.update(views, () if quiet else lines)
+
+    try:  # the log directory is made once the cluster runs: the JOBFILE was good
         views = run_jobfile(jobfile, Resources.parse(resources or {}),
-                            nworkers or os.cpu_count() or 1, on_update=progress.update)
+                            nworkers or os.cpu_count() or 1, on_update=update,
+                            on_cluster=lambda _: output.open(), interval=INTERVAL)
         progress.finish(views)
+        for line in output.failures(views):
+            click.echo(line)
     except JobSpecError as error:  # a bad JOBFILE is a bad command line
         fail(f"{error}; nothing ran")
         ctx.exit(2)
@@ -349,6 +390,8 @@ def run_local(ctx: click.Context, jobfile: str, resources: Any, nworkers: int | 
         ctx.exit(_stdout_closed())
     except (SchedError, OSError, RuntimeError) as error:
         ctx.exit(fail(str(error)))
+    finally:
+        output.close()
     ctx.exit(0 if all(view["state"] == "completed" for view in views) else 1)
 
 

@@ -131,11 +131,11 @@ class Client:
         """Bytes of a job's log from its worker; see :meth:`AsyncClient.job_log`."""
         return self._run(self._async.job_log(job, offset, limit))
 
-    def read_job_log(self, job: int, follow: bool = False,
-                     interval: float = 0.5) -> Iterator[bytes]:
+    def read_job_log(self, job: int, follow: bool = False, interval: float = 0.5,
+                     on_wait: Callable[[str], None] | None = None) -> Iterator[bytes]:
         """The job's log chunk by chunk; ``follow``: until the job ends (see
-        :meth:`AsyncClient.read_job_log`)."""
-        log = self._async.read_job_log(job, follow, interval)
+        :meth:`AsyncClient.read_job_log`; ``on_wait`` is called on the client's loop)."""
+        log = self._async.read_job_log(job, follow, interval, on_wait)
         while (data := self._run(log.next())) is not None:
             yield data
 

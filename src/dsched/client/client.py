@@ -27,7 +27,7 @@ from ..protocol import ops
 from ..protocol.fields import checked_ids, checked_int
 from ..settings import TlsConfig, build
 from .future import Future, FutureStatus
-from .joblogs import JobLog, job_view, log_attempt, read_log
+from .joblogs import JobLog, read_latest
 from .jobs import JobDesk, JobFuture, job_spec
 from .jobwait import wait_for_jobs
 from .outbox import Outbox
@@ -191,12 +191,15 @@ class AsyncClient:
                 logger.exception("Client failed handling a report")
                 reason = f"client error: {error}"
             self._lost(reason, jobs=False)
-            if not (self.status == "disconnected" and self._jobs.in_flight()
-                    and await self._reconnect()):
-                self._jobs.lost(SchedulerLostError(
-                    f"lost the scheduler at {self.address}: {reason}"))
-                return
-            self._jobs.resend()
+            if self.status == "disconnected" and self._jobs.in_flight():
+                if await self._reconnect():
+                    self._jobs.resend()
+                    continue
+                if self.status == "disconnected":  # not closed meanwhile: it gave up
+                    reason = self._lost_reason = (f"{reason}; not back within "
+                                                  f"{self._timeout:g} s")
+            self._jobs.lost(SchedulerLostError(f"lost the scheduler at {self.address}: {reason}"))
+            return
 
     async def _reconnect(self) -> bool:
         """Connect to the same address again, trying for up to the connect timeout; whether
@@ -224,6 +227,18 @@ class AsyncClient:
                         self.address)
             return True
         return False
+
+    async def connected_again(self) -> None:
+        """Return once the client is connected to its scheduler again, after losing it: the
+        reader connects again while jobs are in flight (submitted, or watched), for up to
+        ``client.connect_timeout``. SchedulerLostError once it has given up, or when it does
+        not try (no job in flight); a request that failed with the loss can then be sent
+        again."""
+        # Polled: the reader's reconnect loop is what decides; this only waits for its outcome.
+        while (self.status == "disconnected" and self._reader is not None
+               and not self._reader.done()):
+            await asyncio.sleep(0.05)
+        self._check_running()
 
     def _reader_ended(self, reader: asyncio.Task) -> None:
         """However the reader ended, nothing pending is left waiting for it: cancelled (its
@@ -378,17 +393,17 @@ class AsyncClient:
 
     async def job_log(self, job: int, offset: int = 0, limit: int = 1 << 20) -> ops.Log:
         """Bytes of the log of a job's latest attempt from ``offset``, read from its worker:
-        a Log with ``data``, ``size`` (the log's length now) and ``ended``."""
-        view = await job_view(self, job)
-        attempt = log_attempt(view)
-        if attempt is None:
-            raise SchedError(f"job {job} has no log yet: it is {view['state']}")
-        return await read_log(self, job, attempt, view["address"], offset, limit)
+        a Log with ``data``, ``size`` (the log's length now) and ``ended``. The worker is
+        found by its name where it is connected (it may have moved since)."""
+        return await read_latest(self, job, offset, limit)
 
-    def read_job_log(self, job: int, follow: bool = False, interval: float = 0.5) -> JobLog:
+    def read_job_log(self, job: int, follow: bool = False, interval: float = 0.5,
+                     on_wait: Callable[[str], None] | None = None) -> JobLog:
         """The job's log chunk by chunk (``async for data in ...``); ``follow``: until the
-        job ends, waiting for it to start and following its retries."""
-        return JobLog(self, job, follow, interval)
+        job ends, waiting for it to start, following its retries, and waiting out a restart
+        of the scheduler or of the job's worker (``on_wait(worker)`` as it starts waiting
+        for one) for up to the connect timeout each."""
+        return JobLog(self, job, follow, interval, on_wait=on_wait)
 
     async def wait_for_jobs(self, jobs: Iterable[int],
                             on_update: Callable[[list[dict]], None] | None = None,

@@ -37,10 +37,12 @@ def read_jobfile(path: str, offer: Resources) -> list[JobLine]:
 
 def run_jobfile(path: str, resources: Resources, slots: int,
                 on_update: Callable[[Views], None] | None = None,
-                on_cluster: Callable[[Any], None] | None = None) -> Views:
+                on_cluster: Callable[[Any], None] | None = None,
+                interval: float = 1.0) -> Views:
     """Run the jobs of the file at ``path`` on a LocalCluster of one worker offering
     ``resources`` with ``slots`` slots; the jobs' last views, in the file's order.
-    ``on_update`` as for ``Client.wait_for_jobs``; ``on_cluster(cluster)`` once it runs."""
+    ``on_update`` and ``interval`` as for ``Client.wait_for_jobs`` (the jobs' logs, at each
+    view's ``log``, are there until this returns); ``on_cluster(cluster)`` once it runs."""
     from .blocking import Client
     from .cluster import LocalCluster
 
@@ -54,7 +56,7 @@ def run_jobfile(path: str, resources: Resources, slots: int,
                                          name=f"{name}:{job.line}") for job in jobs]
         ids = [future.job_id() for future in futures]
         try:
-            return client.wait_for_jobs(ids, on_update=on_update)
+            return client.wait_for_jobs(ids, on_update=on_update, interval=interval)
         except KeyboardInterrupt:
             client.cancel_jobs(ids)  # before the cluster stops: nothing is left running
             raise

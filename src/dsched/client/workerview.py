@@ -30,8 +30,8 @@ async def workers_view(client: AsyncClient) -> list[dict[str, Any]]:
     """Each connected worker, by name: ``name``, ``address``, ``nthreads``, ``busy`` (slots
     running a task or job), ``draining``, ``resources`` (``{name: {"total", "used",
     "free"}}``), ``gpus`` (index, name, memory, utilization as a fraction when a heartbeat
-    has said, and ``jobs``: the jobs holding it) and ``jobs`` (those assigned or running
-    there)."""
+    has said, and ``jobs``: the jobs holding it), ``containment`` (how it kills what its jobs
+    start: ``cgroup`` or ``subreaper``) and ``jobs`` (those assigned or running there)."""
     info = await client.scheduler_info()
     on_workers = (await client.jobs(states=ON_WORKER, limit=1 << 31))["jobs"]
     by_worker: dict[str, list[dict]] = {}
@@ -52,6 +52,7 @@ async def workers_view(client: AsyncClient) -> list[dict[str, Any]]:
         out.append({
             "name": w["name"], "address": address, "nthreads": w["nthreads"],
             "busy": w["executing"], "draining": w["draining"],
+            "containment": w.get("containment", ""),  # "" from an older scheduler
             "resources": {name: {"total": total, "used": w["used"].get(name, 0),
                                  "free": w["free"].get(name, 0)}
                           for name, total in w["resources"].items()},

@@ -28,7 +28,9 @@ class Register:
     (``held`` results by size, ``running`` tasks). ``previous_exit`` says how its previous
     process ended, when its nanny restarted it after a crash. ``attempts``: the job attempts
     it knows of, each an AttemptStarted (still running) or AttemptEnded (not yet acknowledged)
-    as on the wire; ``job_lease``: its ``worker.job_lease``."""
+    as on the wire; ``job_lease``: its ``worker.job_lease``. ``containment``: how it kills all
+    that a job or GPU task started (``cgroup``, ``subreaper``; "" from a worker that does not
+    say)."""
 
     name: str
     address: str
@@ -43,6 +45,7 @@ class Register:
     previous_exit: str | None = None
     attempts: tuple[dict, ...] = ()
     job_lease: float = 1800.0
+    containment: str = ""
 
 
 @op("registered")

@@ -57,7 +57,8 @@ class WorkerJoined:
     previous process under the same name ended, when its nanny restarted it after a crash
     ("killed by signal 11 (SIGSEGV)"). ``attempts``: the job attempts it knows (running, or
     ended and not yet acknowledged), as ``AttemptStarted``/``AttemptEnded`` ops on the wire;
-    ``job_lease``: how long it lets jobs run when cut off from the scheduler.
+    ``job_lease``: how long it lets jobs run when cut off from the scheduler; ``containment``:
+    how it kills what its jobs and GPU tasks start (shown, not used).
     """
 
     address: str
@@ -70,6 +71,7 @@ class WorkerJoined:
     previous_exit: str | None = None
     attempts: tuple[Mapping[str, Any], ...] = ()
     job_lease: float = 1800.0
+    containment: str = ""
     now: float
 
 
@@ -287,10 +289,13 @@ class JobsWatched:
 
 @_frozen
 class JobsLoaded:
-    """At start, before anything else: the jobs of the journal, each as its row."""
+    """At start, before anything else: the jobs of the journal, each as its row, and the first
+    number new jobs may have (the journal's high-water mark: numbers below it may have been
+    given, even if the journal lost their jobs)."""
 
     rows: tuple[Mapping[str, Any], ...]
     now: float
+    next_id: int = 1
 
 
 # -- the clock ----------------------------------------------------------------------------

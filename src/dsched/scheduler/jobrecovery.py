@@ -143,8 +143,10 @@ class JobRecovery:
 
     # -- a restart ------------------------------------------------------------------------------
 
-    def load(self, rows: Iterable[Mapping]) -> None:
-        """Rebuild the book from the journal's rows, and recover if jobs were on workers."""
+    def load(self, rows: Iterable[Mapping], next_id: int = 1) -> None:
+        """Rebuild the book from the journal's rows, and recover if jobs were on workers. New
+        jobs are numbered from ``next_id`` or above the highest loaded, whichever is higher:
+        a number is never given twice."""
         book = self.book
         jobs = book.jobs
         shapes: dict = {}
@@ -152,7 +154,7 @@ class JobRecovery:
             job = Job.from_row(row, shapes)
             jobs[job.id] = job
             book.by_submission[job.spec.submission] = job.id
-        book.next_id = max(jobs, default=0) + 1
+        book.next_id = max(max(jobs, default=0) + 1, next_id)
         now = self.out.now
         for job in jobs.values():
             for dep in dict.fromkeys((*job.spec.after_ok, *job.spec.after_any)):

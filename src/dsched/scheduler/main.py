@@ -1,11 +1,12 @@
 """``sched-scheduler`` as a program: from a loaded config to a running scheduler daemon.
 
-Prepares what the daemon needs before it listens (its state directory, the token, TLS, the
-job journal, whose jobs it loads), then runs it, with its dashboard, until a signal drains it;
-a daemon that cannot do its job says why in one line and exits non-zero (2: a setting that
-cannot work, or a journal it cannot read; 78: the port, or the dashboard's, is taken; 1: the
-journal cannot be written any more). The worker's counterpart is ``worker/main.py``; both use
-``daemon.py`` for logging, signals and systemd.
+Prepares what the daemon needs before it listens (its state directory, locked for this
+process, the token, TLS, the job journal, whose jobs it loads), then runs it, with its
+dashboard, until a signal drains it; a daemon that cannot do its job says why in one line and
+exits non-zero (2: a setting that cannot work, or a journal it cannot read; 78: the state
+directory is another scheduler's, the journal cannot be written, or the port, or the
+dashboard's, is taken; 1: the journal cannot be written any more). The worker's counterpart is
+``worker/main.py``; both use ``daemon.py`` for logging, signals and systemd.
 """
 
 from __future__ import annotations
@@ -17,12 +18,20 @@ import sys
 import time
 
 from ..daemon import ServiceNotifier
+from ..dirlock import DirectoryLock, LockHeld, take
 from ..errors import ConfigError
 from ..settings import CommConfig, SchedulerConfig, build
-from .journal import FILENAME as JOURNAL, Journal
+from .journal import FILENAME as JOURNAL, Journal, JournalNotWritable
 from .server import Scheduler
 
 logger = logging.getLogger("dsched.scheduler")
+
+#: The lock file in the state directory: held by the scheduler that uses it.
+LOCK_NAME = "scheduler.lock"
+
+
+class StateDirInUse(Exception):
+    """Another scheduler holds the state directory."""
 
 
 def prepare_state_dir(path: str) -> None:
@@ -39,6 +48,20 @@ def prepare_state_dir(path: str) -> None:
                           "another with --state-dir or scheduler.state_dir")
 
 
+def lock_state_dir(path: str) -> DirectoryLock:
+    """Lock the state directory for this process, for its whole life: two schedulers on one
+    journal would both run its jobs. StateDirInUse, naming the holder, when another has it."""
+    try:
+        return take(os.path.join(path, LOCK_NAME), f"pid {os.getpid()}, starting")
+    except LockHeld as held:
+        raise StateDirInUse(f"the state directory {path} is in use by another scheduler "
+                            f"({held.holder or 'which has not said who it is'}): give each "
+                            "scheduler its own --state-dir (scheduler.state_dir)") from None
+    except OSError as error:
+        raise ConfigError(f"cannot lock the state directory {path}: {error.strerror or error}; "
+                          "choose another with --state-dir or scheduler.state_dir") from None
+
+
 def run_scheduler(cfg: dict) -> int:
     """Run the scheduler daemon from a loaded config until it is drained; the exit status."""
     from ..auth import ensure_token
@@ -49,9 +72,13 @@ def run_scheduler(cfg: dict) -> int:
     service = ServiceNotifier.from_environment()
     try:
         prepare_state_dir(config.state_dir)
+        lock = lock_state_dir(config.state_dir)  # held until the process ends
         token = ensure_token(token_file=config.token_file)
         ssl = ssl_contexts(config.tls, server=True)
         journal = Journal(os.path.join(config.state_dir, JOURNAL))
+    except (StateDirInUse, JournalNotWritable) as error:
+        print(f"sched-scheduler: error: {error}", file=sys.stderr)
+        return EXIT_CONFIG
     except ConfigError as error:
         print(f"sched-scheduler: error: {error}", file=sys.stderr)
         return 2
@@ -88,6 +115,7 @@ def run_scheduler(cfg: dict) -> int:
                 stopped.set()
 
         install_signal_handlers(drain, service=service)
+        lock.note(f"pid {os.getpid()}, listening at {scheduler.address}")
         service.ready(f"Listening at {scheduler.address}")
         # A line on stdout for whoever started us (tests, LocalCluster): where we listen, and
         # where the dashboard is (one line: a reader may stop reading after it).

@@ -65,7 +65,7 @@ class Membership:
             out.actions.append(CloseWorker(worker=e.address, reason=reason, refused=True))
             return
         w = WorkerInfo(e.address, e.name, e.nthreads, e.resources, tuple(e.gpus), out.now,
-                       e.job_lease)
+                       e.job_lease, e.containment)
         self.workers[e.address] = w
         self.placer.add_worker(w)
         out.log(INFO, "Worker %s joined from %s: %d thread%s, resources %s", e.name,

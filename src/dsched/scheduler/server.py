@@ -79,7 +79,8 @@ def _joined(o: ops.Register, now: float) -> ev.WorkerJoined:
     return ev.WorkerJoined(
         address=o.address, name=o.name or o.address, nthreads=o.nthreads,
         resources=o.resources, gpus=o.gpus, held=tuple(o.held.items()), running=o.running,
-        previous_exit=o.previous_exit, attempts=o.attempts, job_lease=o.job_lease, now=now)
+        previous_exit=o.previous_exit, attempts=o.attempts, job_lease=o.job_lease,
+        containment=o.containment, now=now)
 
 
 # -- actions, as ops to send ------------------------------------------------------------------
@@ -163,7 +164,8 @@ class Scheduler:
         gc.disable()
         try:
             rows = self.journal.load()
-            self._handle(ev.JobsLoaded(rows=tuple(rows), now=self.now()))
+            self._handle(ev.JobsLoaded(rows=tuple(rows), now=self.now(),
+                                       next_id=self.journal.next_id))
         finally:
             gc.enable()
             gc.freeze()

@@ -276,7 +276,7 @@ class SchedulerState:
         ev.JobsCancelled: lambda s, e: s.jobs.cancel(e.client, e.request, e.jobs),
         ev.JobsReleased: lambda s, e: s.jobs.release(e.client, e.request, e.jobs),
         ev.JobsWatched: lambda s, e: s.jobs.watch(e.client, e.jobs),
-        ev.JobsLoaded: lambda s, e: s.recovery.load(e.rows),
+        ev.JobsLoaded: lambda s, e: s.recovery.load(e.rows, e.next_id),
         ev.TasksSubmitted: _on_submitted,
         ev.CancelRequested: _on_cancel_requested,
         ev.KeysReleased: _on_released,

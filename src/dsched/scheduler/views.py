@@ -39,6 +39,7 @@ def worker_info(state: "SchedulerState") -> dict[str, dict[str, Any]]:
             "gpus": _gpus(w.gpus, (w.metrics or {}).get("gpus") or ()),
             "metrics": dict(w.metrics or {}),
             "draining": w.draining,
+            "containment": w.containment,
             "jobs": sorted(t.job.id for t in w.processing.values() if t.job is not None),
         }
         for address, w in state.workers.items()

@@ -26,19 +26,20 @@ class WorkerInfo:
     load does. A ``draining`` worker takes no new tasks (it is out of the index); ``evacuating``
     maps each result it alone holds and is copying away to the worker copying it, and
     ``retired`` says it has been told it may leave. ``job_lease``: how long it lets its jobs
-    run when cut off from the scheduler.
+    run when cut off from the scheduler; ``containment``: how it kills what they start (shown).
     """
 
     __slots__ = (
         "address", "name", "nthreads", "resources", "gpus", "last_seen", "metrics", "free",
         "total_units", "free_units", "processing", "stopping", "has_what", "prefetched",
         "slot_key", "free_keys", "thread_free", "version", "draining", "evacuating",
-        "retired", "job_lease",
+        "retired", "job_lease", "containment",
     )
 
     def __init__(
         self, address: str, name: str, nthreads: int, resources: Resources,
         gpus: tuple[Mapping[str, Any], ...], now: float, job_lease: float = 1800.0,
+        containment: str = "",
     ):
         self.address = address
         self.name = name
@@ -62,6 +63,7 @@ class WorkerInfo:
         self.evacuating: dict[str, str] = {}
         self.retired = False
         self.job_lease = job_lease
+        self.containment = containment
 
     @property
     def used(self) -> Resources:

@@ -4,9 +4,12 @@ Tasks granted no GPU run on the worker's thread pool (``--nthreads`` wide) insid
 process, which itself sees no GPU. Tasks granted GPUs run in a child process (``child.py``)
 started with ``CUDA_VISIBLE_DEVICES`` naming exactly their devices and
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; an idle child for the same devices is reused, and a cancelled
-task's child is killed with its whole process group. Each child leads a process group tied to
-the worker's life by ``lifeline``: when the worker dies, however it dies, so do the children
-and whatever their tasks started.
+task's child is killed with everything its task started. Each child leads a process group tied
+to the worker's life by ``lifeline``: when the worker dies, however it dies, so do the children
+and whatever their tasks started. What a task started in other sessions is found through the
+child's cgroup in the worker's cgroup mode, else as the child's descendants (it is a child
+subreaper; see ``containment``): a cancelled child is stopped first, so that it starts nothing
+more while what it started is killed.
 
 This is I/O: it holds no scheduling decisions, which live in ``WorkerState``.
 """
@@ -22,12 +25,13 @@ import signal
 import sys
 import threading
 import time
+from itertools import count
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from .. import serialize
 from ..gpu_ids import task_environment
-from . import unpickling
+from . import containment, unpickling
 from .child import HEADER
 from .lifeline import Lifeline, describe_exit
 
@@ -124,23 +128,27 @@ class ThreadRunner:
 class GpuChild:
     """One child process pinned to a set of devices; runs one task at a time."""
 
-    def __init__(self, gpus: tuple[int, ...], process: asyncio.subprocess.Process):
+    def __init__(self, gpus: tuple[int, ...], process: asyncio.subprocess.Process,
+                 cgroup: str = ""):
         self.gpus = gpus
         self.process = process
+        self.cgroup = cgroup  # "" in subreaper mode: all is found from it, a subreaper
+        self._sweeping: threading.Thread | None = None
 
     @classmethod
     async def start(cls, gpus: tuple[int, ...], base_env: Mapping[str, str],
-                    lifeline: Lifeline) -> "GpuChild":
+                    lifeline: Lifeline, cgroup: str = "") -> "GpuChild":
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "dsched.worker.child", *lifeline.arguments(),
+            *((cgroup,) if cgroup else ()),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             env=task_environment(gpus, base_env), start_new_session=True,
             pass_fds=(lifeline.fd,),
         )
-        return cls(gpus, process)
+        return cls(gpus, process, cgroup)
 
-    async def run(self, function_bytes: bytes, argument_bytes: bytes) -> Outcome:
-        request = serialize.dumps((function_bytes, argument_bytes))
+    async def run(self, key: str, function_bytes: bytes, argument_bytes: bytes) -> Outcome:
+        request = serialize.dumps((key, function_bytes, argument_bytes))
         assert self.process.stdin is not None and self.process.stdout is not None
         try:
             self.process.stdin.write(HEADER.pack(len(request)) + request)
@@ -166,16 +174,46 @@ class GpuChild:
         return describe_exit(code)
 
     def kill(self) -> None:
-        """SIGKILL the process and its group (which outlives the leader while members remain)."""
+        """SIGKILL the process and all its task started: its group (which outlives the leader
+        while members remain), and its cgroup or, without one, its descendants."""
+        if self.cgroup:
+            containment.kill_cgroup(self.cgroup)
+        if self.process.returncode is None:  # also where it could not enter its cgroup
+            # Stopped, it starts nothing more, and what its task orphans still comes to it:
+            # killed in a thread (it waits for them to be gone), the process last.
+            try:
+                os.kill(self.process.pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+            if self._sweeping is None:
+                self._sweeping = threading.Thread(target=self._sweep, daemon=True,
+                                                  name="sched-gpu-child-kill")
+                self._sweeping.start()
+            return
+        self._kill_group()
+
+    def _sweep(self) -> None:
+        pid = self.process.pid
+        try:
+            # Its guard is spared: it would end the group if this process died meanwhile.
+            containment.sweep(pid, spare=containment.guards_of(pid))
+        finally:
+            self._kill_group()
+
+    def _kill_group(self) -> None:
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):  # gone (its number may be reused)
             pass
 
     async def close(self) -> None:
-        if self.process.returncode is None:
-            self.kill()
-            await self.process.wait()
+        """Kill it and all its tasks started, wait for that, and remove its cgroup."""
+        self.kill()
+        await self.process.wait()
+        if self._sweeping is not None:
+            await asyncio.to_thread(self._sweeping.join)
+        if self.cgroup:
+            await asyncio.to_thread(containment.remove_cgroup, self.cgroup)
 
 
 class GpuProcessPool:
@@ -189,19 +227,24 @@ class GpuProcessPool:
         self._starting: set[str] = set()  # keys whose child is being started
         self._stop_when_started: set[str] = set()  # ... and which were killed meanwhile
         self._max_idle = max_idle
+        #: The worker's mode (set once it is known): a cgroup for each child, or none.
+        self.containment = containment.Containment(containment.SUBREAPER)
+        self._numbers = count(1)
+        self._closed: asyncio.Future | None = None
 
     async def run(self, key: str, gpus: tuple[int, ...], function_bytes: bytes,
                   argument_bytes: bytes) -> Outcome:
         idle = self._idle.get(gpus, [])
         # A child can die while idle (killed for memory, or by a thread its last task left).
         while idle and idle[-1].process.returncode is not None:
-            idle.pop().kill()  # its group may hold what its last task started
+            await idle.pop().close()  # its group may hold what its last task started
         if idle:
             child = idle.pop()
         else:
             self._starting.add(key)
             try:
-                child = await GpuChild.start(gpus, self._base_env, self._lifeline)
+                cgroup = self.containment.cgroup_for(f"gpu-{os.getpid()}-{next(self._numbers)}")
+                child = await GpuChild.start(gpus, self._base_env, self._lifeline, cgroup)
             finally:
                 self._starting.discard(key)
             if key in self._stop_when_started:  # killed while its child was starting
@@ -210,7 +253,7 @@ class GpuProcessPool:
                 raise TaskKilled(f"task {key} was stopped before its process started")
         self._busy[key] = child
         try:
-            outcome = await child.run(function_bytes, argument_bytes)
+            outcome = await child.run(key, function_bytes, argument_bytes)
         except BaseException:
             await child.close()
             raise
@@ -238,6 +281,13 @@ class GpuProcessPool:
         return True
 
     async def close(self) -> None:
+        # Once, whoever asks (a drain and the worker's own end both do): a second caller waits
+        # for the first, so that the worker does not exit while children's cgroups remain.
+        if self._closed is None:
+            self._closed = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closed)
+
+    async def _close(self) -> None:
         children = list(self._busy.values()) + [c for cs in self._idle.values() for c in cs]
         self._idle.clear()
         for child in children:

@@ -7,8 +7,10 @@ reader finds the old one or the new one, never half of either. ``job-<id>.<attem
 the job's output; it stays after the record is forgotten. The supervisor of a running attempt
 holds an exclusive ``flock`` on its log file (taken by the worker before it starts the
 supervisor), so a worker process that starts can tell a live supervisor from a dead one without
-trusting a pid. The worker process itself holds one on ``worker.lock`` for as long as it lives:
-two worker processes never share a job directory.
+trusting a pid. The worker process itself holds one on ``worker.lock`` for as long as it lives
+(``dirlock``, the pid and address of the holder written in it): two worker processes never share
+a job directory. The directory is private to the worker's user: made mode 0700, and refused at
+start when another user owns it or others may write to it (a planted record would be run).
 
 Only keys made by ``dsched.jobs.job_key`` become file names; nothing here decides what to run or
 what to report (``WorkerState`` does). Light to import: the job supervisor imports it.
@@ -22,9 +24,11 @@ import json
 import logging
 import os
 import re
+import stat
 import tempfile
 import time
 
+from ..dirlock import LockHeld, take
 from ..jobs import parse_job_key
 from ..protocol.ops import AttemptEnded
 
@@ -42,12 +46,18 @@ DIED_WHILE_STARTING = "its worker process ended as it was starting it (it may ha
 
 
 def default_directory(local_directory: str | None, worker_name: str) -> str:
-    """``sched-jobs/<worker name>`` under ``local_directory`` or the temp dir."""
-    base = local_directory or tempfile.gettempdir()
+    """``sched-jobs/<worker name>`` under ``local_directory``; without one, ``jobs/<worker
+    name>`` in this user's state directory (``$XDG_STATE_HOME/sched``, that is
+    ``~/.local/state/sched``, where the scheduler keeps its journal): private to the user, and
+    kept across reboots, which a temp dir shared by every account is not."""
     safe = _UNSAFE.sub("_", worker_name)
     if set(safe) <= {"."}:  # "", "." and ".." name no directory of their own
         safe = "_" * len(safe) or "worker"
-    return os.path.join(base, "sched-jobs", safe)
+    if local_directory:
+        return os.path.join(local_directory, "sched-jobs", safe)
+    from ..auth import default_state_dir  # here: the job supervisor imports this module
+
+    return os.path.join(default_state_dir(), "jobs", safe)
 
 
 def record_path(directory: str, key: str) -> str:
@@ -126,19 +136,58 @@ def _sync_directory(directory: str) -> None:
 # -- locks ----------------------------------------------------------------------------------------
 
 
-def lock_directory(directory: str) -> int:
-    """Make the directory (private to this user) and lock it for this process: the descriptor,
-    held until the process ends; OSError (EBUSY, saying so) when another process has it."""
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+#: What every error about the job directory ends with: where to choose another.
+_CHOOSE = "set worker.job_directory to a directory of this user's"
+
+
+def prepare_directory(directory: str) -> None:
+    """Make the job directory (mode 0700) when missing, and check that it is this user's alone:
+    OSError, naming the directory and ``worker.job_directory``, when it cannot be made, another
+    user owns it, or others may write to it (they could plant a record for us to run)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        found = os.stat(directory)
+    except OSError as error:
+        raise OSError(error.errno, f"cannot create the job directory {directory}: "
+                                   f"{error.strerror or error}; {_CHOOSE}") from None
+    if not stat.S_ISDIR(found.st_mode):
+        raise OSError(errno.ENOTDIR, f"the job directory {directory} is not a directory; "
+                                     f"{_CHOOSE}")
+    if found.st_uid != os.geteuid():
+        owner, me = _user(found.st_uid), _user(os.geteuid())
+        raise OSError(errno.EPERM, f"the job directory {directory} belongs to {owner}, not to "
+                                   f"this user ({me}); {_CHOOSE}")
+    if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise OSError(errno.EPERM, f"the job directory {directory} may be written by other users "
+                                   f"(mode {stat.S_IMODE(found.st_mode):04o}): chmod 700 it, or "
+                                   f"{_CHOOSE}")
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def lock_directory(directory: str, holder: str = "") -> int:
+    """Prepare the directory (``prepare_directory``) and lock it for this process, saying
+    ``pid N, holder`` in the lock file: the descriptor, held until the process ends; OSError
+    (EBUSY, naming the holder) when another process has it."""
+    prepare_directory(directory)
+    about = f"pid {os.getpid()}" + (f", {holder}" if holder else "")
+    try:
+        return take(os.path.join(directory, LOCK_NAME), about).fd
+    except LockHeld as held:
         raise OSError(errno.EBUSY, f"the job directory {directory} is in use by another worker "
-                                   "process: give each worker its own --name or "
-                                   "worker.job_directory") from None
-    return fd
+                                   f"process ({held.holder or 'which has not said who it is'}): "
+                                   "give each worker its own --name or worker.job_directory"
+                                   ) from None
+    except OSError as error:
+        raise OSError(error.errno, f"cannot lock the job directory {directory}: "
+                                   f"{error.strerror or error}; {_CHOOSE}") from None
 
 
 def open_locked_log(path: str) -> int:

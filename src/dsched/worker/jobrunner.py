@@ -6,7 +6,10 @@ starts ``python -m dsched.worker.jobsupervisor`` (in a session of its own, so a 
 signals do not reach it, and holding the lock on the job's log) and hands what the supervisor
 says, AttemptStarted then AttemptEnded, back as events. It writes new lease deadlines and
 stops to the supervisors' stdin, and serves the logs. A supervisor that dies without saying how
-its attempt ended takes the job with it (``lifeline``); the runner then records it lost.
+its attempt ended takes the job with it (``lifeline``); the runner then records it lost. In the
+worker's cgroup mode (``containment``) each attempt gets a cgroup, which its supervisor makes
+and removes; the runner kills and removes it too once the supervisor is gone, whatever became of
+it.
 
 This is I/O: which attempts start, and what is reported, is ``WorkerState``'s decision.
 """
@@ -23,6 +26,7 @@ from typing import Any, Callable, Mapping
 
 from ..jobs import parse_job_key
 from ..protocol import ops
+from . import containment
 from .actions import SHUTDOWN, StartJob
 from .jobrecords import (
     ended_of, lock_directory, log_path, new_record, open_locked_log, read_log, read_record,
@@ -56,10 +60,13 @@ class JobRunner:
         self._supervisors: dict[str, asyncio.subprocess.Process] = {}
         self._orders: dict[str, str] = {}  # a stop given before its supervisor was started
         self.lease_until = 0.0
+        #: The worker's mode (set once it is known): a cgroup for each attempt, or none.
+        self.containment = containment.Containment(containment.SUBREAPER)
 
-    async def open(self) -> list[ops.AttemptEnded]:
-        """Lock the job directory (OSError if that cannot be done) and recover what is there."""
-        self._lock_fd = await asyncio.to_thread(lock_directory, self.directory)
+    async def open(self, holder: str = "") -> list[ops.AttemptEnded]:
+        """Lock the job directory (OSError if that cannot be done; ``holder``: who this process
+        is, for the lock file) and recover what is there."""
+        self._lock_fd = await asyncio.to_thread(lock_directory, self.directory, holder)
         found = await asyncio.to_thread(recover, self.directory, RECOVERY_WAIT)
         if found:
             logger.info("Found %d job attempt(s) of an earlier worker process in %s; reporting "
@@ -77,10 +84,12 @@ class JobRunner:
         except OSError as error:
             return self._cannot_start(key, log, f"cannot record it in {self.directory}: "
                                                 f"{error.strerror or error}")
+        cgroup = self.containment.cgroup_for(key)
         try:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "dsched.worker.jobsupervisor", record, str(lock_fd),
-                repr(self.kill_grace), repr(self.lease_until), stdin=asyncio.subprocess.PIPE,
+                repr(self.kill_grace), repr(self.lease_until), *((cgroup,) if cgroup else ()),
+                stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, pass_fds=(lock_fd,), start_new_session=True,
                 env=None if self.env is None else dict(self.env))
         except OSError as error:
@@ -102,6 +111,8 @@ class JobRunner:
                 self._tell_state(report)
         code = await process.wait()
         del self._supervisors[key]
+        if cgroup:  # gone already, unless the supervisor was killed or could not finish
+            await asyncio.to_thread(containment.remove_cgroup, cgroup)
         if not ended:
             self._tell_state(await asyncio.to_thread(self._supervisor_died, key, record, code))
 

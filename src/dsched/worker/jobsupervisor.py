@@ -1,12 +1,15 @@
 """The supervisor of one job attempt: a small process per job, started by the worker as
-``python -m dsched.worker.jobsupervisor RECORD LOCK_FD KILL_GRACE LEASE_UNTIL``.
+``python -m dsched.worker.jobsupervisor RECORD LOCK_FD KILL_GRACE LEASE_UNTIL [CGROUP]``.
 
 It reads what to run from the attempt's record (``jobrecords``), spawns the command as the
 leader of a process group of its own, guarded by ``lifeline`` (the group dies with this
 process, however it ends), with stdout and stderr appended to the job's log, and watches:
 
 - the command's exit (a pidfd wakes it at once where there is one), after which whatever the
-  command left in its group is killed;
+  command left running is killed: the job ends with its command, and nothing it started
+  outlives it. Not only its group: the supervisor is a child subreaper, so orphans among the
+  job's descendants are handed to it (and reaped by it) wherever their sessions are; and with a
+  ``CGROUP`` (``containment``), the job runs in that cgroup, which is killed and removed;
 - its stdin from the worker, one line at a time: a number is a new lease deadline (the
   worker's ``time.monotonic()``, the same clock in every process of the machine); ``kill``
   cancels the job; ``shutdown`` stops it because the worker is shutting down; end of file means
@@ -16,11 +19,11 @@ process, however it ends), with stdout and stderr appended to the job's log, and
   when its supervisor would spawn it (the worker froze, or was slow, after deciding to start
   it) is not spawned at all.
 
-Cancel, time limit, lease and shutdown send SIGTERM to the group and SIGKILL after
-``KILL_GRACE`` seconds. The supervisor writes the outcome into the record itself before it
-exits, so the outcome survives the worker's death, and tells the worker each step as one JSON
-line on stdout: the AttemptStarted, then the AttemptEnded, as on the wire. It holds the lock on
-the job's log (``LOCK_FD``) while it lives.
+Cancel, time limit, lease and shutdown send SIGTERM to the group, the job's other descendants
+and its cgroup, and SIGKILL after ``KILL_GRACE`` seconds. The supervisor writes the outcome
+into the record itself before it exits, so the outcome survives the worker's death, and tells
+the worker each step as one JSON line on stdout: the AttemptStarted, then the AttemptEnded, as
+on the wire. It holds the lock on the job's log (``LOCK_FD``) while it lives.
 
 It makes no scheduling decisions: it runs one command and says how it ended.
 """
@@ -39,6 +42,7 @@ import time
 from ..gpu_ids import task_environment
 from ..jobs import parse_job_key
 from ..protocol.ops import AttemptEnded, AttemptStarted
+from . import containment
 from .jobrecords import read_record, write_record
 from .lifeline import Lifeline, describe_exit, hold_group
 
@@ -94,8 +98,9 @@ def start_problem(command: list[str], cwd: str | None, env: dict[str, str]) -> s
 class Supervision:
     """One attempt, from spawn to outcome."""
 
-    def __init__(self, path: str, record: dict, kill_grace: float, lease_until: float):
-        self.path, self.record = path, record
+    def __init__(self, path: str, record: dict, kill_grace: float, lease_until: float,
+                 cgroup: str = ""):
+        self.path, self.record, self.cgroup = path, record, cgroup
         self.key, self.job, self.log = record["key"], record["job"], record["log"]
         self.kill_grace, self.lease_until = kill_grace, lease_until
         self.ending: tuple[str, str] | None = None  # (outcome, error) once it is being stopped
@@ -121,6 +126,10 @@ class Supervision:
         lifeline = Lifeline()
         parent = os.getpid()
         if not problem:
+            # Orphans among the job's descendants come to this process, wherever they are:
+            # so it finds, kills and reaps them, cgroup or not.
+            containment.become_subreaper()
+            self._make_cgroup()
             try:
                 with open(self.log, "ab") as out:
                     # The command leads a group that lifeline's guard ties to this process,
@@ -129,12 +138,17 @@ class Supervision:
                     self.process = subprocess.Popen(
                         command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                         cwd=cwd, env=env, start_new_session=True, pass_fds=(lifeline.fd,),
-                        preexec_fn=lambda: hold_group(parent, lifeline.fd))
+                        preexec_fn=lambda: self._hold(parent, lifeline.fd))
             except OSError as error:  # exec failed after all (the guard then ends the group)
                 problem = f"{command[0]}: {error.strerror or error}"
         if self.process is None:
+            self._release()
             self._note(f"cannot start {self.key}: {problem}")
             return self._end("failed", None, f"cannot start: {problem}")
+        if self.cgroup and not containment.in_cgroup(self.process.pid, self.cgroup):
+            self._note(f"{self.key} could not be put in its cgroup {self.cgroup}; what it "
+                       "starts is tracked as this supervisor's descendants instead")
+            self._release()
         started = time.time()
         self.record.update(pid=self.process.pid, started=started)
         write_record(self.path, self.record)
@@ -160,6 +174,13 @@ class Supervision:
             poller.register(exit_fd, select.POLLIN)
         except (AttributeError, OSError):  # no pidfd here: look every _POLL_INTERVAL
             exit_fd = None
+        # Adopted orphans that end are reaped as they end (SIGCHLD wakes the poll), not at
+        # the job's end: a long job must not pile up zombies.
+        orphans, wake = os.pipe()
+        os.set_blocking(wake, False)
+        signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        poller.register(orphans, select.POLLIN)
         while not self._leader_exited():
             now = time.monotonic()
             deadlines = [d for d in (limit_at, self.lease_until) if self.ending is None
@@ -171,6 +192,9 @@ class Supervision:
             for fd, _ in poller.poll(max(0, wait) * 1000 + 1):
                 if fd == 0 and not self._take_orders():
                     poller.unregister(0)
+                elif fd == orphans:
+                    os.read(orphans, 4096)
+                    containment.reap(spare={process.pid})
             now = time.monotonic()
             if self.ending is None:
                 if limit_at is not None and now >= limit_at:
@@ -181,11 +205,18 @@ class Supervision:
             if self.kill_at is not None and now >= self.kill_at:
                 self._kill_group(signal.SIGKILL)
                 self.kill_at = None
-        # Whatever the leader left in its group goes with it: killed while the leader, not yet
-        # reaped, still holds the group's number.
+        # Whatever the leader left goes with it: its group, killed while the leader, not yet
+        # reaped, still holds the group's number; then every descendant and its cgroup, until
+        # none is left, before the outcome is said (its GPUs are then free).
         self._kill_group(signal.SIGKILL)
-        if exit_fd is not None:
-            os.close(exit_fd)
+        left = containment.sweep(os.getpid(), self.cgroup, spare={process.pid})
+        if left:
+            self._note(f"{self.key}: processes {', '.join(map(str, left))} it started did not "
+                       f"die within {containment.SWEEP_TIMEOUT:g} s of SIGKILL")
+        self._release()
+        signal.set_wakeup_fd(-1)
+        for fd in (orphans, wake) + ((exit_fd,) if exit_fd is not None else ()):
+            os.close(fd)
         return process.wait()
 
     def _take_orders(self) -> bool:
@@ -228,12 +259,41 @@ class Supervision:
                          os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
     def _kill_group(self, signum: int) -> None:
+        """Signal the job: its group, and its descendants and cgroup wherever their sessions."""
         if self.process is None:  # not spawned (yet): there is no group
             return
         try:
             os.killpg(self.process.pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
+        containment.signal_tree(os.getpid(), signum, self.cgroup, spare={self.process.pid})
+
+    def _make_cgroup(self) -> None:
+        if not self.cgroup:
+            return
+        try:
+            containment.make_cgroup(self.cgroup)
+        except OSError as error:
+            self._note(f"cannot make the cgroup {self.cgroup} for {self.key} "
+                       f"({error.strerror or error}); what it starts is tracked as this "
+                       "supervisor's descendants instead")
+            self.cgroup = ""
+
+    def _hold(self, parent: int, lifeline_fd: int) -> None:
+        """Between fork and exec, in the job's process: into its cgroup (where it stays with
+        all it starts), then under lifeline's guard."""
+        if self.cgroup:
+            try:
+                containment.enter_cgroup(self.cgroup)
+            except OSError:  # seen from outside once spawned
+                pass
+        hold_group(parent, lifeline_fd, self.cgroup)
+
+    def _release(self) -> None:
+        """Kill what is left in the job's cgroup and remove it."""
+        if self.cgroup:
+            containment.remove_cgroup(self.cgroup, timeout=self.kill_grace + 5)
+            self.cgroup = ""
 
     def _end(self, outcome: str, returncode: int | None, error: str,
              started: float | None = None) -> None:
@@ -260,11 +320,12 @@ class Supervision:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 4:
+    if len(argv) not in (4, 5):
         sys.exit("usage: python -m dsched.worker.jobsupervisor RECORD LOCK_FD KILL_GRACE "
-                 "LEASE_UNTIL")
-    path, _lock_fd, kill_grace, lease_until = argv  # the lock is held by holding the descriptor
-    Supervision(path, read_record(path), float(kill_grace), float(lease_until)).run()
+                 "LEASE_UNTIL [CGROUP]")
+    path, _lock_fd, kill_grace, lease_until = argv[:4]  # the lock is held by holding its fd
+    cgroup = argv[4] if len(argv) == 5 else ""
+    Supervision(path, read_record(path), float(kill_grace), float(lease_until), cgroup).run()
 
 
 if __name__ == "__main__":

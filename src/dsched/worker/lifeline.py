@@ -7,10 +7,13 @@ and checks that the parent has not gone already. A child that leads a process gr
 kills the whole group when the worker goes (end of file on the worker's ``Lifeline`` pipe, at
 once) or when the leader dies (the guard is handed to another parent; it looks twice a second).
 The guard is a process of its own so that it acts even when task code holds the leader's GIL or
-is stuck in C, and it reaches the leader's own children, which no parent-death signal covers. Python children call ``hold_group`` first
-thing; a job's supervisor calls it in the job's process between fork and exec; other commands
-run under ``python -m dsched.worker.lifeline PARENT FD -- COMMAND...`` (see ``Lifeline.wrap``),
-which does the same and then runs the command.
+is stuck in C, and it reaches the leader's own children, which no parent-death signal covers.
+Where the leader was put in a cgroup (``containment``), the guard kills and removes that too; a
+leader that is a child subreaper (a GPU child) is stopped, not killed, when the worker dies, and
+its guard kills all its descendants, whatever their sessions, before the group. Python
+children call ``hold_group`` first thing; a job's supervisor calls it in the job's process
+between fork and exec; other commands run under ``python -m dsched.worker.lifeline PARENT FD
+-- COMMAND...`` (see ``Lifeline.wrap``), which does the same and then runs the command.
 
 Linux is the target. Elsewhere there is no parent-death signal: guarded groups still die with
 the worker, but a process that leads no group outlives a parent killed with SIGKILL.
@@ -27,9 +30,14 @@ import select
 import signal
 import sys
 
+from . import containment
+
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 #: Seconds between the guard's looks at whether the leader is still its parent.
 _LEADER_CHECK_INTERVAL = 0.5
+#: Seconds a guard keeps killing what is left before it kills its group (and itself): whoever
+#: is left after that is the supervisor's, or the next worker start's, to kill.
+_GUARD_SWEEP_TIMEOUT = 5.0
 
 
 def describe_exit(returncode: int) -> str:
@@ -95,23 +103,37 @@ class Lifeline:
                 pass
 
 
-def hold_group(parent: int, lifeline_fd: int) -> None:
+def hold_group(parent: int, lifeline_fd: int, cgroup: str = "", subreaper: bool = False) -> int:
     """In a new process-group leader, before any thread starts: die with ``parent``, and start
-    the guard that takes the whole group down with the worker or with this process."""
+    the guard that takes the whole group down with the worker or with this process; its pid.
+
+    ``cgroup``: the cgroup this process was put in (``containment``), which the guard kills too.
+    ``subreaper``: this process adopts what its descendants orphan (a GPU child), so the guard
+    can find all of them: the worker's death then stops this process (SIGSTOP, not SIGKILL,
+    which would hand its orphans to init before the guard could see them), and the guard kills
+    every descendant before the group."""
     if os.getpgid(0) != os.getpid():
         # The guard would kill the group of whoever started us: refuse rather than do that.
         raise RuntimeError("hold_group needs a process-group leader (start_new_session=True)")
-    die_with_parent(parent)
+    if subreaper:
+        containment.become_subreaper()
+    else:
+        die_with_parent(parent)
     leader = os.getpid()
-    if hasattr(os, "fork") and os.fork() == 0:
+    guard = os.fork() if hasattr(os, "fork") else -1
+    if guard == 0:
         try:
-            _guard(leader, lifeline_fd)
+            _guard(leader, lifeline_fd, cgroup, subreaper)
         finally:
             os._exit(0)
+    if subreaper:  # after the fork: stopped at once if the parent is gone, the guard is there
+        die_with_parent(parent, signal.SIGSTOP)
     os.close(lifeline_fd)
+    return guard
 
 
-def _guard(leader: int, lifeline_fd: int) -> None:
+def _guard(leader: int, lifeline_fd: int, cgroup: str, subreaper: bool) -> None:
+    containment.name_guard()
     # A job's cancellation signals its whole group with SIGTERM and allows a grace period; the
     # guard must not turn that into SIGKILL. Its end comes with the leader's or the worker's.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -126,9 +148,26 @@ def _guard(leader: int, lifeline_fd: int) -> None:
     # moment at which a signal could cut the guard short before it has killed the group.
     lifeline = select.poll()  # not select(): the worker's descriptor may be numbered past 1024
     lifeline.register(lifeline_fd, select.POLLIN)
+    parent_gone = False
     while os.getppid() == leader:
         if lifeline.poll(_LEADER_CHECK_INTERVAL * 1000) and not os.read(lifeline_fd, 1):
-            break  # the worker is gone
+            parent_gone = True
+            break
+    if subreaper and parent_gone:
+        # The leader's stop may not have come yet (the kernel closes the dead parent's files
+        # first): stopped, it forks nothing more, and its orphans still come to it.
+        try:
+            os.kill(leader, signal.SIGSTOP)
+        except OSError:
+            pass
+        containment.sweep(leader, cgroup, timeout=_GUARD_SWEEP_TIMEOUT)
+    if cgroup:
+        # Out of the cgroup, the guard can kill all of it at once and remove it: nobody else
+        # may be left to (the worker is gone, or the supervisor).
+        if containment.leave_cgroup(cgroup):
+            containment.remove_cgroup(cgroup, timeout=_GUARD_SWEEP_TIMEOUT)
+        else:
+            containment.sweep(leader, cgroup, timeout=_GUARD_SWEEP_TIMEOUT)
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
 

@@ -39,6 +39,7 @@ from ..resources import Resources
 from ..settings import CommConfig, WorkerConfig
 from . import actions as act
 from . import events as ev
+from .containment import SUBREAPER, Containment, settle
 from .data import Data
 from .executor import GpuProcessPool, Outcome, TaskKilled, ThreadRunner
 from .gpus import GpuDevice, gpu_usage
@@ -110,6 +111,7 @@ class Worker:
             stopped=self.stopped, opened=self._session_opened,
             lost=lambda: self._handle(ev.SessionLost()))
         self.jobs: JobRunner | None = None  # once started: its name decides the job directory
+        self.containment = Containment(SUBREAPER)  # decided at start, with the job directory
         self._register_sent = 0.0
         self._previous_exit = s.previous_exit  # told to the first scheduler only
         self._retired = asyncio.Event()  # the scheduler says a draining worker may leave
@@ -163,7 +165,11 @@ class Worker:
         directory = config.job_directory or default_directory(config.local_directory, self.name)
         self.jobs = JobRunner(os.path.abspath(directory), self.name, config.job_kill_grace,
                               self._handle, env=self.task_env)
-        self._handle(ev.AttemptsRecovered(tuple(await self.jobs.open())))
+        opened = await self.jobs.open(f"worker {self.name} at {self.address}")
+        self.containment = await asyncio.to_thread(settle, config.containment, self.name,
+                                                   self.jobs.directory)
+        self.jobs.containment = self.gpu_children.containment = self.containment
+        self._handle(ev.AttemptsRecovered(tuple(opened)))
         self._supervisor = asyncio.ensure_future(self._supervise())
 
     async def _supervise(self) -> None:
@@ -279,7 +285,7 @@ class Worker:
             memory_limit=s.memory_limit, held=dict(snapshot.results),
             running=tuple(task.key for task in snapshot.running), previous_exit=previous_exit,
             attempts=tuple(attempt.to_wire() for attempt in snapshot.attempts),
-            job_lease=self.config.job_lease)
+            job_lease=self.config.job_lease, containment=self.containment.mode)
 
     def _session_opened(self) -> None:
         self._handle(ev.SessionOpened(self._register_sent))

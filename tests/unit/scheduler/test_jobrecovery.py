@@ -174,6 +174,21 @@ def test_finished_jobs_and_their_exit_codes_survive_restarts():
         rows = rows_after(r)
 
 
+def test_new_jobs_are_numbered_from_the_high_water_mark_when_the_journal_lost_jobs():
+    """The journal kept jobs 1 and 2, but numbers up to 200 may have been given (its -wal file
+    was lost): a new job gets 201, never a number an acknowledged job had, whose attempt
+    (``job-7.1``) a worker may still hold."""
+    s = story_with_running_job()
+    s.jobs(job())
+    r = JobStory()
+    r(ev.JobsLoaded(rows=tuple(rows_after(s)), now=0.0, next_id=201))
+    assert r.ids(r.jobs(job(submission="after the loss"))) == [201]
+    # A mark below the journal's highest (a journal older than the mark) changes nothing.
+    r = JobStory()
+    r(ev.JobsLoaded(rows=tuple(rows_after(s)), now=0.0, next_id=1))
+    assert r.ids(r.jobs(job(submission="no loss"))) == [3]
+
+
 def test_reconcile_is_a_pure_decision_over_the_journal_and_the_report():
     s = story_with_running_job()
     s.jobs(job())  # job 2: assigned to w1 behind job 1

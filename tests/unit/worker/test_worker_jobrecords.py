@@ -1,8 +1,10 @@
 """The job directory: records replaced whole, what a worker process that starts makes of what
-an earlier one left, one worker process per directory, and logs read from an offset."""
+an earlier one left, one worker process per directory (the holder named), private to its user,
+and logs read from an offset."""
 
 import logging
 import os
+import stat
 
 import pytest
 
@@ -57,14 +59,58 @@ def test_a_forgotten_record_leaves_its_log(tmp_path):
 
 def test_two_worker_processes_never_share_a_job_directory(tmp_path):
     directory = str(tmp_path / "jobs")
-    held = lock_directory(directory)
+    held = lock_directory(directory, "worker w at 127.0.0.1:4567")
     try:
-        with pytest.raises(OSError, match="in use by another worker process: give each worker "
-                                          "its own --name or worker.job_directory"):
-            lock_directory(directory)
+        # The lock file says who holds it; the refused one names the holder.
+        said = f"pid {os.getpid()}, worker w at 127.0.0.1:4567"
+        assert (tmp_path / "jobs" / "worker.lock").read_text() == said + "\n"
+        with pytest.raises(OSError) as refused:
+            lock_directory(directory, "worker v at 127.0.0.1:4568")
+        assert refused.value.strerror == (
+            f"the job directory {directory} is in use by another worker process ({said}): give "
+            "each worker its own --name or worker.job_directory")
     finally:
         os.close(held)
     os.close(lock_directory(directory))  # free again once the holder has let go
+
+
+def test_the_job_directory_is_made_private_and_one_others_may_write_to_is_refused(tmp_path):
+    directory = tmp_path / "made" / "jobs"
+    os.close(lock_directory(str(directory)))
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700  # records hold environments
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(OSError) as refused:
+        lock_directory(str(shared))
+    assert refused.value.strerror == (
+        f"the job directory {shared} may be written by other users (mode 0777): chmod 700 it, "
+        "or set worker.job_directory to a directory of this user's")
+    assert not (shared / "worker.lock").exists()
+
+
+def test_a_job_directory_that_cannot_be_made_is_named_with_the_setting(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(OSError) as refused:
+        lock_directory(str(blocker / "jobs"))
+    # Not a bare "Permission denied" or "Not a directory": the path, and what to change.
+    assert refused.value.strerror == (
+        f"cannot create the job directory {blocker / 'jobs'}: Not a directory; set "
+        "worker.job_directory to a directory of this user's")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_a_job_directory_of_another_user_is_refused(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(OSError) as refused:
+        lock_directory(str(theirs))
+    assert refused.value.strerror.startswith(f"the job directory {theirs} belongs to ")
+    assert "(uid 65534), not to this user" in refused.value.strerror
+    assert refused.value.strerror.endswith(
+        "set worker.job_directory to a directory of this user's")
 
 
 def test_a_log_is_read_from_an_offset(tmp_path):
@@ -89,4 +135,12 @@ def test_the_default_directory_is_named_for_the_worker(tmp_path):
     assert default_directory(str(tmp_path), "host-12-0") == str(jobs / "host-12-0")
     assert default_directory(str(tmp_path), "../a b") == str(jobs / ".._a_b")
     assert default_directory(str(tmp_path), "..") == str(jobs / "__")
-    assert default_directory(None, "w").endswith(os.path.join("sched-jobs", "w"))
+
+
+def test_without_a_local_directory_the_default_is_in_the_users_state_directory(home,
+                                                                             monkeypatch):
+    # Not the temp dir, which every account shares (the first user's directory locks out the
+    # second) and which is emptied at boot: beside the scheduler's state, in this user's home.
+    assert default_directory(None, "w") == str(home / ".local" / "state" / "sched" / "jobs" / "w")
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    assert default_directory(None, "w") == str(home / "state" / "sched" / "jobs" / "w")

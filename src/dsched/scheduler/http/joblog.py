@@ -1,8 +1,10 @@
 """A job's log, read for the dashboard from the worker that ran it.
 
 A log is not state: it lives in the job directory of the worker that ran the attempt, and the
-scheduler keeps only where (the worker's address and the attempt). ``LogReader`` asks that
-worker's data port for a piece of it (GetLog), as a client would, through one ``PeerPool``
+scheduler keeps only where (the worker's name and address, and the attempt). A worker its
+nanny started again keeps its name and files but listens on a new port, so ``LogReader`` asks
+the connected worker of that name (the recorded address only when none is), on its data port,
+for a piece of it (GetLog), as a client would, through one ``PeerPool``
 (one authenticated connection per worker asked, opened on first use). A read is bounded in
 size (``MAX_BYTES``), in time (``TIMEOUT``) and in number (``AT_ONCE`` in flight; more are
 refused at once, not queued), and it only awaits, so a slow or vanished worker never holds the
@@ -55,11 +57,13 @@ class LogUnavailable(Exception):
 
 class LogReader:
     """Reads the logs of the jobs of a scheduler from its workers. ``pool`` makes the
-    ``PeerPool`` on first use (so a dashboard nobody asks for a log opens no connection)."""
+    ``PeerPool`` on first use (so a dashboard nobody asks for a log opens no connection);
+    ``locate(name)`` is the address of the connected worker of that name, None if none is."""
 
     def __init__(self, pool: Callable[[], PeerPool], timeout: float = TIMEOUT,
-                 at_once: int = AT_ONCE):
+                 at_once: int = AT_ONCE, locate: Callable[[str], str | None] = lambda _: None):
         self._make_pool = pool
+        self.locate = locate
         self._pool: PeerPool | None = None
         self.timeout = timeout
         self.at_once = at_once
@@ -68,7 +72,8 @@ class LogReader:
     async def read(self, job: dict[str, Any], offset: int, limit: int) -> dict[str, Any]:
         """Up to ``limit`` bytes of the log of ``job``'s latest attempt (``job`` as
         ``views.job_view`` shows it) from ``offset``, as ``chunk`` gives them."""
-        where = f"worker {job['worker']} ({job['address']})"
+        address = (job["worker"] and self.locate(job["worker"])) or job["address"]
+        where = f"worker {job['worker']} ({address})"
         if not job["address"] or not job["log"]:
             raise LogUnavailable(404, f"job {job['id']} has no log yet: it is {job['state']}"
                                       " and no attempt of it has started")
@@ -80,7 +85,7 @@ class LogReader:
         self.in_flight += 1
         try:
             async with asyncio.timeout(self.timeout):
-                log = await self._pool.get_log(job["address"], job_key(job["id"], job["attempt"]),
+                log = await self._pool.get_log(address, job_key(job["id"], job["attempt"]),
                                                offset, min(limit, MAX_BYTES))
         except TimeoutError:
             raise LogUnavailable(504, f"the log is on {where}, which did not answer within "

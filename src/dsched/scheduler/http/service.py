@@ -59,7 +59,7 @@ class Dashboard:
         self.sections = sections
         self.tls = config.tls
         self._cluster_token = token  # the workers' data ports ask for it: logs are read there
-        self.logs = LogReader(self._log_peers)
+        self.logs = LogReader(self._log_peers, locate=self._worker_address)
         self.observations = Observations(scheduler.state.tasks, scheduler.state.workers)
         self.snapshots = Snapshots(self._build, clock=self._clock)
         self._metrics = {s.name: s.metrics for s in sections if s.metrics is not None}
@@ -128,6 +128,11 @@ class Dashboard:
         return PeerPool(role="client", name="dashboard", token=self._cluster_token,
                         ssl=ssl_contexts(self.tls, server=False), timeout=comm.connect_timeout,
                         limits=comm.limits())
+
+    def _worker_address(self, name: str) -> str | None:
+        """The address of the connected worker ``name`` (where a log of it is read now)."""
+        return next((w.address for w in self.scheduler.state.workers.values()
+                     if w.name == name), None)
 
     # -- what handlers read -----------------------------------------------------------------
 

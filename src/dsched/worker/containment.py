@@ -1,0 +1,382 @@
+"""Every process a job or a GPU task starts dies with it: how the worker finds them all.
+
+A process group is not enough: anything started in a new session (``setsid``, a daemonizing
+server, dataloader workers) leaves it, and would outlive its job holding a GPU that dsched
+counts as free. So each worker runs in one of two modes, chosen once at its start
+(``worker.containment``: ``auto`` takes the first that works here):
+
+- ``cgroup``: each job attempt and each GPU child process gets a cgroup v2 of its own, made in
+  the worker's own cgroup (which needs root, or a cgroup delegated to the worker's user, e.g.
+  systemd's ``Delegate=yes``). No process can leave it unless it may write to cgroups itself,
+  so the whole of it is killed (``cgroup.kill``, or SIGKILL to each process in
+  ``cgroup.procs`` until it is empty) and removed. No controller is enabled: nothing is
+  limited, only tracked.
+- ``subreaper``: the job's supervisor and the GPU child are child subreapers
+  (``PR_SET_CHILD_SUBREAPER``): an orphan among their descendants is handed to them rather than
+  to init, so walking /proc from them finds every descendant, however it was started, as long
+  as they live. They live until they have killed the rest.
+- ``group`` (not Linux): process groups only, as before.
+
+The names of a worker's cgroups start with a prefix made of its name and its job directory
+(which only one live worker process can hold), so a worker that starts again kills and removes
+what an earlier process under that identity left (``clean_leftovers``).
+
+Nothing here may import asyncio or dsched's heavier modules: supervisors, GPU children and their
+guards use it. It holds no scheduling decisions.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+logger = logging.getLogger("dsched.worker")
+
+CGROUP, SUBREAPER, GROUP = "cgroup", "subreaper", "group"
+#: What ``worker.containment`` may say.
+SETTINGS = ("auto", CGROUP, SUBREAPER)
+_PR_SET_CHILD_SUBREAPER = 36  # from <linux/prctl.h>
+_PR_SET_NAME = 15
+#: The name (comm) a group's guard (``lifeline``) takes, so that a sweep from outside can spare
+#: it while it kills the rest (the guard itself then kills the group).
+GUARD_NAME = b"sched-guard"
+#: Seconds a sweep waits for what it killed to be gone: a process inside the kernel (a GPU
+#: driver tearing down a context) dies only when it leaves it.
+SWEEP_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Containment:
+    """The worker's mode; in cgroup mode, where its cgroups are made and how they are named."""
+
+    mode: str
+    parent: str = ""
+    prefix: str = ""
+
+    def cgroup_for(self, what: str) -> str:
+        """The path of the cgroup of ``what`` (``job-12.3``, ``gpu-4``); "" unless in cgroup
+        mode."""
+        return os.path.join(self.parent, self.prefix + what) if self.mode == CGROUP else ""
+
+    def describe(self) -> str:
+        """The mode and what it means, for the worker's log."""
+        if self.mode == CGROUP:
+            return (f"cgroup (each job and each task child process runs in a cgroup of its own "
+                    f"under {self.parent}, killed as a whole when it ends)")
+        if self.mode == SUBREAPER:
+            return ("subreaper (each job's supervisor and each task child process adopts what "
+                    "its job or task leaves in other sessions, and kills it when it ends)")
+        return "group (only each job's and task child process's group is killed when it ends)"
+
+
+def choose(setting: str, name: str, job_directory: str) -> Containment:
+    """The mode ``setting`` asks for, as far as this machine allows; OSError, saying why, when
+    the mode asked for by name cannot be had."""
+    if setting not in SETTINGS:
+        raise ValueError(f"worker.containment must be one of {', '.join(SETTINGS)}")
+    if setting in ("auto", CGROUP):
+        import hashlib  # here: supervisors and guards import this module, and never choose
+
+        try:
+            parent = own_cgroup()
+            safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:64]
+            digest = hashlib.sha1(os.path.abspath(job_directory).encode()).hexdigest()[:8]
+            found = Containment(CGROUP, parent, f"dsched-{safe}-{digest}-")
+            _probe(found.cgroup_for(f"probe-{os.getpid()}"))
+            return found
+        except OSError as error:
+            if setting == CGROUP:
+                raise OSError(f"worker.containment is cgroup, but {error}") from None
+    if sys.platform.startswith("linux"):
+        return Containment(SUBREAPER)
+    if setting == SUBREAPER:
+        raise OSError("worker.containment is subreaper, which needs Linux")
+    return Containment(GROUP)
+
+
+def settle(setting: str, name: str, job_directory: str) -> Containment:
+    """The worker's mode (``choose``), said in its log; the cgroups an earlier process of it
+    left are killed and removed. Only once the job directory is locked: they are no live
+    worker's then."""
+    chosen = choose(setting, name, job_directory)
+    logger.info("Containment: %s", chosen.describe())
+    left = clean_leftovers(chosen)
+    if left:
+        logger.info("Killed and removed %d cgroup(s) an earlier worker process left: %s",
+                    len(left), ", ".join(left))
+    return chosen
+
+
+def own_cgroup() -> str:
+    """The directory of this process's cgroup v2; OSError when there is none to be had."""
+    if not sys.platform.startswith("linux"):
+        raise OSError("cgroups need Linux")
+    with open("/proc/self/cgroup") as file:
+        path = next((line.strip()[3:] for line in file if line.startswith("0::")), None)
+    if path is None:
+        raise OSError("this process is in no cgroup v2 hierarchy")
+    with open("/proc/self/mountinfo") as file:
+        for line in file:
+            fields = line.split()
+            dash = fields.index("-")
+            if fields[dash + 1] == "cgroup2":
+                root, mount = fields[3], fields[4]
+                if path == root or path.startswith(root.rstrip("/") + "/"):
+                    inside = path[len(root.rstrip("/")):].lstrip("/")
+                    return os.path.join(mount, inside) if inside else mount
+    raise OSError("no cgroup v2 file system is mounted where this process's cgroup is")
+
+
+def _probe(path: str) -> None:
+    """Make a cgroup, move a process into it and remove it, or say why that cannot be done."""
+    import subprocess
+
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise OSError(f"cannot make a cgroup in {os.path.dirname(path)}: "
+                      f"{error.strerror or error}") from None
+    probe = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        with open(os.path.join(path, "cgroup.procs"), "w") as procs:
+            procs.write(str(probe.pid))
+        if not in_cgroup(probe.pid, path):
+            raise OSError(f"a process moved to {path} is not there")
+    except OSError as error:
+        raise OSError(f"cannot move a process into a cgroup in {os.path.dirname(path)}: "
+                      f"{error.strerror or error}") from None
+    finally:
+        probe.kill()
+        probe.communicate()
+        remove_cgroup(path, timeout=5.0)
+
+
+# -- cgroups --------------------------------------------------------------------------------
+
+
+def make_cgroup(path: str) -> None:
+    os.makedirs(path, exist_ok=True)
+
+
+def enter_cgroup(path: str) -> None:
+    """Move this process into the cgroup at ``path``: plain system calls, so that it may run
+    between fork and exec."""
+    fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
+    try:
+        os.write(fd, b"0")
+    finally:
+        os.close(fd)
+
+
+def leave_cgroup(path: str) -> bool:
+    """Move this process from the cgroup at ``path`` to the one above it; whether it could."""
+    try:
+        enter_cgroup(os.path.dirname(path.rstrip("/")))
+        return True
+    except OSError:
+        return False
+
+
+def in_cgroup(pid: int, path: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cgroup") as file:
+            line = next((line for line in file if line.startswith("0::")), "")
+    except OSError:
+        return False
+    return bool(line) and path.rstrip("/").endswith(line.strip()[3:].rstrip("/") or "/")
+
+
+def cgroup_pids(path: str) -> list[int]:
+    """The processes in the cgroup at ``path`` and in those below it (zombies are not)."""
+    found: list[int] = []
+    for directory, _, _ in os.walk(path):
+        try:
+            with open(os.path.join(directory, "cgroup.procs")) as file:
+                found.extend(int(line) for line in file if line.strip())
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def kill_cgroup(path: str) -> None:
+    """SIGKILL every process in the cgroup at once where the kernel can (5.14 on), else each
+    process in it (the caller looks again, for any forked meanwhile)."""
+    try:
+        with open(os.path.join(path, "cgroup.kill"), "w") as file:
+            file.write("1")
+        return
+    except OSError:
+        pass
+    _signal(cgroup_pids(path), signal.SIGKILL)
+
+
+def remove_cgroup(path: str, timeout: float = SWEEP_TIMEOUT) -> bool:
+    """Kill what is in the cgroup until it is empty, and remove it; whether it is gone."""
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        try:
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as error:
+            # Busy: processes remain (or are dying). Anything else will not pass.
+            if error.errno != errno.EBUSY or time.monotonic() > deadline:
+                return False
+        kill_cgroup(path)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def clean_leftovers(containment: Containment) -> list[str]:
+    """Kill and remove the cgroups an earlier process of this worker left; their names."""
+    if containment.mode != CGROUP:
+        return []
+    try:
+        names = [n for n in os.listdir(containment.parent) if n.startswith(containment.prefix)]
+    except OSError:
+        return []
+    return [n for n in names if remove_cgroup(os.path.join(containment.parent, n), 10.0)]
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def become_subreaper() -> bool:
+    """Have orphans among this process's descendants handed to it; False where it cannot."""
+    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def name_guard() -> None:
+    _prctl(_PR_SET_NAME, ctypes.c_char_p(GUARD_NAME))
+
+
+def _prctl(option: int, value) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _processes() -> dict[int, tuple[int, str, int, str]]:
+    """Every process now: pid -> (parent, state letter, group, name)."""
+    table: dict[int, tuple[int, str, int, str]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc (not Linux): process groups only
+        return table
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as file:
+                    stat = file.read()
+            except OSError:  # gone meanwhile
+                continue
+            # The name is in parentheses and may hold anything, parentheses included.
+            name = stat[stat.index(b"(") + 1:stat.rindex(b")")]
+            fields = stat[stat.rindex(b")") + 2:].split()
+            table[int(entry)] = (int(fields[1]), fields[0].decode(), int(fields[2]),
+                                 name.decode(errors="replace"))
+    return table
+
+
+def descendants(root: int, table: dict | None = None) -> list[int]:
+    """The live (not zombie) descendants of ``root``."""
+    table = _processes() if table is None else table
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = [], list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, ()))
+        if table[pid][1] not in "ZX":
+            found.append(pid)
+    return found
+
+
+def guards_of(root: int, table: dict | None = None) -> set[int]:
+    """The guard of ``root``'s group: its child in its group named GUARD_NAME."""
+    table = _processes() if table is None else table
+    return {pid for pid, (parent, _, group, name) in table.items()
+            if parent == root and group == root and name == GUARD_NAME.decode()}
+
+
+def signal_tree(root: int, signum: int, cgroup: str = "", spare: frozenset | set = frozenset(),
+                table: dict | None = None) -> list[int]:
+    """Send ``signum`` to every live descendant of ``root`` and every process of ``cgroup``,
+    but for ``root``, this process and ``spare``; the processes signalled."""
+    table = _processes() if table is None else table
+    targets = set(descendants(root, table))
+    if cgroup:
+        targets.update(pid for pid in cgroup_pids(cgroup)
+                       if pid in table and table[pid][1] not in "ZX")
+    targets -= {root, os.getpid(), *spare}
+    _signal(targets, signum)
+    return sorted(targets)
+
+
+def sweep(root: int, cgroup: str = "", spare: frozenset | set = frozenset(),
+          timeout: float = SWEEP_TIMEOUT) -> list[int]:
+    """SIGKILL what ``signal_tree`` reaches, again and again, until nothing is left (or
+    ``timeout`` has passed: then what is left). When ``root`` is this process, its children
+    that ended (but ``spare``) are reaped on the way: adopted orphans must not stay zombies."""
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        table = _processes()
+        left = signal_tree(root, signal.SIGKILL, cgroup, spare, table)
+        if root == os.getpid():  # never another's children: their parent reaps them
+            reap(spare)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def reap(spare: frozenset | set = frozenset(), table: dict | None = None) -> None:
+    """Reap this process's children that have ended, but ``spare`` (whose end is awaited
+    elsewhere): orphans handed to a subreaper must not stay zombies. Only a subreaper calls it:
+    it takes any child's end."""
+    while True:  # one call a zombie, no walk of /proc: orphans may end by the thousand
+        try:
+            ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if ended is None:
+            return
+        if ended.si_pid in spare:  # first in line, and staying: find the others by walking
+            break
+        try:
+            os.waitpid(ended.si_pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    me = os.getpid()
+    table = _processes() if table is None else table
+    for pid, (parent, state, _, _) in table.items():
+        if parent == me and state in "ZX" and pid not in spare:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def _signal(pids, signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
