@@ -128,3 +128,41 @@ def test_a_hang_up_of_the_session_drains_the_nanny_and_its_processes(daemons):
                               "INFO dsched: Received SIGTERM: draining")) for line in lines) == 2
     assert "exiting at once" not in log and "was killed" not in log
     wait_until(lambda: not client.scheduler_info()["workers"], what="both processes gone")
+
+
+def block_the_first_run(marker: str) -> str:
+    """The first run waits (up to 60 s) until it is stopped; any later run returns at once."""
+    import os
+    import time
+
+    first = not os.path.exists(marker)
+    with open(marker, "a") as f:
+        f.write(os.environ["SCHED_WORKER_NAME"] + "\n")
+    if first:
+        time.sleep(60)
+    return os.environ["SCHED_WORKER_NAME"]
+
+
+def test_a_task_stopped_at_the_drain_deadline_runs_again_elsewhere_and_does_not_fail(
+        daemons, tmp_path):
+    """A SIGTERM must not fail a user's task: the GPU task still running at the drain deadline
+    is stopped for shutdown and handed back, not reported as an error of its own (which would
+    spend its retries, here none). A job that takes its grace period to die keeps the worker
+    connected meanwhile, so the stopped task's end is surely heard."""
+    gpu = {**FAST, "SCHED_FAKE_NVML": '{"count": 1}', "SCHED_WORKER__DRAIN_TIMEOUT": "0.5",
+           "SCHED_WORKER__JOB_KILL_GRACE": "2"}
+    daemons.scheduler()
+    a = daemons.worker("--name", "a", "--nthreads", "2", "--no-nanny", env=gpu)
+    client = daemons.client()
+    daemons.wait_for_workers(client, 1)
+    marker = tmp_path / "marker"
+    future = client.submit(block_the_first_run, str(marker), resources={"GPU": 1}, retries=0)
+    job = client.submit_command(["sh", "-c", "trap '' TERM; sleep 30"])
+    wait_until(lambda: marker.exists() and client.jobs([job.job_id(timeout=10)])["jobs"][0][
+        "state"] == "running", what="the task and the job to run on a")
+    daemons.worker("--name", "b", "--nthreads", "1", "--no-nanny", env=gpu)
+    daemons.wait_for_workers(client, 2)
+    a.send_signal(signal.SIGTERM)
+    assert future.result(timeout=60) == "b"
+    assert a.wait(timeout=30) == 0
+    assert marker.read_text().split() == ["a", "b"]

@@ -115,6 +115,7 @@ class Worker:
         self._register_sent = 0.0
         self._previous_exit = s.previous_exit  # told to the first scheduler only
         self._retired = asyncio.Event()  # the scheduler says a draining worker may leave
+        self._changed = asyncio.Event()  # set after each event: a drain waits on it, not a timer
         self._process = psutil.Process()
         self._group: asyncio.TaskGroup | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -255,17 +256,13 @@ class Worker:
             return self.state.is_idle() and (self._retired.is_set()
                                              or not self.session.connected)
 
-        while not done() and loop.time() < deadline:
-            await asyncio.sleep(0.05)
+        await self._until(done, deadline)
         if not self.state.is_idle():
             logger.warning("Drain deadline passed; stopping the tasks and jobs still running")
-            for task in self.state.snapshot().running:
-                self.gpu_children.kill(task.key)
             self._handle(ev.DrainTimedOut())
-            # Jobs get SIGTERM and their grace period; their outcomes go out before we leave.
-            deadline = loop.time() + self.config.job_kill_grace + 5
-            while self.state.running_jobs() and loop.time() < deadline:
-                await asyncio.sleep(0.05)
+            # Jobs get SIGTERM and their grace period, GPU task processes are killed; their
+            # ends go out before we leave.
+            await self._until(self.state.is_idle, loop.time() + self.config.job_kill_grace + 5)
         elif not done():
             logger.warning("Drain deadline passed before the results only this worker holds "
                            "were copied to other workers; they are computed again if needed")
@@ -296,6 +293,7 @@ class Worker:
             self._handle(op)
         elif kind is ops.Retire:
             self._retired.set()
+            self._changed.set()
         else:
             raise ops.BadOp(f"{op.OP} is not an op the scheduler sends a worker")
 
@@ -339,6 +337,19 @@ class Worker:
                 self._spawn(self._handle_soon(ended))
             else:  # a report: an op for the scheduler
                 self.session.send(action)
+        self._changed.set()
+
+    async def _until(self, done: Any, deadline: float) -> None:
+        """Until ``done()`` (a question to the core, asked after each event) or ``deadline``
+        (the loop's time)."""
+        loop = asyncio.get_running_loop()
+        while not done() and loop.time() < deadline:
+            self._changed.clear()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._changed.wait()
+            except TimeoutError:
+                return
 
     async def _handle_soon(self, event: Any) -> None:
         self._handle(event)

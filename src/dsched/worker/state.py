@@ -212,7 +212,7 @@ class WorkerState:
             return [] if event.key in self.holdings.results else [ReleaseResult(event.key)]
         self.slots.free(task)
         if task.state is TaskState.CANCELLING:
-            return [ReleaseResult(task.key), ops.TaskStopped(task.key),
+            return [ReleaseResult(task.key), self._stop_report(task),
                     *self._end_without_result(task)]
         duration = event.stop - event.start if event.duration is None else event.duration
         report = ops.TaskFinished(
@@ -229,7 +229,7 @@ class WorkerState:
             return []
         self.slots.free(task)
         if task.state is TaskState.CANCELLING:
-            report: Action = ops.TaskStopped(task.key)
+            report: Action = self._stop_report(task)
         else:
             report = ops.TaskErred(task.key, event.exception, event.text, event.start, event.stop)
         return [report] + self._end_without_result(task)
@@ -240,7 +240,7 @@ class WorkerState:
             return []
         self.slots.free(task)
         if task.state is TaskState.CANCELLING:
-            report: Action = ops.TaskStopped(task.key)
+            report: Action = self._stop_report(task)
         else:
             # Stopped without being cancelled (its process died): the task failed.
             text = f"the task's process was stopped: {event.reason or 'no reason given'}"
@@ -296,12 +296,30 @@ class WorkerState:
         return self.attempts.heard_ended(event)
 
     def _drain_timed_out(self, event: ev.DrainTimedOut) -> list[Action]:
+        """The drain deadline passed: every running task and job is stopped for shutdown. A
+        task goes back to the scheduler as refused by a closing worker, never as an error of
+        its own: at once when it runs on a thread (which cannot be stopped; its end is
+        ignored), else once its process is gone."""
         actions: list[Action] = []
         for task in sorted(self.tasks.values(), key=lambda t: t.seq):
-            if task.job is not None and task.state is TaskState.EXECUTING:
-                task.state = TaskState.CANCELLING
+            if task.state is not TaskState.EXECUTING:
+                continue
+            task.state, task.stopped_for = TaskState.CANCELLING, SHUTDOWN
+            if task.job is not None:
                 actions.append(KillJob(task.key, SHUTDOWN))
+            elif task.gpus:
+                actions.append(KillTask(task.key))
+            else:
+                self.slots.free(task)
+                actions += [self._stop_report(task), *self._end_without_result(task)]
         return actions
+
+    @staticmethod
+    def _stop_report(task: WorkerTask) -> Action:
+        """What the scheduler hears of a task stopped here before it ended by itself."""
+        if task.stopped_for == SHUTDOWN:
+            return ops.TaskRejected(task.key, "the worker is closing")
+        return ops.TaskStopped(task.key)
 
     # -- bookkeeping ----------------------------------------------------------------------
 

@@ -40,6 +40,9 @@ class WorkerTask:
     state: TaskState = TaskState.FETCHING
     gpus: tuple[int, ...] = ()
     job: dict | None = None  # a shell-command job's attempt: what Execute.job said
+    #: Why a CANCELLING task is stopped: a user's cancel (the default), or the worker's shutdown
+    #: (then it goes back to the scheduler as refused by a closing worker, never as an error).
+    stopped_for: str = "cancel"
 
     @property
     def queue_entry(self) -> tuple[int, int, str]:

@@ -295,3 +295,18 @@ def test_constrained_vs_ready_priority(px, py, first, swap):
     arrivals = [execute("x", priority=px), execute("y", "R=1", priority=py)]
     handle(state, *(arrivals[::-1] if swap else arrivals))
     assert list(started(handle(state, done("clog")))) == [first]
+
+
+def test_at_the_drain_deadline_running_tasks_are_handed_back_never_failed():
+    from dsched.worker.events import DrainTimedOut
+
+    state = WorkerState(nthreads=2, resources=R("GPU=1"))
+    handle(state, execute("on-gpu", "GPU=1"), execute("on-thread"))
+    handle(state, DrainRequested())
+    actions = handle(state, DrainTimedOut())
+    # The thread cannot be stopped: handed back at once. The GPU process is killed first.
+    assert actions == [KillTask("on-gpu"), TaskRejected("on-thread", "the worker is closing")]
+    assert handle(state, TaskStopped("on-gpu", "killed by signal 9")) == [
+        TaskRejected("on-gpu", "the worker is closing")]
+    assert handle(state, done("on-thread")) == [ReleaseResult("on-thread")]  # ignored
+    assert state.is_idle()
