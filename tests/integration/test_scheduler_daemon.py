@@ -229,6 +229,44 @@ async def test_a_committed_batch_that_cannot_be_carried_out_stops_the_scheduler(
                              "scheduler action")
 
 
+async def test_a_bug_in_the_core_stops_the_scheduler_and_nothing_of_that_event_is_carried_out(
+        tmp_path, monkeypatch):
+    """Crash-only, as the worker: a handler that raises stops the scheduler (``fatal``: the
+    program exits 1, and the journal makes its restart safe), and the half-made decision, its
+    journal rows included, is never carried out, by that event or a later one."""
+    import asyncio
+
+    from dsched import Client
+    from dsched.scheduler.journal import Journal
+    from dsched.scheduler.server import Scheduler
+    from dsched.settings import CommConfig, SchedulerConfig
+
+    journal = Journal(str(tmp_path / "jobs.db"))
+    scheduler = Scheduler(SchedulerConfig(host="127.0.0.1", port=0, tick_interval=0.01),
+                          CommConfig(), token="t", journal=journal)
+    schedule = scheduler.state.placer.schedule
+
+    def planted() -> None:  # a bug after the submit was journaled, before it was answered
+        if scheduler.state.jobs.jobs:
+            raise RuntimeError("planted")
+        schedule()
+
+    monkeypatch.setattr(scheduler.state.placer, "schedule", planted)
+    await scheduler.start()
+    client = await Client(scheduler.address, token="t", asynchronous=True, timeout=5)
+    try:
+        client.submit_command(["true"])
+        reason = await asyncio.wait_for(scheduler.fatal, 30)
+        assert reason.startswith("a bug in the scheduler's core, handling JobsSubmitted: "
+                                 "RuntimeError: planted")
+        assert scheduler.state.out.actions == [] and not scheduler.state.out.rows
+        assert journal.load() == []
+    finally:
+        await client.close()
+        await scheduler.close()
+        journal.close()
+
+
 # -- the state directory and the journal: one scheduler each, refused at start, errors said --
 
 

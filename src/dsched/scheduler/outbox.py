@@ -58,6 +58,12 @@ class Outbox:
         self.rows[job.id] = job
         self.causes.add(cause)
 
+    def discard(self) -> None:
+        """Drop what a handler that raised had decided so far: half a decision is never sent
+        (nor written to the journal)."""
+        self.actions, self.rows, self.causes = [], {}, set()
+        self.to_free, self.waiting = {}, {}
+
     def take(self) -> list:
         """Everything decided, in order, the gathered messages last, and the journal write
         first; starts afresh."""

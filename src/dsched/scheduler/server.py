@@ -127,6 +127,7 @@ class Scheduler:
         self._log = PacedLog(logger)
         #: Set, with the reason, when the scheduler cannot go on (the journal failed).
         self.fatal: asyncio.Future | None = None
+        self.core_failed = ""  # set when the core raised: nothing more is decided
         self.workers: dict[str, Comm] = {}
         self.clients: dict[str, Comm] = {}
         self.listener: Listener | None = None
@@ -248,7 +249,7 @@ class Scheduler:
         self.workers[address] = comm
         reason, expected = "connection closed", False
         try:
-            actions = self.state.handle(_joined(first, self.now()))
+            actions = self._decide(_joined(first, self.now()))
             if address in self.state.workers:  # accepted: say so before anything else
                 comm.write_nowait(ops.Registered(address=address).to_wire())
             self.commits.carry_out_all(actions)
@@ -342,10 +343,25 @@ class Scheduler:
     # -- the state and its actions ----------------------------------------------------------
 
     def _handle(self, event: Any) -> None:
-        actions = self.state.handle(event)
+        self.commits.carry_out_all(self._decide(event))
+
+    def _decide(self, event: Any) -> list:
+        """The core's actions for ``event``. A core that raises has a bug: the scheduler stops
+        (crash-only, as the worker does), and from then on decides and carries out nothing,
+        the half-made decision included; the journal makes its restart safe."""
+        if self.core_failed:
+            return []
+        try:
+            actions = self.state.handle(event)
+        except Exception as error:
+            self.core_failed = (f"a bug in the scheduler's core, handling "
+                                f"{type(event).__name__}: {type(error).__name__}: {error}")
+            logger.error("The core failed", exc_info=error)
+            self._fail(self.core_failed)
+            return []
         if self.observe is not None:
             self.observe(event, actions)
-        self.commits.carry_out_all(actions)
+        return actions
 
     def _committed(self, seconds: float, rows: int) -> None:
         if self.on_commit is not None:
@@ -402,5 +418,7 @@ class Scheduler:
                 self._log.tick(self.now())
                 if "recovering" in self.not_ready:
                     self._note_recovery()
-            except Exception:  # a bug in one tick must not stop the clock
-                logger.exception("Scheduler tick failed")
+            except Exception as error:  # a bug: crash-only, as everywhere
+                logger.error("The scheduler's tick failed", exc_info=error)
+                self._fail(f"the scheduler's tick failed: {type(error).__name__}: {error}")
+                return

@@ -89,12 +89,18 @@ class SchedulerState:
         out = self.out
         if event.now > out.now:
             out.now = event.now
-        handler(self, event)
-        if self.graph.release_work:
-            self.graph.drain_releases()
-        self.placer.schedule()
-        if self.membership.draining:
-            self.membership.retire_idle()
+        try:
+            handler(self, event)
+            if self.graph.release_work:
+                self.graph.drain_releases()
+            self.placer.schedule()
+            if self.membership.draining:
+                self.membership.retire_idle()
+        except BaseException:
+            # A bug: nothing of this event is carried out, and the state is no longer to be
+            # trusted (the shell stops; the journal makes a restart safe).
+            out.discard()
+            raise
         return out.take()
 
     def validate(self) -> None:

@@ -3,6 +3,8 @@ dependencies, and the journal write that comes before every action of a change."
 
 from __future__ import annotations
 
+import pytest
+
 from dsched.scheduler import actions as act, events as ev
 from sched_story import JobStory, job, journaled, started
 
@@ -256,3 +258,17 @@ def test_a_high_priority_job_is_not_overtaken_by_jobs_queued_before_it():
                           urgent: "queued"}  # none of them waits at w, to start before it
     s.start("job-1.1")
     assert started(s.end("job-1.1")) == [(f"job-{urgent}.1", "w")]
+
+
+def test_a_handler_that_raises_leaves_nothing_for_the_next_event_to_send(monkeypatch):
+    s = JobStory()
+    schedule = s.state.placer.schedule
+
+    def planted():
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(s.state.placer, "schedule", planted)
+    with pytest.raises(RuntimeError, match="planted"):
+        s.state.handle(ev.JobsSubmitted(client="c", request=1, jobs=(job(),), at=0.0, now=0.0))
+    monkeypatch.setattr(s.state.placer, "schedule", schedule)
+    assert s.state.handle(ev.Tick(now=1.0)) == []  # no half-made journal write, no reply
