@@ -215,16 +215,44 @@ class Log:
         return self.msg % self.args if self.args else self.msg
 
 
+@_frozen
+class WorkerAccepted:
+    """The worker that registered from ``worker`` is a member now: tell it so, before
+    anything else addressed to it."""
+
+    worker: str
+
+
+@_frozen
+class GrantLease:
+    """A member worker's heartbeat sent at ``sent`` (its clock) extends its jobs' lease."""
+
+    worker: str
+    sent: float
+
+
+@_frozen
+class Refused:
+    """``client``'s request ``request`` is refused, nothing of it done: ``reason``; ``keys``:
+    the tasks it submitted, whose futures fail with it."""
+
+    client: str
+    request: int | None
+    reason: str
+    keys: tuple[str, ...] = ()
+
+
 #: Log levels, the numbers of the ``logging`` module (not imported: this module does no I/O).
 DEBUG, INFO, WARNING = 10, 20, 30
 
 Action = Union[
     Execute, StopTask, Free, Replicate, Retire, AttemptAck, CloseWorker, TaskFinished,
     ResultMoved, TaskErred, TaskCancelled, TaskWaiting, JobsReply, JobEnded, JournalWrite, Log,
+    WorkerAccepted, GrantLease, Refused,
 ]
 
 __all__ = [
     "Action", "AttemptAck", "JobEnded", "JobsReply", "JournalWrite", "StopTask", "CloseWorker", "Execute", "Free", "Log", "NO_INPUTS",
     "Replicate", "TaskCancelled", "TaskErred", "TaskFinished", "ResultMoved",
-    "TaskWaiting", "Retire",
+    "TaskWaiting", "Retire", "WorkerAccepted", "GrantLease", "Refused",
 ]

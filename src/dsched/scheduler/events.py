@@ -77,10 +77,13 @@ class WorkerJoined:
 
 @_frozen
 class WorkerHeartbeat:
-    """A worker is alive; ``metrics`` (load, memory, GPU use) is kept for display only."""
+    """A worker is alive; ``metrics`` (load, memory, GPU use) is kept for display only.
+    ``sent``: the worker's clock when it sent it, from which its jobs' lease runs on (0: none
+    asked)."""
 
     address: str
     metrics: Mapping[str, Any] | None = None
+    sent: float = 0.0
     now: float
 
 
@@ -212,10 +215,12 @@ class AttemptEnded:
 
 @_frozen
 class TasksSubmitted:
-    """``client`` submits a batch of tasks; dependencies may point inside the batch."""
+    """``client`` submits a batch of tasks; dependencies may point inside the batch.
+    ``request``: its request id, named in a refusal."""
 
     client: str
     tasks: tuple[TaskSpec, ...]
+    request: int | None = None
     now: float
 
 
@@ -302,6 +307,14 @@ class JobsLoaded:
 
 
 @_frozen
+class SchedulerDraining:
+    """The scheduler drains (SIGTERM): it refuses new tasks and jobs from now on, and goes on
+    placing what it holds."""
+
+    now: float
+
+
+@_frozen
 class Tick:
     """Time passed: heartbeat timeouts, ``no_worker_timeout`` and backfill estimates."""
 
@@ -312,13 +325,15 @@ Event = Union[
     WorkerJoined, WorkerHeartbeat, Draining, WorkerLeft, TaskFinished, TaskErred,
     TaskStopped, TaskRejected, MissingData, Replicated, ReplicateFailed, AttemptStarted,
     AttemptEnded, TasksSubmitted, CancelRequested, KeysReleased, ClientDisconnected,
-    JobsSubmitted, JobsCancelled, JobsReleased, JobsWatched, JobsLoaded, Tick,
+    JobsSubmitted, JobsCancelled, JobsReleased, JobsWatched, JobsLoaded, SchedulerDraining,
+    Tick,
 ]
 
 __all__ = [
     "AttemptEnded", "AttemptStarted", "JobsCancelled", "JobsLoaded", "JobsReleased",
     "JobsSubmitted", "JobsWatched", "TaskStopped", "CancelRequested", "ClientDisconnected", "Event", "KeysReleased",
     "MissingData", "ReplicateFailed", "Replicated", "TaskErred", "TaskFinished",
-    "TaskRejected", "TaskSpec", "TasksSubmitted", "Tick", "Draining", "WorkerHeartbeat",
+    "TaskRejected", "TaskSpec", "TasksSubmitted", "Tick", "Draining", "SchedulerDraining",
+    "WorkerHeartbeat",
     "WorkerJoined", "WorkerLeft",
 ]

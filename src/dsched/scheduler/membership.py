@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from ..jobs import parse_job_key
 from . import events as ev
-from .actions import INFO, WARNING, StopTask, CloseWorker, Replicate, ResultMoved, Retire
+from .actions import (INFO, WARNING, CloseWorker, GrantLease, Replicate, ResultMoved, Retire,
+                      StopTask, WorkerAccepted)
 from .graph import TaskGraph
 from .jobrecovery import JobRecovery
 from .outbox import Outbox
@@ -68,6 +69,7 @@ class Membership:
                        e.job_lease, e.containment)
         self.workers[e.address] = w
         self.placer.add_worker(w)
+        out.actions.append(WorkerAccepted(worker=e.address))
         out.log(INFO, "Worker %s joined from %s: %d thread%s, resources %s", e.name,
                 e.address, e.nthreads, "" if e.nthreads == 1 else "s", e.resources or "none")
         if e.previous_exit:
@@ -127,10 +129,12 @@ class Membership:
 
     def heartbeat(self, e: ev.WorkerHeartbeat) -> None:
         w = self.workers.get(e.address)
-        if w is not None:
+        if w is not None:  # a member's only: one closed here gets no lease
             w.last_seen = self.out.now
             if e.metrics is not None:
                 w.metrics = e.metrics
+            if e.sent:
+                self.out.actions.append(GrantLease(worker=w.address, sent=e.sent))
 
     # -- leaving -----------------------------------------------------------------------------
 

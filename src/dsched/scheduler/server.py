@@ -51,7 +51,8 @@ WORKER_OPS: dict[type, Callable[[Any, str, float], Any]] = {
         permanent=o.permanent, now=now),
     ops.Heartbeat: lambda o, w, now: ev.WorkerHeartbeat(
         address=w, metrics={"cpu": o.cpu, "memory": o.memory, "memory_limit": o.memory_limit,
-                            "gpus": list(o.gpus), "executing": o.executing}, now=now),
+                            "gpus": list(o.gpus), "executing": o.executing}, sent=o.sent,
+        now=now),
     ops.Draining: lambda o, w, now: ev.Draining(address=w, now=now),
     ops.Replicated: lambda o, w, now: ev.Replicated(key=o.key, worker=w, nbytes=o.nbytes,
                                                     now=now),
@@ -64,7 +65,7 @@ WORKER_OPS: dict[type, Callable[[Any, str, float], Any]] = {
 #: op class -> event maker, for the client ops that change the state (requests aside).
 CLIENT_OPS: dict[type, Callable[[Any, str, float], Any]] = {
     ops.Submit: lambda o, c, now: ev.TasksSubmitted(
-        client=c, tasks=tuple(ev.TaskSpec(**task) for task in o.tasks), now=now),
+        client=c, tasks=tuple(ev.TaskSpec(**task) for task in o.tasks), request=o.id, now=now),
     ops.Cancel: lambda o, c, now: ev.CancelRequested(client=c, keys=o.keys, now=now),
     ops.Release: lambda o, c, now: ev.KeysReleased(client=c, keys=o.keys, now=now),
     ops.CancelJobs: lambda o, c, now: ev.JobsCancelled(client=c, request=o.id, jobs=o.jobs,
@@ -95,6 +96,8 @@ TO_WORKER: dict[type, Callable[[Any], Any]] = {
     act.Free: lambda a: ops.Free(keys=a.keys),
     act.Replicate: lambda a: ops.Replicate(key=a.key, who_has=(a.source,), nbytes=a.nbytes),
     act.Retire: lambda a: ops.Retire(),
+    act.WorkerAccepted: lambda a: ops.Registered(address=a.worker),
+    act.GrantLease: lambda a: ops.Lease(sent=a.sent),
 }
 
 #: action class -> op maker, for actions addressed to clients.
@@ -203,6 +206,7 @@ class Scheduler:
     async def drain(self, deadline: float) -> None:
         """Stop taking work, wait up to ``deadline`` seconds for running tasks, then close."""
         self.draining = True
+        self._handle(ev.SchedulerDraining(now=self.now()))
         self.not_ready["draining"] = "draining: it takes no new work"
         logger.info("Draining: new tasks and jobs are refused; waiting up to %g s for the "
                     "running tasks to end", deadline)
@@ -249,10 +253,7 @@ class Scheduler:
         self.workers[address] = comm
         reason, expected = "connection closed", False
         try:
-            actions = self._decide(_joined(first, self.now()))
-            if address in self.state.workers:  # accepted: say so before anything else
-                comm.write_nowait(ops.Registered(address=address).to_wire())
-            self.commits.carry_out_all(actions)
+            self._handle(_joined(first, self.now()))  # accepted: it hears so first
             for d in batch[1:]:
                 self._worker_op(address, ops.decode(d))
             async for d in comm:
@@ -278,8 +279,6 @@ class Scheduler:
         make = WORKER_OPS.get(type(op))
         if make is None:
             raise ops.BadOp(f"{op.OP} is not an op a registered worker sends")
-        if type(op) is ops.Heartbeat and op.sent:  # its jobs' lease runs on from then
-            self.workers[address].write_nowait(ops.Lease(sent=op.sent).to_wire())
         self._handle(make(op, address, self.now()))
 
     async def _serve_client(self, comm: Comm) -> None:
@@ -301,11 +300,6 @@ class Scheduler:
         kind = type(op)
         make = CLIENT_OPS.get(kind)
         if make is not None:
-            if kind is ops.Submit and self.draining:
-                comm.write_nowait(ops.Error(
-                    reason="the scheduler is draining and takes no work", id=op.id,
-                    keys=tuple(task["key"] for task in op.tasks)).to_wire())
-                return
             self._handle(make(op, client, self.now()))
         elif kind is ops.SubmitJobs:
             self._submit_jobs(client, comm, op)
@@ -321,10 +315,9 @@ class Scheduler:
 
     def _submit_jobs(self, client: str, comm: Comm, op: ops.SubmitJobs) -> None:
         """Jobs that cannot be read are refused, with the reason, and nothing is queued."""
-        if self.draining or self.journal is None:
-            reason = ("the scheduler is draining and takes no work" if self.draining else
-                      "this scheduler keeps no journal, so it takes no jobs")
-            comm.write_nowait(ops.Error(reason=reason, id=op.id).to_wire())
+        if self.journal is None:
+            comm.write_nowait(ops.Error(reason="this scheduler keeps no journal, so it takes "
+                                        "no jobs", id=op.id).to_wire())
             return
         try:
             specs = tuple(JobSpec.from_wire(job) for job in op.jobs)
@@ -392,6 +385,11 @@ class Scheduler:
                 comm = self.clients.get(client)
                 if comm is not None and not comm.closed:
                     comm.write_nowait(wire)
+        elif kind is act.Refused:
+            comm = self.clients.get(action.client)
+            if comm is not None and not comm.closed:
+                comm.write_nowait(ops.Error(reason=action.reason, id=action.request,
+                                            keys=action.keys).to_wire())
         elif kind is act.JobsReply:
             comm = self.clients.get(action.client)
             if comm is not None and not comm.closed:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Callable
 
 from . import events as ev
-from .actions import WARNING
+from .actions import WARNING, JobsReply, Refused
 from .graph import TaskGraph
 from .jobbook import JobBook
 from .jobrecovery import JobRecovery
@@ -28,6 +28,10 @@ from .worker import WorkerInfo
 
 #: Seconds a task a worker refused waits before it is queued again; doubles each refusal.
 REJECTION_BACKOFF = 0.5
+
+
+#: Why a draining scheduler refuses a submission.
+DRAINING = "the scheduler is draining and takes no work"
 
 
 class SchedulerState:
@@ -74,6 +78,8 @@ class SchedulerState:
         self.clients = self.graph.clients
         self.queue = self.placer.queue
         self.counters = self.out.counters
+        #: Set by SchedulerDraining: new tasks and jobs are refused, the rest goes on.
+        self.draining = False
 
     @property
     def now(self) -> float:
@@ -235,7 +241,21 @@ class SchedulerState:
     # -- clients ------------------------------------------------------------------------------
 
     def _on_submitted(self, e: ev.TasksSubmitted) -> None:
+        if self.draining:
+            self.out.actions.append(Refused(client=e.client, request=e.request, reason=DRAINING,
+                                            keys=tuple(spec.key for spec in e.tasks)))
+            return
         self.graph.submit(e.client, e.tasks)
+
+    def _on_jobs_submitted(self, e: ev.JobsSubmitted) -> None:
+        if self.draining:
+            self.out.actions.append(JobsReply(client=e.client, request=e.request,
+                                              error=DRAINING))
+            return
+        self.jobs.submit(e.client, e.request, e.jobs, e.at)
+
+    def _on_draining(self, e: ev.SchedulerDraining) -> None:
+        self.draining = True
 
     def _on_cancel_requested(self, e: ev.CancelRequested) -> None:
         tasks = self.tasks
@@ -278,7 +298,8 @@ class SchedulerState:
         ev.ReplicateFailed: lambda s, e: s.membership.replicate_failed(e),
         ev.AttemptStarted: lambda s, e: s.jobs.started(e.worker, e.report),
         ev.AttemptEnded: _on_attempt_ended,
-        ev.JobsSubmitted: lambda s, e: s.jobs.submit(e.client, e.request, e.jobs, e.at),
+        ev.JobsSubmitted: _on_jobs_submitted,
+        ev.SchedulerDraining: _on_draining,
         ev.JobsCancelled: lambda s, e: s.jobs.cancel(e.client, e.request, e.jobs),
         ev.JobsReleased: lambda s, e: s.jobs.release(e.client, e.request, e.jobs),
         ev.JobsWatched: lambda s, e: s.jobs.watch(e.client, e.jobs),

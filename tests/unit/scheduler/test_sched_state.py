@@ -263,3 +263,30 @@ def test_resubmitting_an_erred_key_runs_it_afresh():
     s.err("a")
     assert started(s.submit(task("a"))) == [("a", "w")]
     assert s.state_of("a") == "processing"
+
+
+def test_the_core_decides_membership_leases_and_refusals_while_draining():
+    """Who is a member, whose lease runs on, and what a draining scheduler refuses are the
+    core's decisions, each an action: the shell only carries them out."""
+    from dsched.jobs import JobSpec
+
+    s = Story()
+    joined = s.worker("a")
+    assert joined[0] == act.WorkerAccepted(worker=addr("a"))  # before anything else for it
+    refused = s(ev.WorkerJoined(address=addr("b"), name="a", nthreads=1, resources=Resources(),
+                                now=0.0))
+    assert not [a for a in refused if isinstance(a, act.WorkerAccepted)]
+
+    assert s(ev.WorkerHeartbeat(address=addr("a"), sent=5.0, now=1.0)) == [
+        act.GrantLease(worker=addr("a"), sent=5.0)]
+    s.leave("a")  # closed here: its heartbeats, still in flight, extend nothing
+    assert s(ev.WorkerHeartbeat(address=addr("a"), sent=6.0, now=2.0)) == []
+
+    s(ev.SchedulerDraining(now=3.0))
+    assert s(ev.TasksSubmitted(client="c", tasks=(task("x"),), request=7, now=3.0)) == [
+        act.Refused(client="c", request=7, reason="the scheduler is draining and takes no work",
+                    keys=("x",))]
+    assert "x" not in s.state.tasks
+    [reply] = s(ev.JobsSubmitted(client="c", request=8, jobs=(JobSpec("s", ("true",)),),
+                                 now=3.0))
+    assert reply.error == "the scheduler is draining and takes no work"
