@@ -46,9 +46,11 @@ def network():
 
 
 def count_end_reports(client) -> collections.Counter:
-    """Ends of tasks as reported to ``client`` on the wire, per key. (A future ignores a
-    second end, so only the wire shows one; a ``task-finished`` without ``nbytes`` says where a
-    recomputed result lives now, and is not an end.)"""
+    """Ends of tasks as reported to ``client`` on the wire, per key, since the last time the
+    client was told the result was lost (a ``result-moved`` to nowhere makes its future
+    pending again, and a new end follows). A future ignores a second end, so only the wire
+    shows one; a ``task-finished`` without ``nbytes`` says where a recomputed result lives now,
+    and is not an end."""
     ends: collections.Counter = collections.Counter()
     reports = client._async._reports
     on_op = reports.on_op
@@ -58,6 +60,8 @@ def count_end_reports(client) -> collections.Counter:
         if kind in ("task-erred", "task-cancelled") or (kind == "task-finished"
                                                           and "nbytes" in op):
             ends[op["key"]] += 1
+        elif kind == "result-moved" and not op.get("who_has"):
+            ends[op["key"]] -= 1
         on_op(op)
 
     reports.on_op = counting
