@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 
@@ -215,3 +216,19 @@ def test_what_a_gpu_task_started_dies_when_its_process_dies_in_cgroup_mode(daemo
 def leave_then_die(pidfile: str) -> None:
     leave_an_escapee(pidfile, False)
     os._exit(1)
+
+
+def test_descendants_are_found_in_other_sessions_and_not_zombies():
+    # sh starts a process in a new session and waits for it.
+    shell = subprocess.Popen(["sh", "-c", "setsid sleep 600 & wait"])
+    try:
+        (sleeper,) = wait_until(lambda: containment.descendants(shell.pid), 10,
+                                what="the shell's child")
+        assert os.getsid(sleeper) == sleeper != os.getsid(shell.pid)
+        assert shell.pid in containment.descendants(os.getpid())
+        assert containment.signal_tree(shell.pid, signal.SIGKILL) == [sleeper]
+        wait_until(lambda: not containment.descendants(shell.pid), 10,
+                   what="the killed child to be a zombie or gone")
+    finally:
+        shell.kill()
+        shell.wait()

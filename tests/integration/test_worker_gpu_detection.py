@@ -3,15 +3,21 @@
 A worker that finds GPUs and is given no ``GPU`` resource advertises them all; ``--nworkers``
 divides them among its processes; the worker's own ``CUDA_VISIBLE_DEVICES`` limits what it
 offers, and tasks are pinned to physical device numbers within that limit. What was found is
-logged once, by the nanny.
+logged once, by the nanny. A process started with ``SCHED_FAKE_NVML`` sees the fake devices, and
+one started with a task's environment reads its devices back with ``get_gpu_ids()``.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 
 import cloudpickle
+
+from dsched.gpu_ids import task_environment
+from dsched.worker.gpus import FAKE_NVML_ENV
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -79,3 +85,20 @@ def test_what_a_nanny_found_is_logged_once_not_again_by_each_process(daemons, tm
 
     found = [line for line in log_path.read_text().splitlines() if "Found" in line]
     assert len(found) == 1 and "Found 4 GPU(s)" in found[0], found
+
+
+def test_a_worker_process_started_with_sched_fake_nvml_sees_four_gpus(tmp_path):
+    path = tmp_path / "four.json"
+    path.write_text(json.dumps({"count": 4}))
+    code = "from dsched.worker.gpus import detect_gpus; print(detect_gpus(visible=None).indices)"
+    out = subprocess.run([sys.executable, "-c", code], env={FAKE_NVML_ENV: str(path)},
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "(0, 1, 2, 3)"
+
+
+def test_get_gpu_ids_inside_a_task_process():
+    env = task_environment((3,), os.environ)
+    code = "from dsched.gpu_ids import get_gpu_ids; print(get_gpu_ids())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == "[3]"

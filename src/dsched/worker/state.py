@@ -34,6 +34,11 @@ from .slots import Slots
 from .task import RUNNING, TaskState, WorkerTask
 
 
+#: ``WorkerTask.stopped_for`` of a task being stopped that the scheduler sent again (it had
+#: told this worker to stop it while it was cut off): its end is reported as a run's.
+AGAIN = "again"
+
+
 class WorkerState:
     """One worker's books; see the module docstring. Change it only through ``handle``."""
 
@@ -137,8 +142,11 @@ class WorkerState:
             known = self.attempts.known(key)
             if known is not None:
                 return known
-        if key in self.tasks:
-            return []  # sent again (a reconnect): the copy here stands and will report
+        task = self.tasks.get(key)
+        if task is not None:  # sent again (a reconnect): the copy here stands and will report
+            if task.state is TaskState.CANCELLING and task.stopped_for == CANCEL:
+                task.stopped_for = AGAIN  # wanted after all: its end is the run asked for
+            return []
         held = self.holdings.results.get(key)
         if held is not None and held.report is not None:
             if isinstance(held.report, ops.Replicated):  # a copy, held here: done, untimed
@@ -211,7 +219,7 @@ class WorkerState:
             # Not started here: the stored copy belongs to nobody.
             return [] if event.key in self.holdings.results else [ReleaseResult(event.key)]
         self.slots.free(task)
-        if task.state is TaskState.CANCELLING:
+        if task.state is TaskState.CANCELLING and task.stopped_for != AGAIN:
             return [ReleaseResult(task.key), self._stop_report(task),
                     *self._end_without_result(task)]
         duration = event.stop - event.start if event.duration is None else event.duration
@@ -228,7 +236,7 @@ class WorkerState:
         if task is None or task.state not in RUNNING:
             return []
         self.slots.free(task)
-        if task.state is TaskState.CANCELLING:
+        if task.state is TaskState.CANCELLING and task.stopped_for != AGAIN:
             report: Action = self._stop_report(task)
         else:
             report = ops.TaskErred(task.key, event.exception, event.text, event.start, event.stop)
@@ -239,6 +247,10 @@ class WorkerState:
         if task is None or task.state not in RUNNING:
             return []
         self.slots.free(task)
+        if task.stopped_for == AGAIN:  # stopped, then asked for again: run it anew
+            task.stopped_for = CANCEL
+            self.slots.queue(task)
+            return []
         if task.state is TaskState.CANCELLING:
             report: Action = self._stop_report(task)
         else:

@@ -1,19 +1,16 @@
 """How a worker chooses its containment mode and says it: a mode asked for by name that this
 machine cannot give stops the worker with the reason, ``auto`` falls back to subreaper; the
 setting is checked; the mode travels in Register (left off the wire when unknown, so workers
-and schedulers of either age understand each other) and ``sched workers`` shows it; and the
-walk of /proc finds a process's descendants wherever their sessions are."""
+and schedulers of either age understand each other) and ``sched workers`` shows it. (That
+the walk of /proc finds a process's descendants wherever their sessions are needs processes:
+tests/integration/test_containment.py.)"""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 
 import pytest
 
-from deadline import wait_until
 from dsched import config
 from dsched.cli.jobtext import worker_table
 from dsched.config_kinds import Bad
@@ -68,20 +65,3 @@ def test_sched_workers_shows_the_mode_before_the_jobs():
                                  "containment": "subreaper", "jobs": [7]}])
     assert header.split()[-2:] == ["CONTAINMENT", "JOBS"]
     assert row.split()[-2:] == ["subreaper", "7"]
-
-
-@linux_only
-def test_descendants_are_found_in_other_sessions_and_not_zombies():
-    # sh starts a process in a new session and waits for it.
-    shell = subprocess.Popen(["sh", "-c", "setsid sleep 600 & wait"])
-    try:
-        (sleeper,) = wait_until(lambda: containment.descendants(shell.pid), 10,
-                                what="the shell's child")
-        assert os.getsid(sleeper) == sleeper != os.getsid(shell.pid)
-        assert shell.pid in containment.descendants(os.getpid())
-        assert containment.signal_tree(shell.pid, signal.SIGKILL) == [sleeper]
-        wait_until(lambda: not containment.descendants(shell.pid), 10,
-                   what="the killed child to be a zombie or gone")
-    finally:
-        shell.kill()
-        shell.wait()

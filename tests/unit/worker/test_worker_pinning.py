@@ -1,8 +1,5 @@
-"""A task's GPU environment, and get_gpu_ids() read back from inside a task process."""
-
-import os
-import subprocess
-import sys
+"""A task's GPU environment, and get_gpu_ids() read back from it (inside a task process:
+tests/integration/test_worker_gpu_detection.py)."""
 
 import pytest
 
@@ -41,11 +38,3 @@ def test_get_gpu_ids_reads_the_grant(monkeypatch, env, ids):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert get_gpu_ids() == ids
-
-
-def test_get_gpu_ids_inside_a_task_process():
-    env = task_environment((3,), os.environ)
-    code = "from dsched.gpu_ids import get_gpu_ids; print(get_gpu_ids())"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=60, check=True)
-    assert out.stdout.strip() == "[3]"

@@ -310,3 +310,16 @@ def test_at_the_drain_deadline_running_tasks_are_handed_back_never_failed():
         TaskRejected("on-gpu", "the worker is closing")]
     assert handle(state, done("on-thread")) == [ReleaseResult("on-thread")]  # ignored
     assert state.is_idle()
+
+
+def test_a_task_being_stopped_and_sent_again_ends_as_the_run_asked_for():
+    # On a thread it runs on: its end is reported as a finish.
+    state = WorkerState(nthreads=1)
+    handle(state, execute("x"), StopTask("x"))
+    assert handle(state, execute("x")) == []
+    assert [type(a) for a in handle(state, done("x"))] == [TaskFinished]
+    # In a GPU process it was killed: it starts again once it is gone.
+    state = WorkerState(nthreads=1, resources=R("GPU=1"))
+    handle(state, execute("y", "GPU=1"), StopTask("y"))
+    assert handle(state, execute("y", "GPU=1")) == []
+    assert list(started(handle(state, TaskStopped("y", "killed by signal 9")))) == ["y"]
