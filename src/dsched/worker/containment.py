@@ -334,6 +334,8 @@ def sweep(root: int, cgroup: str = "", spare: frozenset | set = frozenset(),
     """SIGKILL what ``signal_tree`` reaches, again and again, until nothing is left (or
     ``timeout`` has passed: then what is left). When ``root`` is this process, its children
     that ended (but ``spare``) are reaped on the way: adopted orphans must not stay zombies."""
+    if root == os.getpid() and _nothing_left(cgroup, spare):
+        return []  # the usual end of a task: no walk of /proc
     deadline = time.monotonic() + timeout
     pause = 0.001
     while True:
@@ -345,6 +347,22 @@ def sweep(root: int, cgroup: str = "", spare: frozenset | set = frozenset(),
             return left
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
+
+
+def _nothing_left(cgroup: str, spare: frozenset | set) -> bool:
+    """Whether this process (a child subreaper) has no child but ``spare`` and its cgroup no
+    process but it and ``spare``: then it has no descendant at all, since a subreaper is the
+    parent of every orphan below it. Reads its children from /proc/self/task/*/children (and
+    cgroup.procs), not every process's stat. False where the kernel does not list children."""
+    me = os.getpid()
+    try:
+        for thread in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{thread}/children") as file:
+                if set(map(int, file.read().split())) - set(spare):
+                    return False
+    except OSError:
+        return False
+    return not cgroup or not set(cgroup_pids(cgroup)) - {me, *spare}
 
 
 def reap(spare: frozenset | set = frozenset(), table: dict | None = None) -> None:
