@@ -109,6 +109,17 @@ def test_the_worker_says_its_mode_in_its_log_and_to_the_scheduler(daemons, mode)
     assert len(said) == 1 and f"Containment: {mode} (" in said[0] and "INFO" in said[0]
 
 
+def test_a_job_that_ends_at_once_has_only_its_own_output_in_its_log(daemons, mode):
+    """A command that had ended before its supervisor looked showed no cgroup of its own, and
+    was said not to be in it: the log got a false line about it."""
+    _, client, _ = start(daemons, mode)
+    jobs = [client.submit_command(["echo", f"hello {i}"]) for i in range(10)]
+    for i, job in enumerate(jobs):
+        result = job.result(timeout=60).check()
+        with open(result.log) as log:
+            assert log.read() == f"hello {i}\n"
+
+
 def test_what_a_job_starts_in_another_session_dies_when_the_job_exits(daemons, mode, escapees):
     _, client, _ = start(daemons, mode)
     pidfile = escapees / "escapee"

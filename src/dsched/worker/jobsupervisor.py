@@ -145,7 +145,10 @@ class Supervision:
             self._release()
             self._note(f"cannot start {self.key}: {problem}")
             return self._end("failed", None, f"cannot start: {problem}")
-        if self.cgroup and not containment.in_cgroup(self.process.pid, self.cgroup):
+        # A command that already ended (`echo`) shows no cgroup of its own any more: only a
+        # live one that is not in its cgroup could not be put there.
+        if (self.cgroup and not containment.in_cgroup(self.process.pid, self.cgroup)
+                and not self._leader_exited()):
             self._note(f"{self.key} could not be put in its cgroup {self.cgroup}; what it "
                        "starts is tracked as this supervisor's descendants instead")
             self._release()
