@@ -118,13 +118,19 @@ def test_a_thousand_failures_cost_the_info_log_a_line_not_a_traceback_each(daemo
     assert len(log.splitlines()) < 10, log
 
 
-def test_sigterm_lets_running_tasks_finish_then_exits(daemons):
-    daemons.scheduler()
+def one_task_running(daemons, seconds: float, value: str):
+    """A worker of one thread and a client whose task of ``seconds`` runs there: both."""
     daemons.worker("--nthreads", "1")
     client = daemons.client()
     daemons.wait_for_workers(client, 1)
-    running = client.submit(slow, 1.0, "done")
+    running = client.submit(slow, seconds, value)
     wait_until(lambda: client.scheduler_info()["tasks"].get("processing"), what="task running")
+    return client, running
+
+
+def test_sigterm_lets_running_tasks_finish_then_exits(daemons):
+    daemons.scheduler()
+    client, running = one_task_running(daemons, 1.0, "done")
     daemons.scheduler_process.send_signal(signal.SIGTERM)
     assert running.result(timeout=30) == "done"
     assert daemons.scheduler_process.wait(30) == 0
@@ -134,11 +140,7 @@ def test_a_drain_that_runs_out_of_time_says_how_many_tasks_were_still_running(da
     from dsched import SchedulerLostError
 
     daemons.scheduler(env={"SCHED_SCHEDULER__DRAIN_TIMEOUT": "0.5"})
-    daemons.worker("--nthreads", "1")
-    client = daemons.client()
-    daemons.wait_for_workers(client, 1)
-    never = client.submit(slow, 60, "never")
-    wait_until(lambda: client.scheduler_info()["tasks"].get("processing"), what="task running")
+    client, never = one_task_running(daemons, 60, "never")
     daemons.scheduler_process.send_signal(signal.SIGTERM)
     assert daemons.scheduler_process.wait(30) == 0
     log = daemons.scheduler_log()
@@ -151,11 +153,8 @@ def test_a_drain_that_runs_out_of_time_says_how_many_tasks_were_still_running(da
 
 def test_a_second_signal_exits_at_once(daemons):
     daemons.scheduler()
-    daemons.worker("--nthreads", "1")
-    client = daemons.client()
-    daemons.wait_for_workers(client, 1)
-    never = client.submit(slow, 60, "never")  # held, so it is not released and cancelled
-    wait_until(lambda: client.scheduler_info()["tasks"].get("processing"), what="task running")
+    # Held, so it is not released and cancelled.
+    client, never = one_task_running(daemons, 60, "never")
     started = time.monotonic()
     daemons.scheduler_process.send_signal(signal.SIGTERM)
     wait_until(lambda: "draining" in daemons.scheduler_log(), what="drain")
@@ -329,11 +328,7 @@ def test_a_full_disk_stops_the_scheduler_saying_the_disk_is_full(daemons, tmp_pa
 
 def test_sighup_drains_as_sigterm_does_and_a_second_one_does_not_cut_the_drain_short(daemons):
     daemons.scheduler()
-    daemons.worker("--nthreads", "1")
-    client = daemons.client()
-    daemons.wait_for_workers(client, 1)
-    running = client.submit(slow, 1.0, "done")
-    wait_until(lambda: client.scheduler_info()["tasks"].get("processing"), what="task running")
+    client, running = one_task_running(daemons, 1.0, "done")
     # Closing an SSH session sends it twice: from the shell, then from the kernel.
     daemons.scheduler_process.send_signal(signal.SIGHUP)
     wait_until(lambda: "Received SIGHUP: draining" in daemons.scheduler_log(), what="drain")

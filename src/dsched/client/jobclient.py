@@ -1,0 +1,83 @@
+"""A client's requests about shell-command jobs (``docs/jobs.md``): submit, watch, query,
+cancel, release, read logs, wait, and the workers as ``sched workers`` shows them.
+
+``AsyncClient`` inherits them; they ask of it only its running check, its job desk, its outbox
+and its request round trip (``_check_running``, ``_jobs``, ``_outbox``, ``_request``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from ..protocol import ops
+from ..protocol.fields import checked_ids, checked_int
+from .joblogs import JobLog, read_latest
+from .jobs import JobFuture, job_spec
+from .jobwait import wait_for_jobs
+from .workerview import workers_view
+
+
+class JobRequests:
+    """The job half of ``AsyncClient``."""
+
+    def submit_command(self, command: Any, **options: Any) -> JobFuture:
+        """Queue a shell-command job: ``command`` (a list of arguments, or a string split as
+        a shell would) runs on a worker with ``resources`` free, in a process group of its own.
+        Options: ``resources``, ``name``, ``priority``, ``retries`` (reruns after a non-zero
+        exit), ``after_ok``/``after_any`` (job numbers or JobFutures), ``time_limit``
+        (seconds, or "2h"), ``hold``, ``env``, ``cwd`` (none: the worker's), ``requeue`` (run
+        it again if its worker is lost while it runs). The future's result is a JobResult."""
+        self._check_running()
+        return self._jobs.submit(job_spec(command, **options))
+
+    async def watch_jobs(self, jobs: Iterable[int]) -> list[JobFuture]:
+        """Futures of jobs submitted before (by any client), by number."""
+        self._check_running()
+        jobs = checked_ids("a job number", jobs)
+        self._outbox.flush()
+        return [self._jobs.watch(job) for job in jobs]
+
+    async def jobs(self, jobs: Iterable[int] = (), states: Iterable[str] = (), offset: int = 0,
+                   limit: int = 1000) -> dict:
+        """Jobs by number (none: all) and state (none: any), newest first: ``{"jobs": [each
+        as ``sched status --json`` shows it], "total": n, "counts": {state: n}}``."""
+        jobs = checked_ids("a job number", jobs)
+        offset, limit = checked_int("offset", offset, 0), checked_int("limit", limit, 0)
+        return await self._request(lambda i: ops.QueryJobs(
+            id=i, jobs=jobs, states=tuple(states), offset=offset, limit=limit))
+
+    async def cancel_jobs(self, jobs: Iterable[int]) -> dict:
+        """Cancel jobs, queued or running; what became of each (by number, as text)."""
+        jobs = checked_ids("a job number", jobs)
+        return await self._request(lambda i: ops.CancelJobs(id=i, jobs=jobs))
+
+    async def release_jobs(self, jobs: Iterable[int]) -> dict:
+        """Let held jobs run; what became of each (by number, as text)."""
+        jobs = checked_ids("a job number", jobs)
+        return await self._request(lambda i: ops.ReleaseJobs(id=i, jobs=jobs))
+
+    async def job_log(self, job: int, offset: int = 0, limit: int = 1 << 20) -> ops.Log:
+        """Bytes of the log of a job's latest attempt from ``offset``, read from its worker:
+        a Log with ``data``, ``size`` (the log's length now) and ``ended``. The worker is
+        found by its name where it is connected (it may have moved since)."""
+        return await read_latest(self, job, offset, limit)
+
+    def read_job_log(self, job: int, follow: bool = False, interval: float = 0.5,
+                     on_wait: Callable[[str], None] | None = None) -> JobLog:
+        """The job's log chunk by chunk (``async for data in ...``); ``follow``: until the
+        job ends, waiting for it to start, following its retries, and waiting out a restart
+        of the scheduler or of the job's worker (``on_wait(worker)`` as it starts waiting
+        for one) for up to the connect timeout each."""
+        return JobLog(self, job, follow, interval, on_wait=on_wait)
+
+    async def wait_for_jobs(self, jobs: Iterable[int],
+                            on_update: Callable[[list[dict]], None] | None = None,
+                            timeout: float | None = None, interval: float = 1.0) -> list[dict]:
+        """Wait until all ``jobs`` (by number) have ended; their views. ``on_update(views)``
+        is called as they change, and at least every ``interval`` seconds."""
+        return await wait_for_jobs(self, jobs, on_update, timeout, interval)
+
+    async def workers(self) -> list[dict]:
+        """The connected workers with their resources (total, used, free), GPUs and who
+        uses them, and their jobs, as ``sched workers`` shows them."""
+        return await workers_view(self)
