@@ -1,7 +1,7 @@
 """A discrete-event simulator that drives SchedulerState with simulated workers.
 
 Workers have threads and resources; tasks have durations; a virtual clock advances through
-an event heap. The simulated workers check their own capacity on every Execute, apart from
+an event heap. The simulated workers check their own capacity on every SendExecute, apart from
 the scheduler's accounting, and the simulator can call ``validate()`` after every event. It
 reports the makespan, each task's wait (first start less submission) and the number of
 placement decisions. Used by the tests and the benchmarks.
@@ -17,8 +17,8 @@ from typing import Callable, Iterable
 
 from .resources import EMPTY, Resources, ResourcesLike
 from .scheduler import events as ev
-from .scheduler.actions import (CloseWorker, Execute, ResultMoved, StopTask, TaskCancelled,
-                                TaskErred, TaskFinished)
+from .scheduler.actions import (CloseWorker, SendExecute, TellMoved, SendStopTask, TellCancelled,
+                                TellErred, TellFinished)
 from .scheduler.state import SchedulerState
 
 
@@ -201,17 +201,17 @@ class Simulation:
         self._stop(address, key)
         if self._errors_left.get(key, 0) > 0:
             self._errors_left[key] -= 1
-            return ev.TaskErred(key=key, worker=address, exception=b"sim", text="simulated error",
+            return ev.WorkerTaskErred(key=key, worker=address, exception=b"sim", text="simulated error",
                                 now=self.now)
         nbytes = self.tasks[key].nbytes if key in self.tasks else 0
-        return ev.TaskFinished(key=key, worker=address, nbytes=nbytes, start=start,
+        return ev.WorkerTaskFinished(key=key, worker=address, nbytes=nbytes, start=start,
                                stop=self.now, now=self.now)
 
     def _make_stopped(self, address: str, key: str):
         if address not in self._running:
             return None
         self._stop(address, key)
-        return ev.TaskStopped(key=key, worker=address, now=self.now)
+        return ev.WorkerTaskStopped(key=key, worker=address, now=self.now)
 
     def _stop(self, address: str, key: str) -> None:
         """``key`` leaves ``address`` (ended or killed); a prefetched task takes its thread."""
@@ -238,19 +238,19 @@ class Simulation:
     def _carry_out(self, actions: list) -> None:
         for a in actions:
             kind = type(a)
-            if kind is Execute:
+            if kind is SendExecute:
                 self._execute(a)
-            elif kind is StopTask:
+            elif kind is SendStopTask:
                 self._at(self.now, "stopped", a.worker, a.key)
             elif kind is CloseWorker:
                 self._at(self.now, "leave", a.worker, a.reason)
-            elif kind is TaskFinished:
+            elif kind is TellFinished:
                 self._end(a.key, "finished")
-            elif kind is ResultMoved and not a.who_has:  # lost: it will end again
+            elif kind is TellMoved and not a.who_has:  # lost: it will end again
                 self.outcomes.pop(a.key, None)
-            elif kind is TaskErred:
+            elif kind is TellErred:
                 self._end(a.key, "erred")
-            elif kind is TaskCancelled:
+            elif kind is TellCancelled:
                 self._end(a.key, "cancelled")
 
     def _end(self, key: str, outcome: str) -> None:
@@ -259,7 +259,7 @@ class Simulation:
         self.outcomes[key] = outcome
         self.ends[key] = self.now
 
-    def _execute(self, a: Execute) -> None:
+    def _execute(self, a: SendExecute) -> None:
         """A simulated worker checks its own capacity: threads, resources, prefetch."""
         running = self._running.get(a.worker)
         if running is None:

@@ -19,7 +19,7 @@ from dsched.protocol import ops
 from dsched.resources import Resources
 from dsched.settings import CommConfig, WorkerConfig
 from dsched.worker.server import Worker, WorkerSetup
-from dsched.worker.task import TaskState
+from dsched.worker.task import WorkerTaskState
 
 TOKEN = "jobs-test-token"
 
@@ -192,7 +192,7 @@ async def test_a_job_sent_after_the_lease_ran_out_waits_for_a_new_lease(cluster)
     await wait_until_async(lambda: time.monotonic() > until, 10, what="the lease to run out")
     cluster.send(job("job-4.1", "true"))
     await wait_until_async(lambda: worker.state.state_of("job-4.1"), 10, what="the Execute")
-    assert worker.state.state_of("job-4.1") is TaskState.READY
+    assert worker.state.state_of("job-4.1") is WorkerTaskState.READY
 
     renewed = time.time()
     cluster.leasing = True

@@ -212,7 +212,7 @@ def bad_worker_op(rng: random.Random, n: int) -> dict:
 def worse_worker_op(rng: random.Random, n: int) -> dict:
     """Ops of the right shape whose fields have the wrong types (a list for a key)."""
     return rng.choice([
-        {"op": "task-cancelled", "key": [n]}, {"op": "task-rejected", "key": {"k": n}},
+        {"op": "future-cancelled", "key": [n]}, {"op": "task-rejected", "key": {"k": n}},
         {"op": "task-finished", "key": [n], "nbytes": 1, "start": 0, "stop": 1},
         {"op": "missing-data", "key": f"k-{n}", "dependency": [n], "tried": 5},
     ])

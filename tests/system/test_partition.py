@@ -47,9 +47,9 @@ def network():
 
 def count_end_reports(client) -> collections.Counter:
     """Ends of tasks as reported to ``client`` on the wire, per key, since the last time the
-    client was told the result was lost (a ``result-moved`` to nowhere makes its future
+    client was told the result was lost (a ``future-moved`` to nowhere makes its future
     pending again, and a new end follows). A future ignores a second end, so only the wire
-    shows one; a ``task-finished`` without ``nbytes`` says where a recomputed result lives now,
+    shows one; a ``future-finished`` without ``nbytes`` says where a recomputed result lives now,
     and is not an end."""
     ends: collections.Counter = collections.Counter()
     reports = client._async._reports
@@ -57,10 +57,10 @@ def count_end_reports(client) -> collections.Counter:
 
     def counting(op: dict) -> None:
         kind = op.get("op")
-        if kind in ("task-erred", "task-cancelled") or (kind == "task-finished"
+        if kind in ("future-erred", "future-cancelled") or (kind == "future-finished"
                                                           and "nbytes" in op):
             ends[op["key"]] += 1
-        elif kind == "result-moved" and not op.get("who_has"):
+        elif kind == "future-moved" and not op.get("who_has"):
             ends[op["key"]] -= 1
         on_op(op)
 

@@ -39,7 +39,7 @@ def erred(client, key, exception):
         raise exception
     except Exception as error:
         payload, text = dumps_exception(error)
-    report(client, op="task-erred", key=key, error="exception", text=text, exception=payload)
+    report(client, op="future-erred", key=key, error="exception", text=text, exception=payload)
 
 
 def inc(x):
@@ -57,7 +57,7 @@ def test_a_map_is_one_submit_and_a_finished_report_ends_its_future(client):
     (submit,) = sent(client, "submit")
     assert [task["key"] for task in submit["tasks"]] == [f.key for f in futures]
     assert not futures[0].done() and futures[0].status == "pending"
-    report(client, op="task-finished", key=futures[0].key, nbytes=8, who_has=["w:1"])
+    report(client, op="future-finished", key=futures[0].key, nbytes=8, who_has=["w:1"])
     assert futures[0].done() and futures[0].status == "finished"
     assert not futures[1].done()
 
@@ -129,7 +129,7 @@ def test_a_failure_without_an_exception_is_a_task_failed_error(client):
     from dsched.client import TaskFailedError
 
     future = client.submit(inc, 1)
-    report(client, op="task-erred", key=future.key, error="killed_worker",
+    report(client, op="future-erred", key=future.key, error="killed_worker",
            text="worker died 4 times", exception=b"")
     with pytest.raises(TaskFailedError, match="died 4 times") as raised:
         future.result()
@@ -150,7 +150,7 @@ def test_cancel_ends_the_future_at_once_and_a_new_submit_runs_afresh(client):
 
 def test_a_cancelled_report_ends_dependents(client):
     future = client.submit(inc, 1)
-    report(client, op="task-cancelled", key=future.key, reason="dependency x was cancelled")
+    report(client, op="future-cancelled", key=future.key, reason="dependency x was cancelled")
     assert future.cancelled()
     assert "dependency x was cancelled" in str(future.exception())
 
@@ -222,9 +222,9 @@ def test_a_refused_submit_fails_the_futures_it_names(client):
 def test_a_waiting_reason_reaches_the_future_and_clears_when_it_can_run(client):
     future = client.submit(inc, 1)
     reason = "no worker offers the resource 'TPU'"
-    report(client, op="task-waiting", keys=[future.key], reason=reason)
+    report(client, op="future-waiting", keys=[future.key], reason=reason)
     assert future.reason == reason and future.status == "pending"
-    report(client, op="task-waiting", keys=[future.key], reason=None)
+    report(client, op="future-waiting", keys=[future.key], reason=None)
     assert future.reason == ""
 
 
@@ -281,10 +281,10 @@ def test_a_report_the_client_fails_to_handle_fails_its_futures_instead_of_hangin
     def broken(op):
         raise RuntimeError("a bug in a handler")
 
-    monkeypatch.setitem(client._reports._handlers, ops.TaskFinished, broken)
+    monkeypatch.setitem(client._reports._handlers, ops.FutureFinished, broken)
     assert len(sent(client, "submit")) == 1  # flushed to the FakeComm before it is replaced
     client._outbox.attach(client.loop, ScriptedComm(
-        [{"op": "task-finished", "key": future.key, "nbytes": 1, "who_has": ["w:1"]}],
+        [{"op": "future-finished", "key": future.key, "nbytes": 1, "who_has": ["w:1"]}],
         "never reached"))
     with caplog.at_level(logging.ERROR, logger="dsched.client"):
         asyncio.run_coroutine_threadsafe(client._read(), client.loop).result(5)

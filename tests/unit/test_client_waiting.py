@@ -16,7 +16,7 @@ def finish(client, *futures, delay=0.0):
     """Report ``futures`` finished, in order, from the client's loop (after ``delay``)."""
     def report():
         for future in futures:
-            client._reports.on_op({"op": "task-finished", "key": future.key, "nbytes": 1,
+            client._reports.on_op({"op": "future-finished", "key": future.key, "nbytes": 1,
                                    "who_has": ["w:1"]})
 
     client.loop.call_soon_threadsafe(client.loop.call_later, delay, report)
@@ -24,7 +24,7 @@ def finish(client, *futures, delay=0.0):
 
 def cancel_report(client, future):
     client.loop.call_soon_threadsafe(client._reports.on_op, {
-        "op": "task-cancelled", "key": future.key, "reason": "test"})
+        "op": "future-cancelled", "key": future.key, "reason": "test"})
 
 
 def test_wait_returns_when_all_have_ended(client):

@@ -75,16 +75,16 @@ def test_observations_take_waits_run_times_and_failures_from_what_the_shell_hand
     t = Task("k", b"", Resources.parse(""), 0, 1, 0, None, "k")
     t.queued_at, t.started = 2.0, 2.5
     observed = Observations({"k": t}, wall_clock=lambda: 1234.0)
-    observed(ev.Tick(now=2.5), [act.Execute(key="k", worker="w", spec=b"",
+    observed(ev.Tick(now=2.5), [act.SendExecute(key="k", worker="w", spec=b"",
                                             resources=Resources.parse(""))])
     assert observed.queue_wait.count == 1 and observed.queue_wait.sum == 0.5
-    observed(ev.TaskFinished(key="k", worker="w", start=10.0, stop=13.0, now=3), [])
-    observed(ev.TaskFinished(key="k", worker="w", duration=2.0, now=3), [])
+    observed(ev.WorkerTaskFinished(key="k", worker="w", start=10.0, stop=13.0, now=3), [])
+    observed(ev.WorkerTaskFinished(key="k", worker="w", duration=2.0, now=3), [])
     assert observed.run_time.count == 2 and observed.run_time.sum == 5.0
-    erred = ev.TaskErred(key="k", worker="tcp://w", now=4)
-    observed(erred, [act.TaskErred(key="k", clients=("c",), error="exception",
+    erred = ev.WorkerTaskErred(key="k", worker="tcp://w", now=4)
+    observed(erred, [act.TellErred(key="k", clients=("c",), error="exception",
                                    text="Traceback ...\n  line 1\nValueError: boom\n"),
-                     act.TaskErred(key="d", clients=("c",), error="dependency", text="k")])
+                     act.TellErred(key="d", clients=("c",), error="dependency", text="k")])
     assert observed.failed == {"exception": 1, "dependency": 1}
     (failure,) = observed.failures  # the one failed with an input is only counted
     assert failure == {"time": 1234.0, "key": "k", "error": "exception",
@@ -97,12 +97,12 @@ def test_task_failures_name_their_worker_as_job_failures_do_even_once_it_left():
     t.queued_at = t.started = 1.0
     workers = {"tcp://10.0.0.7:4000": SimpleNamespace(name="gpu-a")}
     observed = Observations({"k": t}, workers, wall_clock=lambda: 9.0)
-    observed(ev.Tick(now=1), [act.Execute(key="k", worker="tcp://10.0.0.7:4000", spec=b"",
+    observed(ev.Tick(now=1), [act.SendExecute(key="k", worker="tcp://10.0.0.7:4000", spec=b"",
                                           resources=Resources.parse(""))])
-    erred = act.TaskErred(key="k", clients=("c",), error="exception", text="ValueError: x")
-    observed(ev.TaskErred(key="k", worker="tcp://10.0.0.7:4000", now=2), [erred])
+    erred = act.TellErred(key="k", clients=("c",), error="exception", text="ValueError: x")
+    observed(ev.WorkerTaskErred(key="k", worker="tcp://10.0.0.7:4000", now=2), [erred])
     del workers["tcp://10.0.0.7:4000"]  # its death fails a task after it left the state
-    killed = act.TaskErred(key="k", clients=("c",), error="killed_worker", text="died")
+    killed = act.TellErred(key="k", clients=("c",), error="killed_worker", text="died")
     observed(ev.WorkerLeft(address="tcp://10.0.0.7:4000", now=3), [killed])
     assert [f["worker"] for f in observed.failures] == ["gpu-a", "gpu-a"]
     assert observed.worker_name("tcp://10.0.0.7:4000") == "tcp://10.0.0.7:4000"  # forgotten

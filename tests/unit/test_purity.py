@@ -36,7 +36,7 @@ SANS_IO = ["protocol/__init__.py", "protocol/framing.py", "protocol/messages.py"
 MAX_LINES = 400
 #: ops.py holds the op declarations alone (their machinery is fields.py): one table, read in
 #: one place, that grows by one small class per op; cut in two it would only be harder to find.
-LONGER = {"protocol/ops.py": 440}
+LONGER = {"protocol/ops.py": 460}
 
 
 def imports(path: Path) -> set[str]:

@@ -28,7 +28,7 @@ from ..settings import TlsConfig, build
 from .future import Future, FutureStatus
 from .jobclient import JobRequests
 from .jobs import JobDesk
-from .outbox import Outbox
+from .outbox import ClientOutbox
 from .owner import ClientOwner
 from .reports import Reports
 from .results import Results
@@ -82,7 +82,7 @@ class AsyncClient(JobRequests):
         self._timeout = timeout if timeout is not None else config.get("client.connect_timeout")
         self._comm = comm_config()
         self._limits = self._comm.limits()
-        self._outbox = Outbox(on_failure=self._broken)
+        self._outbox = ClientOutbox(on_failure=self._broken)
         self._results = Results(self._timeout, self._comm.transfer_rate,
                                 self._limits["max_frame_size"] // 4,
                                 running=lambda: self.status == "running")

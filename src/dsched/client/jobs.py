@@ -30,7 +30,7 @@ from ..jobs import JobSpec, parse_duration
 from ..protocol import ops
 from ..resources import Resources, check_demand
 from .future import CancelledError, FutureState, FutureStatus, Owner
-from .outbox import Deferred, Outbox
+from .outbox import Deferred, ClientOutbox
 
 PENDING = FutureStatus.pending
 
@@ -255,7 +255,7 @@ class JobDesk:
     """A client's jobs in flight: submissions waiting for their number, futures waiting for
     their job's end. Everything but ``submit`` runs on the client's loop."""
 
-    def __init__(self, owner: Owner, outbox: Outbox):
+    def __init__(self, owner: Owner, outbox: ClientOutbox):
         self.owner = owner
         self.outbox = outbox
         self.submitting: dict[int, _Submitting] = {}

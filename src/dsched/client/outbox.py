@@ -40,7 +40,7 @@ class Deferred:
         self.make = make
 
 
-class Outbox:
+class ClientOutbox:
     """One client's queue of ops to the scheduler and table of the keys its futures hold.
 
     ``on_failure(reason)`` is called on the loop when queued ops could not be sent (a bug):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine
 from ..errors import SchedError
 from .bridge import on_loop, run_and_wait
 from .future import Future, FutureState
-from .outbox import Outbox
+from .outbox import ClientOutbox
 from .results import Results
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ class ClientOwner:
 
     __slots__ = ("client", "_outbox", "_results", "_cancel")
 
-    def __init__(self, client: "AsyncClient", outbox: Outbox, results: Results,
+    def __init__(self, client: "AsyncClient", outbox: ClientOutbox, results: Results,
                  cancel: Callable[[list[Future]], None]):
         self.client = client
         self._outbox = outbox

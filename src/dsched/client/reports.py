@@ -1,9 +1,10 @@
 """What the scheduler sends a client, each op to its handler; requests and their replies.
 
-Task reports end or annotate the futures of their key: ``TaskFinished``, ``ResultMoved`` (a
-finished result is held elsewhere now: copied off a draining worker, or computed again after
-a loss; held nowhere: lost, and its future is pending again until it ends anew), ``TaskErred``, ``TaskCancelled`` (this client's cancel took effect) and
-``TaskWaiting`` (the reason no connected worker can run a task yet, or none once one can).
+Future reports end or annotate the futures of their key: ``FutureFinished``, ``FutureMoved``
+(a finished result is held elsewhere now: copied off a draining worker, or computed again after
+a loss; held nowhere: lost, and its future is pending again until it ends anew),
+``FutureErred``, ``FutureCancelled`` (this client's cancel took effect) and ``FutureWaiting``
+(the reason no connected worker can run a task yet, or none once one can).
 Job ends and the replies to job submissions go to the client's JobDesk; other replies to the
 request waiting for them; an error without a request names the keys of a refused submit.
 
@@ -23,14 +24,14 @@ from ..errors import CommClosedError, RemoteProtocolError, SchedError, TaskFaile
 from ..protocol import ops
 from .future import FutureState, FutureStatus
 from .jobs import JobDesk
-from .outbox import Outbox
+from .outbox import ClientOutbox
 
 logger = logging.getLogger("dsched.client")
 
 States = Mapping[str, FutureState]
 
 
-def task_finished(states: States, op: ops.TaskFinished) -> None:
+def task_finished(states: States, op: ops.FutureFinished) -> None:
     state = states.get(op.key)
     if state is not None:  # else released by now
         state.who_has = op.who_has
@@ -38,7 +39,7 @@ def task_finished(states: States, op: ops.TaskFinished) -> None:
         state.finish(FutureStatus.finished)
 
 
-def result_moved(states: States, op: ops.ResultMoved) -> None:
+def result_moved(states: States, op: ops.FutureMoved) -> None:
     state = states.get(op.key)
     if state is not None:
         state.who_has = op.who_has
@@ -46,7 +47,7 @@ def result_moved(states: States, op: ops.ResultMoved) -> None:
             state.reset()
 
 
-def task_erred(states: States, op: ops.TaskErred) -> None:
+def task_erred(states: States, op: ops.FutureErred) -> None:
     state = states.get(op.key)
     if state is None:
         return
@@ -58,13 +59,13 @@ def task_erred(states: States, op: ops.TaskErred) -> None:
                      traceback=None, reason=op.error)
 
 
-def task_cancelled(states: States, op: ops.TaskCancelled) -> None:
+def task_cancelled(states: States, op: ops.FutureCancelled) -> None:
     state = states.get(op.key)
     if state is not None:
         state.finish(FutureStatus.cancelled, reason=op.reason)
 
 
-def task_waiting(states: States, op: ops.TaskWaiting) -> None:
+def task_waiting(states: States, op: ops.FutureWaiting) -> None:
     reason = op.reason or ""
     for key in op.keys:
         state = states.get(key)
@@ -75,8 +76,8 @@ def task_waiting(states: States, op: ops.TaskWaiting) -> None:
 
 
 TASK_REPORTS: dict[type, Callable[[States, Any], None]] = {
-    ops.TaskFinished: task_finished, ops.ResultMoved: result_moved, ops.TaskErred: task_erred,
-    ops.TaskCancelled: task_cancelled, ops.TaskWaiting: task_waiting,
+    ops.FutureFinished: task_finished, ops.FutureMoved: result_moved, ops.FutureErred: task_erred,
+    ops.FutureCancelled: task_cancelled, ops.FutureWaiting: task_waiting,
 }
 
 
@@ -84,7 +85,7 @@ class Reports:
     """One client's side of the connection's incoming half: a handler for each kind of op,
     and the requests waiting for their reply."""
 
-    def __init__(self, outbox: Outbox, jobs: JobDesk):
+    def __init__(self, outbox: ClientOutbox, jobs: JobDesk):
         self._outbox = outbox
         self._jobs = jobs
         self._requests: dict[int, asyncio.Future] = {}

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 from ..protocol import ops
 from .future import PENDING, Future, FutureStatus, Owner
-from .outbox import Outbox
+from .outbox import ClientOutbox
 from .submission import KeyMaker, TaskBuilder, map_keys, task_options, task_size
 
 
@@ -27,7 +27,7 @@ class Submitter:
     """One client's way from calls to Submit ops. ``limits`` are its connection's (read at
     each call): a message holds at most a quarter of ``max_frame_size`` of tasks."""
 
-    def __init__(self, outbox: Outbox, owner: Owner, limits: dict[str, int]):
+    def __init__(self, outbox: ClientOutbox, owner: Owner, limits: dict[str, int]):
         self.limits = limits
         self._outbox = outbox
         self._owner = owner

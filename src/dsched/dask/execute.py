@@ -44,7 +44,7 @@ class NodePickler:
     def dumps(self, node: Any) -> bytes:
         buffer = io.BytesIO()
         try:
-            _Pickler(buffer, self).dump(node)
+            _GraphPickler(buffer, self).dump(node)
         except Exception:  # PicklingError, or whatever a __reduce__ raises: cloudpickle decides
             return serialize.dumps(node)
         data = buffer.getvalue()
@@ -66,7 +66,7 @@ class NodePickler:
         return index
 
 
-class _Pickler(pickle.Pickler):
+class _GraphPickler(pickle.Pickler):
     """The standard pickler, but a function that must travel by value becomes a reference to
     the graph's table. (``reducer_override`` is not asked about ints, strs, lists and the
     like, as ``persistent_id`` would be: a node holds hundreds of those.)"""

@@ -1,6 +1,8 @@
-"""The ops that daemons and clients exchange: one frozen dataclass per op, named for the
-outcome or command it carries (``TaskFinished`` from the executor to the worker core, from the
-worker to the scheduler and from the scheduler to a client alike).
+"""The ops that daemons and clients exchange: one frozen dataclass per op and per direction,
+named for the outcome or command it carries: a worker reports ``TaskFinished`` to the scheduler,
+which tells each client that wants the key ``FutureFinished``. Inside a daemon the cores have
+names of their own (events and actions, see ``docs/architecture.md``), so no class name means
+two things.
 
 This module is the table of declarations: each class under ``@op("wire-name")`` with its
 annotated fields, and nothing else. ``fields.py`` turns each into an op with ``OP``,
@@ -144,9 +146,8 @@ class Unregister:
 
 @op("task-finished")
 class TaskFinished:
-    """``key`` finished. From a worker: its result is held there (``nbytes``), computed between
-    ``start`` and ``stop`` (``duration``: the function alone; negative: not timed). To a
-    client: the workers holding the result (``who_has``)."""
+    """A worker ran ``key``: its result is held there (``nbytes``), computed between ``start``
+    and ``stop`` (``duration``: the function alone; negative: not timed)."""
 
     key: str
     nbytes: int = 0
@@ -155,20 +156,18 @@ class TaskFinished:
     duration: float | None = None
     peak_memory: int = 0
     gpus: tuple[int, ...] = ()
-    who_has: tuple[str, ...] = ()
 
 
 @op("task-erred")
 class TaskErred:
-    """``key`` raised (``exception``: its pickle, opaque; ``text``: the traceback). To a
-    client, ``error`` says how it failed (see the scheduler's actions)."""
+    """``key`` raised on a worker (``exception``: its pickle, opaque; ``text``: the
+    traceback)."""
 
     key: str
     exception: bytes = b""
     text: str = ""
     start: float | None = None
     stop: float | None = None
-    error: str = ""
 
 
 @op("task-stopped")
@@ -199,27 +198,51 @@ class MissingData:
     permanent: bool = False
 
 
-@op("task-cancelled")
-class TaskCancelled:
-    """To a client: its cancel (of ``key`` or of a task ``key`` depends on) took effect."""
+# -- the scheduler to a client: the ends and news of its futures ---------------------------------
+
+
+@op("future-finished")
+class FutureFinished:
+    """The task of ``key`` finished; ``who_has``: the workers holding its result."""
+
+    key: str
+    nbytes: int = 0
+    who_has: tuple[str, ...] = ()
+
+
+@op("future-erred")
+class FutureErred:
+    """The task of ``key`` failed for good: ``error`` says how (see the scheduler's actions),
+    ``exception`` is the task's own exception pickled (opaque; empty when dsched failed it),
+    ``text`` the traceback or the reason."""
+
+    key: str
+    error: str = ""
+    text: str = ""
+    exception: bytes = b""
+
+
+@op("future-cancelled")
+class FutureCancelled:
+    """This client's cancel (of ``key``, or of a task ``key`` depends on) took effect."""
 
     key: str
     reason: str = ""
 
 
-@op("result-moved")
-class ResultMoved:
-    """To a client: the result of ``key``, already reported finished, is held by ``who_has``
-    now (copied off a draining worker, or computed again after a loss)."""
+@op("future-moved")
+class FutureMoved:
+    """The result of ``key``, already reported finished, is held by ``who_has`` now (copied
+    off a draining worker, or computed again after a loss); none: lost, computed again."""
 
     key: str
     who_has: tuple[str, ...]
 
 
-@op("task-waiting")
-class TaskWaiting:
-    """To a client: ``keys`` cannot run on any connected worker because of ``reason``; no
-    reason means they can run again."""
+@op("future-waiting")
+class FutureWaiting:
+    """``keys`` cannot run on any connected worker because of ``reason``; no reason means
+    they can run again."""
 
     keys: tuple[str, ...]
     reason: str | None = None

@@ -1,11 +1,11 @@
 """The actions ``SchedulerState.handle`` returns: what the async shell must now do.
 
 Each is a small frozen dataclass; the shell carries them out in order. Messages to workers
-(Execute, StopTask, Free, CloseWorker, AttemptAck), reports to clients (each task end is
-reported once: TaskFinished, TaskErred or TaskCancelled; TaskWaiting when the reason
-a queued task cannot run changes; JobsReply and JobEnded for jobs), JournalWrite, which
+(SendExecute, SendStopTask, SendFree, CloseWorker, SendAttemptAck), reports to clients (each task end is
+reported once: TellFinished, TellErred or TellCancelled; TellWaiting when the reason
+a queued task cannot run changes; JobsReply and TellJobEnded for jobs), JournalWrite, which
 comes first in a call's actions and must be committed before any of the others is carried
-out, and Log records for the ``logging`` module.
+out, and LogLine records for the ``logging`` module.
 
 Pure data: no I/O, no logic.
 """
@@ -28,7 +28,7 @@ NO_INPUTS: Mapping = MappingProxyType({})
 
 
 @_frozen
-class Execute:
+class SendExecute:
     """Run ``key`` on ``worker`` now: it holds a free thread and ``resources`` for it.
 
     ``who_has`` maps each dependency key to the addresses of the workers holding it and
@@ -47,7 +47,7 @@ class Execute:
 
 
 @_frozen
-class StopTask:
+class SendStopTask:
     """Stop ``key`` on ``worker`` (kill its process group): nobody needs it any more. The
     worker answers with CancelConfirmed, or with the task's end if that came first."""
 
@@ -56,7 +56,7 @@ class StopTask:
 
 
 @_frozen
-class Free:
+class SendFree:
     """``worker`` may drop the results of ``keys``: nothing needs them any more."""
 
     worker: str
@@ -64,7 +64,7 @@ class Free:
 
 
 @_frozen
-class Replicate:
+class SendReplicate:
     """``worker`` should fetch a copy of the result of ``key`` from ``source`` and keep it:
     ``source`` is draining and is the only worker holding that result, still needed."""
 
@@ -75,7 +75,7 @@ class Replicate:
 
 
 @_frozen
-class Retire:
+class SendRetire:
     """The draining ``worker`` may leave: it runs nothing, and what it alone held that is
     still needed is held elsewhere now (or cannot be moved)."""
 
@@ -83,7 +83,7 @@ class Retire:
 
 
 @_frozen
-class AttemptAck:
+class SendAttemptAck:
     """``worker`` may forget how the job attempts ``keys`` ended: the journal holds it."""
 
     worker: str
@@ -104,7 +104,7 @@ class CloseWorker:
 
 
 @_frozen
-class TaskFinished:
+class TellFinished:
     """``key`` finished; its result (``nbytes``) is held on the workers in ``who_has``."""
 
     key: str
@@ -114,7 +114,7 @@ class TaskFinished:
 
 
 @_frozen
-class ResultMoved:
+class TellMoved:
     """The result of ``key``, already reported finished, is now held by ``who_has``: it was
     lost with a worker and computed again. Not a second end: the clients' fetches go there."""
 
@@ -124,7 +124,7 @@ class ResultMoved:
 
 
 @_frozen
-class TaskErred:
+class TellErred:
     """``key`` failed for good.
 
     ``error`` says how: ``exception`` (the task raised; ``exception`` holds it, opaque),
@@ -143,7 +143,7 @@ class TaskErred:
 
 
 @_frozen
-class TaskCancelled:
+class TellCancelled:
     """``clients`` cancelled ``key`` (or a task it depends on): their futures end cancelled.
     The task itself runs on while another client wants it."""
 
@@ -153,7 +153,7 @@ class TaskCancelled:
 
 
 @_frozen
-class TaskWaiting:
+class TellWaiting:
     """The tasks ``keys`` of ``client`` cannot run on any connected worker because of
     ``reason``; ``reason`` None means they can run again (a fitting worker joined)."""
 
@@ -174,7 +174,7 @@ class JobsReply:
 
 
 @_frozen
-class JobEnded:
+class TellJobEnded:
     """Job ``job`` (its view) ended; ``clients`` asked to hear of it."""
 
     clients: tuple[str, ...]
@@ -198,7 +198,7 @@ class JournalWrite:
 
 
 @_frozen
-class Log:
+class LogLine:
     """A decision worth a log line: ``logger.log(level, msg, *args)`` (formatted lazily).
 
     ``detail``: the long text the line stands for (a traceback), logged only at DEBUG.
@@ -242,17 +242,17 @@ class Refused:
     keys: tuple[str, ...] = ()
 
 
-#: Log levels, the numbers of the ``logging`` module (not imported: this module does no I/O).
+#: LogLine levels, the numbers of the ``logging`` module (not imported: this module does no I/O).
 DEBUG, INFO, WARNING = 10, 20, 30
 
 Action = Union[
-    Execute, StopTask, Free, Replicate, Retire, AttemptAck, CloseWorker, TaskFinished,
-    ResultMoved, TaskErred, TaskCancelled, TaskWaiting, JobsReply, JobEnded, JournalWrite, Log,
+    SendExecute, SendStopTask, SendFree, SendReplicate, SendRetire, SendAttemptAck, CloseWorker, TellFinished,
+    TellMoved, TellErred, TellCancelled, TellWaiting, JobsReply, TellJobEnded, JournalWrite, LogLine,
     WorkerAccepted, GrantLease, Refused,
 ]
 
 __all__ = [
-    "Action", "AttemptAck", "JobEnded", "JobsReply", "JournalWrite", "StopTask", "CloseWorker", "Execute", "Free", "Log", "NO_INPUTS",
-    "Replicate", "TaskCancelled", "TaskErred", "TaskFinished", "ResultMoved",
-    "TaskWaiting", "Retire", "WorkerAccepted", "GrantLease", "Refused",
+    "Action", "SendAttemptAck", "TellJobEnded", "JobsReply", "JournalWrite", "SendStopTask", "CloseWorker", "SendExecute", "SendFree", "LogLine", "NO_INPUTS",
+    "SendReplicate", "TellCancelled", "TellErred", "TellFinished", "TellMoved",
+    "TellWaiting", "SendRetire", "WorkerAccepted", "GrantLease", "Refused",
 ]

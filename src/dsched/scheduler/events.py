@@ -56,7 +56,7 @@ class WorkerJoined:
     worker drop the rest, so no work is done twice. ``previous_exit`` says how the worker's
     previous process under the same name ended, when its nanny restarted it after a crash
     ("killed by signal 11 (SIGSEGV)"). ``attempts``: the job attempts it knows (running, or
-    ended and not yet acknowledged), as ``AttemptStarted``/``AttemptEnded`` ops on the wire;
+    ended and not yet acknowledged), as ``WorkerAttemptStarted``/``WorkerAttemptEnded`` ops on the wire;
     ``job_lease``: how long it lets jobs run when cut off from the scheduler; ``containment``:
     how it kills what its jobs and GPU tasks start (shown, not used).
     """
@@ -88,7 +88,7 @@ class WorkerHeartbeat:
 
 
 @_frozen
-class Draining:
+class WorkerDraining:
     """The worker stops taking work (SIGTERM): it finishes what runs within its deadline, and
     leaves once the results only it holds that are still needed are held elsewhere."""
 
@@ -111,7 +111,7 @@ class WorkerLeft:
 
 
 @_frozen
-class TaskFinished:
+class WorkerTaskFinished:
     """``worker`` ran ``key`` and holds its result of ``nbytes`` bytes.
 
     ``start``/``stop`` are the worker's own clock; ``duration`` overrides ``stop - start``
@@ -128,7 +128,7 @@ class TaskFinished:
 
 
 @_frozen
-class TaskErred:
+class WorkerTaskErred:
     """``key`` raised on ``worker``: ``exception`` is opaque (pickled), ``text`` readable."""
 
     key: str
@@ -139,7 +139,7 @@ class TaskErred:
 
 
 @_frozen
-class TaskStopped:
+class WorkerTaskStopped:
     """``worker`` stopped ``key`` after a CancelTask: its thread and resources are free."""
 
     key: str
@@ -148,7 +148,7 @@ class TaskStopped:
 
 
 @_frozen
-class TaskRejected:
+class WorkerTaskRejected:
     """``worker`` gave ``key`` back without running it (closing, or it does not fit there)."""
 
     key: str
@@ -158,7 +158,7 @@ class TaskRejected:
 
 
 @_frozen
-class MissingData:
+class WorkerMissingData:
     """``worker`` could not start ``key``: input ``dependency`` was on none of ``tried``
     (``reason``: the last fetch error, when there was one). ``permanent``: the result cannot
     travel at all (it cannot be pickled or sent, or unpickled there)."""
@@ -173,7 +173,7 @@ class MissingData:
 
 
 @_frozen
-class Replicated:
+class WorkerReplicated:
     """``worker`` now holds a copy of the result of ``key`` (``nbytes``), as asked."""
 
     key: str
@@ -183,7 +183,7 @@ class Replicated:
 
 
 @_frozen
-class ReplicateFailed:
+class WorkerReplicateFailed:
     """``worker`` could not copy the result of ``key`` from where it was told to."""
 
     key: str
@@ -193,7 +193,7 @@ class ReplicateFailed:
 
 
 @_frozen
-class AttemptStarted:
+class WorkerAttemptStarted:
     """``worker`` started a job attempt (``report``: what it said)."""
 
     worker: str
@@ -202,7 +202,7 @@ class AttemptStarted:
 
 
 @_frozen
-class AttemptEnded:
+class WorkerAttemptEnded:
     """A job attempt ended on ``worker`` (``report``: how)."""
 
     worker: str
@@ -322,18 +322,18 @@ class Tick:
 
 
 Event = Union[
-    WorkerJoined, WorkerHeartbeat, Draining, WorkerLeft, TaskFinished, TaskErred,
-    TaskStopped, TaskRejected, MissingData, Replicated, ReplicateFailed, AttemptStarted,
-    AttemptEnded, TasksSubmitted, CancelRequested, KeysReleased, ClientDisconnected,
+    WorkerJoined, WorkerHeartbeat, WorkerDraining, WorkerLeft, WorkerTaskFinished, WorkerTaskErred,
+    WorkerTaskStopped, WorkerTaskRejected, WorkerMissingData, WorkerReplicated, WorkerReplicateFailed, WorkerAttemptStarted,
+    WorkerAttemptEnded, TasksSubmitted, CancelRequested, KeysReleased, ClientDisconnected,
     JobsSubmitted, JobsCancelled, JobsReleased, JobsWatched, JobsLoaded, SchedulerDraining,
     Tick,
 ]
 
 __all__ = [
-    "AttemptEnded", "AttemptStarted", "JobsCancelled", "JobsLoaded", "JobsReleased",
-    "JobsSubmitted", "JobsWatched", "TaskStopped", "CancelRequested", "ClientDisconnected", "Event", "KeysReleased",
-    "MissingData", "ReplicateFailed", "Replicated", "TaskErred", "TaskFinished",
-    "TaskRejected", "TaskSpec", "TasksSubmitted", "Tick", "Draining", "SchedulerDraining",
+    "WorkerAttemptEnded", "WorkerAttemptStarted", "JobsCancelled", "JobsLoaded", "JobsReleased",
+    "JobsSubmitted", "JobsWatched", "WorkerTaskStopped", "CancelRequested", "ClientDisconnected", "Event", "KeysReleased",
+    "WorkerMissingData", "WorkerReplicateFailed", "WorkerReplicated", "WorkerTaskErred", "WorkerTaskFinished",
+    "WorkerTaskRejected", "TaskSpec", "TasksSubmitted", "Tick", "WorkerDraining", "SchedulerDraining",
     "WorkerHeartbeat",
     "WorkerJoined", "WorkerLeft",
 ]

@@ -18,7 +18,7 @@ from typing import Iterable
 
 from ..jobs import parse_job_key
 from ..resources import Resources
-from .actions import DEBUG, TaskCancelled, TaskErred, TaskFinished, ResultMoved
+from .actions import DEBUG, TellCancelled, TellErred, TellFinished, TellMoved
 from .events import TaskSpec
 from .outbox import Outbox
 from .placer import Placer
@@ -61,7 +61,7 @@ class TaskGraph:
                 continue
             seen.add(key)
             if key.startswith("job-") and parse_job_key(key) is not None:
-                self.out.actions.append(TaskErred(
+                self.out.actions.append(TellErred(
                     key=key, clients=(client,), error="reserved_key",
                     text="keys of the form job-<id>.<attempt> name the attempts of "
                          "shell-command jobs: choose another key"))
@@ -167,7 +167,7 @@ class TaskGraph:
         t.wanted_by += (client,)
         self.clients.setdefault(client, {})[t.key] = None
         if t.state is MEMORY:
-            self.out.actions.append(TaskFinished(
+            self.out.actions.append(TellFinished(
                 key=t.key, clients=(client,), nbytes=t.nbytes, who_has=tuple(t.who_has or ())))
         elif t.state is RELEASED:
             t.reported = False
@@ -279,7 +279,7 @@ class TaskGraph:
             seen.add(t)
             if client in t.wanted_by:
                 if t.state in ACTIVE and not t.reported:  # not one already told finished
-                    self.out.actions.append(TaskCancelled(key=t.key, clients=(client,),
+                    self.out.actions.append(TellCancelled(key=t.key, clients=(client,),
                                                          reason=reason))
                 self.unwant(t.key, client)
             for dd in t.waiters:
@@ -288,16 +288,16 @@ class TaskGraph:
     def report_end(self, t: Task) -> None:
         if t.reported:
             if t.state is MEMORY and t.wanted_by:  # recomputed after a loss: say where now
-                self.out.actions.append(ResultMoved(key=t.key, clients=t.wanted_by,
+                self.out.actions.append(TellMoved(key=t.key, clients=t.wanted_by,
                                                  who_has=tuple(t.who_has or ())))
             return
         t.reported = True
         state = t.state
         if state is MEMORY:
-            self.out.actions.append(TaskFinished(
+            self.out.actions.append(TellFinished(
                 key=t.key, clients=t.wanted_by, nbytes=t.nbytes, who_has=tuple(t.who_has or ())))
         else:
-            self.out.actions.append(TaskErred(
+            self.out.actions.append(TellErred(
                 key=t.key, clients=t.wanted_by, error=t.error or "exception",
                 text=t.end_reason or "", exception=t.exception))
             self.out.log_failure(t.prefix, t.end_reason or "", "Task %s erred (%s)", t.key,
@@ -348,7 +348,7 @@ class TaskGraph:
             return
         self.out.counters["recomputed"] += 1
         if t.reported and t.wanted_by:  # its clients wait again: for the result, or its error
-            self.out.actions.append(ResultMoved(key=t.key, clients=t.wanted_by, who_has=()))
+            self.out.actions.append(TellMoved(key=t.key, clients=t.wanted_by, who_has=()))
             t.reported = False
         for dd in t.waiters:
             if dd.state is QUEUED:

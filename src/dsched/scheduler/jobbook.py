@@ -27,7 +27,7 @@ from typing import Iterable, Mapping
 from ..jobs import JobSpec, JobState, Reason, job_key, parse_job_key
 from ..protocol import ops
 from ..resources import demand_error
-from .actions import INFO, WARNING, AttemptAck, JobEnded, JobsReply, StopTask
+from .actions import INFO, WARNING, SendAttemptAck, TellJobEnded, JobsReply, SendStopTask
 from .graph import TaskGraph
 from .job import ASSIGNED, HELD, ON_WORKER, QUEUED, RUNNING, Job
 from .outbox import Outbox
@@ -148,10 +148,10 @@ class JobBook:
         for job_id in ids:
             job = self.jobs.get(job_id)
             if job is None:
-                self.out.actions.append(JobEnded(clients=(client,), job={
+                self.out.actions.append(TellJobEnded(clients=(client,), job={
                     "id": job_id, "state": None, "detail": "unknown job"}))
             elif job.ended:
-                self.out.actions.append(JobEnded(clients=(client,), job=job.view()))
+                self.out.actions.append(TellJobEnded(clients=(client,), job=job.view()))
             else:
                 self.watchers.setdefault(job_id, {})[client] = None
                 self.watching.setdefault(client, {})[job_id] = None
@@ -234,7 +234,7 @@ class JobBook:
             if w is not None:
                 self.out.log(WARNING, "Worker %s started %s, which is not a current attempt; "
                              "stopping it", w.name, e.key)
-                self.out.actions.append(StopTask(key=e.key, worker=address))
+                self.out.actions.append(SendStopTask(key=e.key, worker=address))
             return
         # Running with no pid: adopted from a registration that listed it as being started.
         if job.state is ASSIGNED or not job.pid:
@@ -255,7 +255,7 @@ class JobBook:
                 job.task = None
             self.attempt_ended(job, e)
             self.out.journal(job, "result")
-        self.out.actions.append(AttemptAck(worker=address, keys=(e.key,)))
+        self.out.actions.append(SendAttemptAck(worker=address, keys=(e.key,)))
 
     def attempt_ended(self, job: Job, e: ops.AttemptEnded) -> None:
         if e.started is not None:
@@ -344,7 +344,7 @@ class JobBook:
         if watchers:
             for client in watchers:
                 self.watching[client].pop(job.id, None)
-            self.out.actions.append(JobEnded(clients=tuple(watchers), job=job.view()))
+            self.out.actions.append(TellJobEnded(clients=tuple(watchers), job=job.view()))
         for dep_id in self.dependents.get(job.id, ()):
             dep = self.jobs[dep_id]
             dep.deps_left.pop(job.id, None)

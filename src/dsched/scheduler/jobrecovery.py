@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 
 from ..protocol import ops
 from . import reconcile as rc
-from .actions import INFO, WARNING, AttemptAck, StopTask
+from .actions import INFO, WARNING, SendAttemptAck, SendStopTask
 from .job import ON_WORKER, QUEUED, Job
 from .jobbook import CANCELLED, JOBS_CLIENT, JobBook
 from .outbox import Outbox
@@ -79,7 +79,7 @@ class JobRecovery:
             kind = type(d)
             if kind is rc.Kill:
                 out.log(WARNING, "Stopping %s on worker %s: %s", d.key, w.name, d.why)
-                out.actions.append(StopTask(key=d.key, worker=w.address))
+                out.actions.append(SendStopTask(key=d.key, worker=w.address))
                 continue
             if kind is rc.Ack:
                 acks.append(d.key)
@@ -103,7 +103,7 @@ class JobRecovery:
             else:
                 book.attempt_lost(job, f"worker {w.name} came back without it")
         if acks:
-            out.actions.append(AttemptAck(worker=w.address, keys=tuple(acks)))
+            out.actions.append(SendAttemptAck(worker=w.address, keys=tuple(acks)))
         if w.name in self.awaited:
             del self.awaited[w.name]
             if not self.awaited:
@@ -117,7 +117,7 @@ class JobRecovery:
         t.job = job
         if not book.placer.book(t, w):
             book.graph.drop(t)
-            self.out.actions.append(StopTask(key=job.key, worker=w.address))
+            self.out.actions.append(SendStopTask(key=job.key, worker=w.address))
             book.attempt_lost(job, f"worker {w.name} came back without room for it")
             return
         job.task = t

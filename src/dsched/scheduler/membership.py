@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from ..jobs import parse_job_key
 from . import events as ev
-from .actions import (INFO, WARNING, CloseWorker, GrantLease, Replicate, ResultMoved, Retire,
-                      StopTask, WorkerAccepted)
+from .actions import (INFO, WARNING, CloseWorker, GrantLease, SendReplicate, TellMoved, SendRetire,
+                      SendStopTask, WorkerAccepted)
 from .graph import TaskGraph
 from .jobrecovery import JobRecovery
 from .outbox import Outbox
@@ -125,7 +125,7 @@ class Membership:
                 continue  # a job attempt: the job book settles it
             t = graph.tasks.get(key)
             if t is None or t.state is not QUEUED or not self.placer.adopt(t, w):
-                out.actions.append(StopTask(key=key, worker=w.address))
+                out.actions.append(SendStopTask(key=key, worker=w.address))
 
     def heartbeat(self, e: ev.WorkerHeartbeat) -> None:
         w = self.workers.get(e.address)
@@ -212,7 +212,7 @@ class Membership:
 
     # -- draining ----------------------------------------------------------------------------
 
-    def start_draining(self, e: ev.Draining) -> None:
+    def start_draining(self, e: ev.WorkerDraining) -> None:
         w = self.workers.get(e.address)
         if w is None or w.draining:
             return
@@ -251,7 +251,7 @@ class Membership:
             target = targets[moving % len(targets)]
             moving += 1
             w.evacuating[key] = target.address
-            self.out.actions.append(Replicate(worker=target.address, key=key, source=w.address,
+            self.out.actions.append(SendReplicate(worker=target.address, key=key, source=w.address,
                                               nbytes=t.nbytes))
         return moving, stuck
 
@@ -262,7 +262,7 @@ class Membership:
                 del w.evacuating[key]
                 return
 
-    def replicated(self, e: ev.Replicated) -> None:
+    def replicated(self, e: ev.WorkerReplicated) -> None:
         self._evacuated(e.key, e.worker)
         w = self.workers.get(e.worker)
         if w is None:
@@ -277,10 +277,10 @@ class Membership:
         w.has_what[e.key] = None
         self.out.counters["replicated"] += 1
         if t.wanted_by:  # the clients' fetches may go there now
-            self.out.actions.append(ResultMoved(key=t.key, clients=t.wanted_by,
+            self.out.actions.append(TellMoved(key=t.key, clients=t.wanted_by,
                                                 who_has=tuple(t.who_has)))
 
-    def replicate_failed(self, e: ev.ReplicateFailed) -> None:
+    def replicate_failed(self, e: ev.WorkerReplicateFailed) -> None:
         self._evacuated(e.key, e.worker)
         w = self.workers.get(e.worker)
         self.out.log(WARNING, "Worker %s could not copy the result of %s off a draining worker "
@@ -293,4 +293,4 @@ class Membership:
         for w in self.draining.values():
             if not (w.retired or w.processing or w.stopping or w.evacuating):
                 w.retired = True
-                self.out.actions.append(Retire(worker=w.address))
+                self.out.actions.append(SendRetire(worker=w.address))

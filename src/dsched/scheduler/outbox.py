@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .actions import INFO, Free, JournalWrite, Log, TaskWaiting
+from .actions import INFO, SendFree, JournalWrite, LogLine, TellWaiting
 
 _TRACEBACK = "Traceback (most recent call last):"
 #: The most characters of a task's error in its one log line (the whole is at DEBUG).
@@ -35,13 +35,13 @@ class Outbox:
         self.causes: set[str] = set()
 
     def log(self, level: int, msg: str, *args) -> None:
-        self.actions.append(Log(level=level, msg=msg, args=args))
+        self.actions.append(LogLine(level=level, msg=msg, args=args))
 
     def log_failure(self, prefix: str, text: str, msg: str, *args) -> None:
         """A task of key ``prefix`` failed with ``text`` (a traceback, or a reason): one line
         at INFO, ``msg % args`` and the gist of ``text``, paced by the shell; all of ``text``
         at DEBUG."""
-        self.actions.append(Log(level=INFO, msg=msg + ": %s", args=(*args, gist(text)),
+        self.actions.append(LogLine(level=INFO, msg=msg + ": %s", args=(*args, gist(text)),
                                 detail=text, pace=prefix))
 
     def free(self, address: str, key: str) -> None:
@@ -74,11 +74,11 @@ class Outbox:
             self.rows, self.causes = {}, set()
         if self.to_free:
             for address, keys in self.to_free.items():
-                actions.append(Free(worker=address, keys=tuple(keys)))
+                actions.append(SendFree(worker=address, keys=tuple(keys)))
             self.to_free = {}
         if self.waiting:
             for (client, reason), keys in self.waiting.items():
-                actions.append(TaskWaiting(client=client, keys=tuple(keys), reason=reason))
+                actions.append(TellWaiting(client=client, keys=tuple(keys), reason=reason))
             self.waiting = {}
         self.actions = []
         return actions

@@ -1,9 +1,9 @@
-"""The scheduler's Log actions, written to its log: a flood of task failures costs the log a
+"""The scheduler's LogLine actions, written to its log: a flood of task failures costs the log a
 few lines a minute, not a traceback per task.
 
-A Log with a ``pace`` (a failed task's key prefix) is paced: in a minute that begins with one,
+A LogLine with a ``pace`` (a failed task's key prefix) is paced: in a minute that begins with one,
 the first of each prefix is logged, up to ``MOST`` prefixes, and the rest are counted, then
-told in one line once the minute is over (on a tick, or when the scheduler stops). A Log's
+told in one line once the minute is over (on a tick, or when the scheduler stops). A LogLine's
 ``detail`` (a traceback) is logged only where DEBUG is, with its line; there every paced line
 is kept too. The clock is the shell's, passed in: the core that makes the Logs has none.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from .actions import Log
+from .actions import LogLine
 
 #: Seconds of one pacing window.
 INTERVAL = 60.0
@@ -21,7 +21,7 @@ MOST = 5
 
 
 class PacedLog:
-    """Writes Log actions to ``logger``, pacing those that ask for it."""
+    """Writes LogLine actions to ``logger``, pacing those that ask for it."""
 
     def __init__(self, logger: logging.Logger, interval: float = INTERVAL, most: int = MOST):
         self.logger = logger
@@ -31,7 +31,7 @@ class PacedLog:
         self._told: set[str] = set()  # the prefixes that had their line in it
         self._held = 0  # the paced lines not logged in it (at DEBUG only)
 
-    def write(self, log: Log, now: float) -> None:
+    def write(self, log: LogLine, now: float) -> None:
         if log.pace:
             self.tick(now)
             if self._since is None:
@@ -55,7 +55,7 @@ class PacedLog:
                              self._held, failures, now - self._since)
         self._since, self._told, self._held = None, set(), 0
 
-    def _emit(self, level: int, log: Log) -> None:
+    def _emit(self, level: int, log: LogLine) -> None:
         if not self.logger.isEnabledFor(level):
             return
         if log.detail and self.logger.isEnabledFor(logging.DEBUG):

@@ -18,7 +18,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from .actions import DEBUG, NO_INPUTS, StopTask, Execute, Log
+from .actions import DEBUG, NO_INPUTS, SendStopTask, SendExecute, LogLine
 from .backfill import Backfill
 from .choice import WorkerChoice
 from .groups import Groups
@@ -203,7 +203,7 @@ class Placer(WorkerChoice):
 
     def adopt(self, t: Task, w: WorkerInfo) -> bool:
         """``w`` reconnected still running ``t``, which was queued to run again: book it there
-        if it has a thread and the resources for it now (the worker ignores the Execute)."""
+        if it has a thread and the resources for it now (the worker ignores the SendExecute)."""
         q = t.queue
         if q is None or len(w.processing) + len(w.stopping) >= w.nthreads \
                 or not self.startable(t, q, w):
@@ -228,24 +228,24 @@ class Placer(WorkerChoice):
         out.counters["placed"] += 1
         actions = out.actions
         if q.empty:
-            actions.append(Log(level=DEBUG, msg="Scheduling task %s on worker %s",
+            actions.append(LogLine(level=DEBUG, msg="Scheduling task %s on worker %s",
                                args=(t.key, w.name)))
         else:
-            actions.append(Log(level=DEBUG, msg="Scheduling task %s (requires %s) on worker %s",
+            actions.append(LogLine(level=DEBUG, msg="Scheduling task %s (requires %s) on worker %s",
                                args=(t.key, t.resources, w.name)))
         if t.job is not None:
-            actions.append(Execute(key=t.key, worker=w.address, spec=t.spec,
+            actions.append(SendExecute(key=t.key, worker=w.address, spec=t.spec,
                                    resources=t.resources, priority=t.priority,
                                    job=self.on_job_placed(t, w)))
         elif t.deps:
             who_has = {d.key: tuple(d.who_has or ()) for d in t.deps}
             out.counters["fetched"] += sum(w.address not in held for held in who_has.values())
             nbytes = {d.key: d.nbytes for d in t.deps}
-            actions.append(Execute(key=t.key, worker=w.address, spec=t.spec,
+            actions.append(SendExecute(key=t.key, worker=w.address, spec=t.spec,
                                    resources=t.resources, priority=t.priority,
                                    who_has=who_has, nbytes=nbytes))
         else:
-            actions.append(Execute(key=t.key, worker=w.address, spec=t.spec,
+            actions.append(SendExecute(key=t.key, worker=w.address, spec=t.spec,
                                    resources=t.resources, priority=t.priority,
                                    who_has=NO_INPUTS, nbytes=NO_INPUTS))
 
@@ -295,7 +295,7 @@ class Placer(WorkerChoice):
         t.processing_on = None
         w.version += 1
         self._dirty[w.address] = w
-        self.out.actions.append(StopTask(key=t.key, worker=w.address))
+        self.out.actions.append(SendStopTask(key=t.key, worker=w.address))
 
     def tick(self) -> None:
         """Time passed: estimates drift; the reserved task looks for its best worker again."""

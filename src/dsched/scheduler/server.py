@@ -38,28 +38,28 @@ logger = logging.getLogger("dsched.scheduler")
 
 #: op class -> event maker, for the ops a registered worker sends.
 WORKER_OPS: dict[type, Callable[[Any, str, float], Any]] = {
-    ops.TaskFinished: lambda o, w, now: ev.TaskFinished(
+    ops.TaskFinished: lambda o, w, now: ev.WorkerTaskFinished(
         key=o.key, worker=w, nbytes=o.nbytes, start=o.start, stop=o.stop, duration=o.duration,
         now=now),
-    ops.TaskErred: lambda o, w, now: ev.TaskErred(
+    ops.TaskErred: lambda o, w, now: ev.WorkerTaskErred(
         key=o.key, worker=w, exception=o.exception, text=o.text, now=now),
-    ops.TaskStopped: lambda o, w, now: ev.TaskStopped(key=o.key, worker=w, now=now),
-    ops.TaskRejected: lambda o, w, now: ev.TaskRejected(
+    ops.TaskStopped: lambda o, w, now: ev.WorkerTaskStopped(key=o.key, worker=w, now=now),
+    ops.TaskRejected: lambda o, w, now: ev.WorkerTaskRejected(
         key=o.key, worker=w, reason=o.reason, now=now),
-    ops.MissingData: lambda o, w, now: ev.MissingData(
+    ops.MissingData: lambda o, w, now: ev.WorkerMissingData(
         key=o.key, worker=w, dependency=o.dependency, tried=o.tried, reason=o.reason,
         permanent=o.permanent, now=now),
     ops.Heartbeat: lambda o, w, now: ev.WorkerHeartbeat(
         address=w, metrics={"cpu": o.cpu, "memory": o.memory, "memory_limit": o.memory_limit,
                             "gpus": list(o.gpus), "executing": o.executing}, sent=o.sent,
         now=now),
-    ops.Draining: lambda o, w, now: ev.Draining(address=w, now=now),
-    ops.Replicated: lambda o, w, now: ev.Replicated(key=o.key, worker=w, nbytes=o.nbytes,
+    ops.Draining: lambda o, w, now: ev.WorkerDraining(address=w, now=now),
+    ops.Replicated: lambda o, w, now: ev.WorkerReplicated(key=o.key, worker=w, nbytes=o.nbytes,
                                                     now=now),
-    ops.ReplicateFailed: lambda o, w, now: ev.ReplicateFailed(key=o.key, worker=w,
+    ops.ReplicateFailed: lambda o, w, now: ev.WorkerReplicateFailed(key=o.key, worker=w,
                                                               reason=o.reason, now=now),
-    ops.AttemptStarted: lambda o, w, now: ev.AttemptStarted(worker=w, report=o, now=now),
-    ops.AttemptEnded: lambda o, w, now: ev.AttemptEnded(worker=w, report=o, now=now),
+    ops.AttemptStarted: lambda o, w, now: ev.WorkerAttemptStarted(worker=w, report=o, now=now),
+    ops.AttemptEnded: lambda o, w, now: ev.WorkerAttemptEnded(worker=w, report=o, now=now),
 }
 
 #: op class -> event maker, for the client ops that change the state (requests aside).
@@ -88,27 +88,27 @@ def _joined(o: ops.Register, now: float) -> ev.WorkerJoined:
 
 #: action class -> op maker, for actions addressed to one worker.
 TO_WORKER: dict[type, Callable[[Any], Any]] = {
-    act.Execute: lambda a: ops.Execute(
+    act.SendExecute: lambda a: ops.Execute(
         key=a.key, spec=a.spec, resources=a.resources, priority=a.priority,
         who_has=a.who_has, nbytes=a.nbytes, job=a.job),
-    act.AttemptAck: lambda a: ops.AttemptAck(keys=a.keys),
-    act.StopTask: lambda a: ops.StopTask(key=a.key),
-    act.Free: lambda a: ops.Free(keys=a.keys),
-    act.Replicate: lambda a: ops.Replicate(key=a.key, who_has=(a.source,), nbytes=a.nbytes),
-    act.Retire: lambda a: ops.Retire(),
+    act.SendAttemptAck: lambda a: ops.AttemptAck(keys=a.keys),
+    act.SendStopTask: lambda a: ops.StopTask(key=a.key),
+    act.SendFree: lambda a: ops.Free(keys=a.keys),
+    act.SendReplicate: lambda a: ops.Replicate(key=a.key, who_has=(a.source,), nbytes=a.nbytes),
+    act.SendRetire: lambda a: ops.Retire(),
     act.WorkerAccepted: lambda a: ops.Registered(address=a.worker),
     act.GrantLease: lambda a: ops.Lease(sent=a.sent),
 }
 
 #: action class -> op maker, for actions addressed to clients.
 TO_CLIENTS: dict[type, Callable[[Any], Any]] = {
-    act.TaskFinished: lambda a: ops.TaskFinished(key=a.key, nbytes=a.nbytes, who_has=a.who_has),
-    act.ResultMoved: lambda a: ops.ResultMoved(key=a.key, who_has=a.who_has),
-    act.TaskErred: lambda a: ops.TaskErred(key=a.key, exception=a.exception, text=a.text,
-                                           error=a.error),
-    act.TaskCancelled: lambda a: ops.TaskCancelled(key=a.key, reason=a.reason),
-    act.TaskWaiting: lambda a: ops.TaskWaiting(keys=a.keys, reason=a.reason),
-    act.JobEnded: lambda a: ops.JobEnded(job=a.job),
+    act.TellFinished: lambda a: ops.FutureFinished(key=a.key, nbytes=a.nbytes, who_has=a.who_has),
+    act.TellMoved: lambda a: ops.FutureMoved(key=a.key, who_has=a.who_has),
+    act.TellErred: lambda a: ops.FutureErred(key=a.key, exception=a.exception, text=a.text,
+                                             error=a.error),
+    act.TellCancelled: lambda a: ops.FutureCancelled(key=a.key, reason=a.reason),
+    act.TellWaiting: lambda a: ops.FutureWaiting(keys=a.keys, reason=a.reason),
+    act.TellJobEnded: lambda a: ops.JobEnded(job=a.job),
 }
 
 
@@ -374,13 +374,13 @@ class Scheduler:
             if comm is not None and not comm.closed:  # else its WorkerLeft is on the way
                 # A large spec is bulk: held here until the task ends anyway, and sent for at
                 # most as many tasks as the worker can start, so not held to the outbox limit.
-                bulk = kind is act.Execute and any_out_of_band(action.spec)
+                bulk = kind is act.SendExecute and any_out_of_band(action.spec)
                 comm.write_nowait(make(action).to_wire(), bulk=bulk)
             return
         make = TO_CLIENTS.get(kind)
         if make is not None:
             wire = make(action).to_wire()
-            clients = action.clients if kind is not act.TaskWaiting else (action.client,)
+            clients = action.clients if kind is not act.TellWaiting else (action.client,)
             for client in clients:
                 comm = self.clients.get(client)
                 if comm is not None and not comm.closed:
@@ -396,7 +396,7 @@ class Scheduler:
                 reply = (ops.Error(reason=action.error, id=action.request) if action.error else
                          ops.Reply(id=action.request, value=action.value))
                 comm.write_nowait(reply.to_wire())
-        elif kind is act.Log:
+        elif kind is act.LogLine:
             self._log.write(action, self.now())
         elif kind is act.CloseWorker:
             comm = self.workers.get(action.worker)

@@ -142,7 +142,7 @@ class SchedulerState:
         self.placer.release_slot(w, t)
         return w, t
 
-    def _on_finished(self, e: ev.TaskFinished) -> None:
+    def _on_finished(self, e: ev.WorkerTaskFinished) -> None:
         ended = self._ended_on(e.worker, e.key, holds_result=True)
         if ended is None:
             return
@@ -152,7 +152,7 @@ class SchedulerState:
         if w.draining:
             self.membership.evacuate(w, [e.key])
 
-    def _on_erred(self, e: ev.TaskErred) -> None:
+    def _on_erred(self, e: ev.WorkerTaskErred) -> None:
         ended = self._ended_on(e.worker, e.key, holds_result=False)
         if ended is None:
             return
@@ -166,7 +166,7 @@ class SchedulerState:
         else:
             self.graph.fail(t, "exception", e.text, e.exception)
 
-    def _on_cancel_confirmed(self, e: ev.TaskStopped) -> None:
+    def _on_cancel_confirmed(self, e: ev.WorkerTaskStopped) -> None:
         w = self.workers.get(e.worker)
         if w is not None:
             t = w.stopping.pop(e.key, None)
@@ -175,7 +175,7 @@ class SchedulerState:
                 if t.job is not None:
                     self.jobs.stopped(e.worker, e.key)
 
-    def _on_attempt_ended(self, e: ev.AttemptEnded) -> None:
+    def _on_attempt_ended(self, e: ev.WorkerAttemptEnded) -> None:
         w = self.workers.get(e.worker)
         key = e.report.key
         if w is not None:
@@ -184,7 +184,7 @@ class SchedulerState:
                 self.placer.release_slot(w, t)
         self.jobs.ended(e.worker, e.report)
 
-    def _on_rejected(self, e: ev.TaskRejected) -> None:
+    def _on_rejected(self, e: ev.WorkerTaskRejected) -> None:
         ended = self._ended_on(e.worker, e.key, holds_result=False, job=True)
         if ended is None:  # a job's attempt, stopped while still unstarted, ends so too
             self.jobs.stopped(e.worker, e.key)
@@ -207,7 +207,7 @@ class SchedulerState:
                      w.name, t.key, e.reason, delay)
         self.graph.retry_later(t, e.reason, self.now + delay)
 
-    def _on_missing_data(self, e: ev.MissingData) -> None:
+    def _on_missing_data(self, e: ev.WorkerMissingData) -> None:
         graph = self.graph
         if e.permanent:  # the input exists but cannot travel: computing it again won't help
             ended = self._ended_on(e.worker, e.key, holds_result=False)
@@ -287,17 +287,17 @@ class SchedulerState:
     _HANDLERS: dict[type, Callable] = {
         ev.WorkerJoined: lambda s, e: s.membership.joined(e),
         ev.WorkerHeartbeat: lambda s, e: s.membership.heartbeat(e),
-        ev.Draining: lambda s, e: s.membership.start_draining(e),
+        ev.WorkerDraining: lambda s, e: s.membership.start_draining(e),
         ev.WorkerLeft: lambda s, e: s.membership.left(e),
-        ev.TaskFinished: _on_finished,
-        ev.TaskErred: _on_erred,
-        ev.TaskStopped: _on_cancel_confirmed,
-        ev.TaskRejected: _on_rejected,
-        ev.MissingData: _on_missing_data,
-        ev.Replicated: lambda s, e: s.membership.replicated(e),
-        ev.ReplicateFailed: lambda s, e: s.membership.replicate_failed(e),
-        ev.AttemptStarted: lambda s, e: s.jobs.started(e.worker, e.report),
-        ev.AttemptEnded: _on_attempt_ended,
+        ev.WorkerTaskFinished: _on_finished,
+        ev.WorkerTaskErred: _on_erred,
+        ev.WorkerTaskStopped: _on_cancel_confirmed,
+        ev.WorkerTaskRejected: _on_rejected,
+        ev.WorkerMissingData: _on_missing_data,
+        ev.WorkerReplicated: lambda s, e: s.membership.replicated(e),
+        ev.WorkerReplicateFailed: lambda s, e: s.membership.replicate_failed(e),
+        ev.WorkerAttemptStarted: lambda s, e: s.jobs.started(e.worker, e.report),
+        ev.WorkerAttemptEnded: _on_attempt_ended,
         ev.JobsSubmitted: _on_jobs_submitted,
         ev.SchedulerDraining: _on_draining,
         ev.JobsCancelled: lambda s, e: s.jobs.cancel(e.client, e.request, e.jobs),

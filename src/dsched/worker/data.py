@@ -23,7 +23,7 @@ from .events import DependencyFetched, DependencyFetchFailed
 logger = logging.getLogger("dsched.worker")
 
 
-class Data:
+class ResultStore:
     """``values`` by key: the results computed here and the inputs fetched for tasks here.
     ``logs`` answers a GetLog."""
 

@@ -2,12 +2,13 @@
 operator said.
 
 What the scheduler sends is an op of ``protocol.ops`` and goes to the state as it is:
-``Execute``, ``StopTask``, ``Free``, ``Replicate``, ``Lease``, ``AttemptAck``. So does what the
-executor says of a task, named as the scheduler will hear it: ``TaskFinished``, ``TaskErred``,
-``TaskStopped`` (its process is gone), and what a job's supervisor says of its attempt:
-``AttemptStarted``, ``AttemptEnded``. The events below are the worker's own: a fetch from a peer
-ended, the session with the scheduler opened or was lost, the attempts an earlier worker
-process left were found, or the worker was told to drain. Times are seconds the shell measured
+``Execute``, ``StopTask``, ``Free``, ``Replicate``, ``Lease``, ``AttemptAck``. So does what a
+job's supervisor writes of its attempt, ``AttemptStarted`` and ``AttemptEnded``, which the worker
+passes on to the scheduler unchanged. The events below are the worker's own: a run of a task
+ended (``RunFinished``, ``RunErred``, ``RunStopped``: what the executor saw; the core answers
+with the ``TaskFinished``, ``TaskErred`` or ``TaskStopped`` op the scheduler hears), a fetch
+from a peer ended, the session with the scheduler opened or was lost, the attempts an earlier
+worker process left were found, or the worker was told to drain. Times are seconds the shell measured
 (wall-clock, or ``time.monotonic()`` where a lease is concerned), because the state itself reads
 no clock.
 
@@ -20,9 +21,40 @@ from dataclasses import dataclass
 from typing import Union
 
 from ..protocol.ops import (
-    AttemptAck, AttemptEnded, AttemptStarted, Execute, Free, Lease, Replicate, StopTask, TaskErred,
-    TaskFinished, TaskStopped,
+    AttemptAck, AttemptEnded, AttemptStarted, Execute, Free, Lease, Replicate, StopTask,
 )
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    """A run of ``key`` returned: the shell holds its result (``nbytes``), computed between
+    ``start`` and ``stop`` (``duration``: the function alone; None: not timed apart)."""
+
+    key: str
+    nbytes: int = 0
+    start: float = 0.0
+    stop: float = 0.0
+    duration: float | None = None
+    peak_memory: int = 0
+
+
+@dataclass(frozen=True)
+class RunErred:
+    """A run of ``key`` raised (``exception``: its pickle; ``text``: the traceback)."""
+
+    key: str
+    exception: bytes = b""
+    text: str = ""
+    start: float | None = None
+    stop: float | None = None
+
+
+@dataclass(frozen=True)
+class RunStopped:
+    """The process running ``key`` is gone: stopped as asked, or died (``reason``)."""
+
+    key: str
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,7 +110,7 @@ class AttemptsRecovered:
 
 
 Event = Union[
-    Execute, StopTask, Free, Replicate, Lease, AttemptAck, TaskFinished, TaskErred, TaskStopped,
+    Execute, StopTask, Free, Replicate, Lease, AttemptAck, RunFinished, RunErred, RunStopped,
     AttemptStarted, AttemptEnded, DependencyFetched, DependencyFetchFailed, DrainRequested,
     DrainTimedOut, SessionOpened, SessionLost, AttemptsRecovered,
 ]
@@ -86,6 +118,6 @@ Event = Union[
 __all__ = [
     "AttemptAck", "AttemptEnded", "AttemptStarted", "AttemptsRecovered", "DependencyFetchFailed",
     "DependencyFetched", "DrainRequested", "DrainTimedOut", "Event", "Execute", "Free", "Lease",
-    "Replicate", "SessionLost", "SessionOpened", "StopTask", "TaskErred", "TaskFinished",
-    "TaskStopped",
+    "Replicate", "RunErred", "RunFinished", "RunStopped", "SessionLost", "SessionOpened",
+    "StopTask",
 ]

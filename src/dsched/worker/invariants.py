@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..resources import EMPTY, GPU, named_devices
-from .task import RUNNING, TaskState
+from .task import RUNNING, WorkerTaskState
 
 if TYPE_CHECKING:
     from .state import WorkerState
@@ -45,12 +45,12 @@ def _check_accounting(s: WorkerState) -> None:
 def _check_tasks(s: WorkerState) -> None:
     assert s.ready == sorted(s.ready)
     assert {e[2] for e in s.ready} == {
-        t.key for t in s.tasks.values() if t.state is TaskState.READY
+        t.key for t in s.tasks.values() if t.state is WorkerTaskState.READY
     } and len(s.ready) == len(set(s.ready))
     for task in s.tasks.values():
         assert task.key not in s.results and task.key not in s.fetches, task.key
         assert task.missing == {d for d in task.dependencies if d not in s.results}
-        assert bool(task.missing) == (task.state is TaskState.FETCHING), task
+        assert bool(task.missing) == (task.state is WorkerTaskState.FETCHING), task
         assert all(d in s.fetches or d in s.tasks for d in task.missing), task
         assert all(task.key in s.needed_by.get(d, ()) for d in task.dependencies)
         assert not (s.closing and task.state not in RUNNING), task

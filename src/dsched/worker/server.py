@@ -40,7 +40,7 @@ from ..settings import CommConfig, WorkerConfig
 from . import actions as act
 from . import events as ev
 from .containment import SUBREAPER, Containment, settle
-from .data import Data
+from .data import ResultStore
 from .executor import GpuProcessPool, Outcome, TaskKilled, ThreadRunner
 from .gpus import GpuDevice, gpu_usage
 from .jobrecords import default_directory
@@ -99,7 +99,7 @@ class Worker:
         self.address = ""
         self.stopped = asyncio.Event()
         self.draining = False
-        self.data = Data(PeerPool(limits=comm.limits(), role="worker", name=self.name or "worker",
+        self.data = ResultStore(PeerPool(limits=comm.limits(), role="worker", name=self.name or "worker",
                                   token=s.token, ssl=s.ssl_client, timeout=comm.connect_timeout),
                          comm, logs=self._log)
         self.session = SchedulerSession(
@@ -364,7 +364,7 @@ class Worker:
                                                 self.data.values)
         except Exception as error:  # arguments that cannot be unpickled here, say
             payload, text = serialize.dumps_exception(error)
-            self._spawn(self._handle_soon(ops.TaskErred(start.key, payload, text)))
+            self._spawn(self._handle_soon(ev.RunErred(start.key, payload, text)))
             return
         self.threads.submit(function_bytes, args, kwargs,
                             lambda outcome: self._ended(start.key, outcome))
@@ -380,11 +380,11 @@ class Worker:
             outcome = await self.gpu_children.run(start.key, start.gpus, function_bytes,
                                                   argument_bytes)
         except TaskKilled as killed:
-            self._handle(ops.TaskStopped(start.key, str(killed)))
+            self._handle(ev.RunStopped(start.key, str(killed)))
             return
         except Exception as error:  # arguments that cannot be unpickled here, say
             payload, text = serialize.dumps_exception(error)
-            self._handle(ops.TaskErred(start.key, payload, text))
+            self._handle(ev.RunErred(start.key, payload, text))
             return
         self._ended(start.key, outcome)
 
@@ -395,11 +395,11 @@ class Worker:
         try:
             if outcome.ok:
                 self.data.values[key] = outcome.value
-                self._handle(ops.TaskFinished(key, serialize.sizeof(outcome.value),
+                self._handle(ev.RunFinished(key, serialize.sizeof(outcome.value),
                                               outcome.start, outcome.stop,
                                               peak_memory=outcome.peak_memory))
             else:
-                self._handle(ops.TaskErred(key, outcome.exception, outcome.traceback,
+                self._handle(ev.RunErred(key, outcome.exception, outcome.traceback,
                                            outcome.start, outcome.stop))
         except Exception as error:  # a bug here stops the worker, as in any activity
             self._failed(error)

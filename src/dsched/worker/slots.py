@@ -18,7 +18,7 @@ from typing import Iterable, Mapping
 
 from ..resources import EMPTY, Resources, demand_error, format_units, named_devices
 from .ledger import GPU, GpuLedger
-from .task import TaskState, WorkerTask
+from .task import WorkerTaskState, WorkerTask
 
 
 class Slots:
@@ -61,7 +61,7 @@ class Slots:
         return f"the task needs {resources} but this worker offers only {self.total}"
 
     def queue(self, task: WorkerTask) -> None:
-        task.state = TaskState.READY
+        task.state = WorkerTaskState.READY
         bisect.insort(self.ready, task.queue_entry)
 
     def unqueue(self, task: WorkerTask) -> None:
@@ -89,7 +89,7 @@ class Slots:
             available = available - task.resources
             self.used = self.used + task.resources
             self.free_threads -= 1
-            task.state = TaskState.EXECUTING
+            task.state = WorkerTaskState.EXECUTING
             # gpu<N> resources stand for device N: pinned like the ledger's grant.
             task.gpus = tuple(sorted({*gpus, *named_devices(task.resources)}))
             started.append(task)

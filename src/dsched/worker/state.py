@@ -31,7 +31,7 @@ from .actions import (
 from .attempts import AttemptBook, job_error
 from .holdings import Holdings
 from .slots import Slots
-from .task import RUNNING, TaskState, WorkerTask
+from .task import RUNNING, WorkerTaskState, WorkerTask
 
 
 #: ``WorkerTask.stopped_for`` of a task being stopped that the scheduler sent again (it had
@@ -63,9 +63,9 @@ class WorkerState:
             ops.Execute: self._execute,
             ev.DependencyFetched: self._fetched,
             ev.DependencyFetchFailed: self._fetch_failed,
-            ops.TaskFinished: self._completed,
-            ops.TaskErred: self._failed,
-            ops.TaskStopped: self._stopped,
+            ev.RunFinished: self._completed,
+            ev.RunErred: self._failed,
+            ev.RunStopped: self._stopped,
             ops.StopTask: self._cancel,
             ops.Free: self.holdings.free,
             ev.DrainRequested: self._drain,
@@ -105,12 +105,12 @@ class WorkerState:
     fetches = property(lambda self: self.holdings.fetches)
     needed_by = property(lambda self: self.holdings.needed_by)
 
-    def state_of(self, key: str) -> TaskState | None:
+    def state_of(self, key: str) -> WorkerTaskState | None:
         task = self.tasks.get(key)
         if task is not None:
             return task.state
         held = self.holdings.results.get(key)
-        return TaskState.DONE if held is not None and held.owned else None
+        return WorkerTaskState.DONE if held is not None and held.owned else None
 
     def snapshot(self) -> WorkerSnapshot:
         tasks = sorted((t for t in self.tasks.values() if t.job is None), key=lambda t: t.seq)
@@ -144,7 +144,7 @@ class WorkerState:
                 return known
         task = self.tasks.get(key)
         if task is not None:  # sent again (a reconnect): the copy here stands and will report
-            if task.state is TaskState.CANCELLING and task.stopped_for == CANCEL:
+            if task.state is WorkerTaskState.CANCELLING and task.stopped_for == CANCEL:
                 task.stopped_for = AGAIN  # wanted after all: its end is the run asked for
             return []
         held = self.holdings.results.get(key)
@@ -213,13 +213,13 @@ class WorkerState:
         return actions + self._lose_input(event.key, tuple(given_up.tried), event.reason,
                                           event.permanent)
 
-    def _completed(self, event: ops.TaskFinished) -> list[Action]:
+    def _completed(self, event: ev.RunFinished) -> list[Action]:
         task = self.tasks.get(event.key)
         if task is None or task.state not in RUNNING:
             # Not started here: the stored copy belongs to nobody.
             return [] if event.key in self.holdings.results else [ReleaseResult(event.key)]
         self.slots.free(task)
-        if task.state is TaskState.CANCELLING and task.stopped_for != AGAIN:
+        if task.state is WorkerTaskState.CANCELLING and task.stopped_for != AGAIN:
             return [ReleaseResult(task.key), self._stop_report(task),
                     *self._end_without_result(task)]
         duration = event.stop - event.start if event.duration is None else event.duration
@@ -231,18 +231,18 @@ class WorkerState:
         self._input_arrived(task.key)
         return actions
 
-    def _failed(self, event: ops.TaskErred) -> list[Action]:
+    def _failed(self, event: ev.RunErred) -> list[Action]:
         task = self.tasks.get(event.key)
         if task is None or task.state not in RUNNING:
             return []
         self.slots.free(task)
-        if task.state is TaskState.CANCELLING and task.stopped_for != AGAIN:
+        if task.state is WorkerTaskState.CANCELLING and task.stopped_for != AGAIN:
             report: Action = self._stop_report(task)
         else:
             report = ops.TaskErred(task.key, event.exception, event.text, event.start, event.stop)
         return [report] + self._end_without_result(task)
 
-    def _stopped(self, event: ops.TaskStopped) -> list[Action]:
+    def _stopped(self, event: ev.RunStopped) -> list[Action]:
         task = self.tasks.get(event.key)
         if task is None or task.state not in RUNNING:
             return []
@@ -251,7 +251,7 @@ class WorkerState:
             task.stopped_for = CANCEL
             self.slots.queue(task)
             return []
-        if task.state is TaskState.CANCELLING:
+        if task.state is WorkerTaskState.CANCELLING:
             report: Action = self._stop_report(task)
         else:
             # Stopped without being cancelled (its process died): the task failed.
@@ -261,10 +261,10 @@ class WorkerState:
 
     def _cancel(self, event: ops.StopTask) -> list[Action]:
         task = self.tasks.get(event.key)
-        if task is None or task.state is TaskState.CANCELLING:
+        if task is None or task.state is WorkerTaskState.CANCELLING:
             return []
-        if task.state is TaskState.EXECUTING:
-            task.state = TaskState.CANCELLING
+        if task.state is WorkerTaskState.EXECUTING:
+            task.state = WorkerTaskState.CANCELLING
             return [KillJob(task.key, CANCEL) if task.job is not None else KillTask(task.key)]
         if task.job is not None:
             self.attempts.ending_unstarted.add(task.key)
@@ -314,9 +314,9 @@ class WorkerState:
         ignored), else once its process is gone."""
         actions: list[Action] = []
         for task in sorted(self.tasks.values(), key=lambda t: t.seq):
-            if task.state is not TaskState.EXECUTING:
+            if task.state is not WorkerTaskState.EXECUTING:
                 continue
-            task.state, task.stopped_for = TaskState.CANCELLING, SHUTDOWN
+            task.state, task.stopped_for = WorkerTaskState.CANCELLING, SHUTDOWN
             if task.job is not None:
                 actions.append(KillJob(task.key, SHUTDOWN))
             elif task.gpus:
@@ -356,7 +356,7 @@ class WorkerState:
     def _forget(self, task: WorkerTask) -> list[Action]:
         """Drop a task that holds no resources; release fetched inputs nobody needs now."""
         del self.tasks[task.key]
-        if task.state is TaskState.READY:
+        if task.state is WorkerTaskState.READY:
             self.slots.unqueue(task)
         return self.holdings.release(task.key, task.dependencies) if task.dependencies else []
 
@@ -379,7 +379,7 @@ class WorkerState:
         for key in sorted(self.holdings.needed_by.get(dep, ()), key=lambda k: self.tasks[k].seq):
             task = self.tasks[key]
             task.missing.discard(dep)
-            if not task.missing and task.state is TaskState.FETCHING:
+            if not task.missing and task.state is WorkerTaskState.FETCHING:
                 self.slots.queue(task)
 
     # -- checks ---------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from ..resources import Resources
 from ..protocol.ops import Replicated, TaskFinished
 
 
-class TaskState(str, Enum):
+class WorkerTaskState(str, Enum):
     """Where a task stands on this worker. Tasks that ended are forgotten once reported."""
 
     FETCHING = "fetching"      # waiting for inputs from peers (or from a task here)
@@ -25,7 +25,7 @@ class TaskState(str, Enum):
     DONE = "done"              # its result is held here
 
 
-RUNNING = (TaskState.EXECUTING, TaskState.CANCELLING)
+RUNNING = (WorkerTaskState.EXECUTING, WorkerTaskState.CANCELLING)
 
 
 @dataclass(eq=False)
@@ -37,7 +37,7 @@ class WorkerTask:
     seq: int
     dependencies: tuple[str, ...]
     missing: set[str]
-    state: TaskState = TaskState.FETCHING
+    state: WorkerTaskState = WorkerTaskState.FETCHING
     gpus: tuple[int, ...] = ()
     job: dict | None = None  # a shell-command job's attempt: what Execute.job said
     #: Why a CANCELLING task is stopped: a user's cancel (the default), or the worker's shutdown

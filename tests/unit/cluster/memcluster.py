@@ -37,7 +37,7 @@ What the shells do beyond their op tables is emulated here, minimally:
   ``Lease``); the scheduler's core gets a ``Tick`` every ``tick_interval``. Both sides read
   the one virtual clock.
 - **The executor**: a ``StartTask`` is held as executing until the test calls
-  ``finish(key, value)`` or ``err(key, text)``, which hand ``TaskFinished``/``TaskErred`` to the
+  ``finish(key, value)`` or ``err(key, text)``, which hand ``RunFinished``/``RunErred`` to the
   worker core as the shell's ``_ended`` does (the value is kept in the worker's data store).
   ``KillTask`` stops a task in a GPU process (``TaskStopped`` soon after) and, as in the shell,
   not a task on a thread (it runs on until the test ends it).
@@ -84,7 +84,7 @@ from dsched.scheduler.views import jobs_view, task_counts, who_has, worker_info
 from dsched.worker import actions as wact, events as wev
 from dsched.worker.server import _TO_STATE
 from dsched.worker.state import WorkerState
-from dsched.worker.task import RUNNING, TaskState
+from dsched.worker.task import RUNNING, WorkerTaskState
 
 #: What a task spec is when the test does not care: (function, arguments), opaque bytes.
 SPEC = (b"function", b"arguments")
@@ -274,9 +274,9 @@ class Client:
         raise AssertionError(f"no reply to request {request} yet")
 
     def ends(self, key: str) -> list:
-        """How ``key`` ended, as told: TaskFinished, TaskErred, TaskCancelled ops, in order."""
+        """How ``key`` ended, as told: FutureFinished, FutureErred, FutureCancelled ops, in order."""
         return [op for op in self.received if getattr(op, "key", None) == key
-                and type(op) in (ops.TaskFinished, ops.TaskErred, ops.TaskCancelled)]
+                and type(op) in (ops.FutureFinished, ops.FutureErred, ops.FutureCancelled)]
 
     def end(self, key: str) -> Any:
         """The one end of ``key`` (AssertionError unless there is exactly one)."""
@@ -286,8 +286,8 @@ class Client:
 
     def result(self, key: str) -> Any:
         """The value of ``key`` fetched from a worker the scheduler said holds it (the last
-        TaskFinished or ResultMoved), as a client's gather does."""
-        told = [op for op in self.received if type(op) in (ops.TaskFinished, ops.ResultMoved)
+        FutureFinished or FutureMoved), as a client's gather does."""
+        told = [op for op in self.received if type(op) in (ops.FutureFinished, ops.FutureMoved)
                 and op.key == key]
         assert told, f"{key} was not reported finished"
         for address in told[-1].who_has:
@@ -328,7 +328,7 @@ class MemCluster:
         self.queue: list[Message | Chore] = []
         self.nodes: dict[str, Node] = {}
         self.journal: dict[int, dict] = {}
-        self.logs: list[sact.Log] = []
+        self.logs: list[sact.LogLine] = []
         self.clients: list[Client] = []
         # The scheduler shell's own maps: the connection of each worker address and client.
         self._worker_links: dict[str, Link] = {}
@@ -446,13 +446,13 @@ class MemCluster:
         node = self._executor(key, name)
         _, started = node.executing.pop(key)
         node.store[key] = (value, nbytes)
-        self._worker_handle(node, ops.TaskFinished(key, nbytes, started, self.now))
+        self._worker_handle(node, wev.RunFinished(key, nbytes, started, self.now))
 
     def err(self, key: str, text: str = "Traceback: boom", name: str | None = None) -> None:
         """The task ``key`` raises."""
         node = self._executor(key, name)
         _, started = node.executing.pop(key)
-        self._worker_handle(node, ops.TaskErred(key, b"pickled exception", text, started,
+        self._worker_handle(node, wev.RunErred(key, b"pickled exception", text, started,
                                                 self.now))
 
     def running_jobs(self) -> dict[str, str]:
@@ -610,7 +610,7 @@ class MemCluster:
             task = state.tasks.get(key)
             # Stopping it for its user (not for a shutdown: that comes back as a refusal): the
             # worker will say it stopped, which ends nothing where the scheduler has it running.
-            if task is not None and task.job is None and task.state is TaskState.CANCELLING \
+            if task is not None and task.job is None and task.state is WorkerTaskState.CANCELLING \
                     and task.stopped_for == wact.CANCEL and key not in down:
                 raise Diverged(f"the scheduler has {key} processing on {node.name}, which is "
                                "cancelling it")
@@ -689,7 +689,7 @@ class MemCluster:
         make = TO_CLIENTS.get(kind)
         if make is not None:
             op = make(action)
-            clients = action.clients if kind is not sact.TaskWaiting else (action.client,)
+            clients = action.clients if kind is not sact.TellWaiting else (action.client,)
             for client in clients:
                 link = self._client_links.get(client)
                 if link is not None and link.scheduler_open:
@@ -706,7 +706,7 @@ class MemCluster:
                            if action.error else ops.Reply(id=action.request, value=action.value))
         elif kind is sact.JournalWrite:
             self.journal.update((row["id"], dict(row)) for row in action.rows)
-        elif kind is sact.Log:
+        elif kind is sact.LogLine:
             self.logs.append(action)
         elif kind is sact.CloseWorker:
             link = self._worker_links.get(action.worker)
@@ -954,7 +954,7 @@ class MemCluster:
     def _chore_kill(self, node: Node, key: str) -> None:
         if key in node.executing:  # the GPU process is killed (not if it finished first)
             del node.executing[key]
-            self._worker_handle(node, ops.TaskStopped(key, "killed by signal 9 (SIGKILL)"))
+            self._worker_handle(node, wev.RunStopped(key, "killed by signal 9 (SIGKILL)"))
 
     def _chore_spawn(self, node: Node, key: str) -> None:
         """``JobRunner.run``: record the attempt, start its supervisor; it may end at once."""

@@ -31,7 +31,7 @@ WORKERS = [WorkerSpec("w1", 2), WorkerSpec("w2", 2, "GPU=2"), WorkerSpec("w3", 1
 NAMES = [w.name for w in WORKERS]
 DEMANDS = [None, None, "GPU=1", "GPU=0.5", "GPU=2", "MEM=4", "GPU=1 MEM=4"]
 CLIENTS = ["c1", "c2"]
-ENDS = (ops.TaskFinished, ops.TaskErred, ops.TaskCancelled)
+ENDS = (ops.FutureFinished, ops.FutureErred, ops.FutureCancelled)
 HANDSHAKE = (ops.Register, ops.Registered)
 
 
@@ -189,7 +189,7 @@ class ClusterMachine(RuleBasedStateMachine):
                 if type(op) in ENDS:
                     self.ends[name, op.key] += 1
                     assert self.ends[name, op.key] == 1, (name, op)
-                elif type(op) is ops.ResultMoved and not op.who_has:
+                elif type(op) is ops.FutureMoved and not op.who_has:
                     self.ends[name, op.key] = 0
             self.seen[name] = len(client.received)
 

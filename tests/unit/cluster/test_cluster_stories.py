@@ -25,7 +25,7 @@ def test_a_task_a_client_submits_runs_on_a_worker_and_its_result_reaches_the_cli
     cluster.finish("inc-1", value=2)
     cluster.settle()
     finished = alice.end("inc-1")
-    assert type(finished) is ops.TaskFinished and finished.who_has == ("tcp://a",)
+    assert type(finished) is ops.FutureFinished and finished.who_has == ("tcp://a",)
     assert alice.result("inc-1") == 2  # fetched from the worker that holds it
     cluster.check()
 
@@ -54,7 +54,7 @@ def test_a_gpu_task_is_pinned_to_a_device_of_its_own_and_the_next_one_waits_for_
     [(start, _)] = [v for k, v in running.items() if k == "train-3"]
     assert start.gpus == devices["train-1"]  # the device train-1 gave back
     cluster.run_to_end()
-    assert all(type(client.end(k)) is ops.TaskFinished for k in ("train-1", "train-2", "train-3"))
+    assert all(type(client.end(k)) is ops.FutureFinished for k in ("train-1", "train-2", "train-3"))
     cluster.check()
 
 
@@ -139,7 +139,7 @@ def test_a_worker_drained_hands_back_its_queued_work_and_leaves_once_its_result_
     assert not cluster.node("a").alive and "tcp://a" not in cluster.scheduler.workers
     assert client.result("t1") == 1  # from b now
     cluster.run_to_end()
-    assert {type(client.end(k)) for k in ("t1", "t2", "t3")} == {ops.TaskFinished}
+    assert {type(client.end(k)) for k in ("t1", "t2", "t3")} == {ops.FutureFinished}
     cluster.check()
 
 
@@ -162,5 +162,5 @@ def test_a_task_sent_back_to_a_worker_that_is_stopping_it_still_ends():
     cluster.settle()
     cluster.finish("x", value=1, name="a")
     cluster.settle()
-    assert type(client.end("x")) is ops.TaskFinished
+    assert type(client.end("x")) is ops.FutureFinished
     cluster.check()

@@ -18,12 +18,12 @@ def addr(name: str) -> str:
 
 
 def started(actions: list) -> list[tuple[str, str]]:
-    """(task key, worker name) of each act.Execute, in order."""
-    return [(a.key, a.worker.removeprefix("tcp://")) for a in actions if isinstance(a, act.Execute)]
+    """(task key, worker name) of each act.SendExecute, in order."""
+    return [(a.key, a.worker.removeprefix("tcp://")) for a in actions if isinstance(a, act.SendExecute)]
 
 
 def without_logs(actions: list) -> list:
-    return [a for a in actions if not isinstance(a, act.Log)]
+    return [a for a in actions if not isinstance(a, act.LogLine)]
 
 
 class Story:
@@ -60,19 +60,19 @@ class Story:
     def finish(self, key: str, worker: str | None = None, nbytes: int = 0,
                duration: float = 1.0) -> list:
         worker = worker or self.where(key)
-        return self(ev.TaskFinished(key=key, worker=addr(worker), nbytes=nbytes,
+        return self(ev.WorkerTaskFinished(key=key, worker=addr(worker), nbytes=nbytes,
                                  start=self.now - duration, stop=self.now, now=self.now))
 
     def err(self, key: str, worker: str | None = None, text: str = "boom") -> list:
         worker = worker or self.where(key)
-        return self(ev.TaskErred(key=key, worker=addr(worker), exception=b"pickled", text=text,
+        return self(ev.WorkerTaskErred(key=key, worker=addr(worker), exception=b"pickled", text=text,
                               now=self.now))
 
     def cancel(self, *keys: str, client: str = "c") -> list:
         return self(ev.CancelRequested(client=client, keys=keys, now=self.now))
 
     def confirm(self, key: str, worker: str) -> list:
-        return self(ev.TaskStopped(key=key, worker=addr(worker), now=self.now))
+        return self(ev.WorkerTaskStopped(key=key, worker=addr(worker), now=self.now))
 
     def release(self, *keys: str, client: str = "c") -> list:
         return self(ev.KeysReleased(client=client, keys=keys, now=self.now))
@@ -129,7 +129,7 @@ class JobStory(Story):
         from dsched.protocol import ops
 
         worker = worker or self.where(key)
-        return self(ev.AttemptStarted(worker=addr(worker), now=self.now, report=ops.AttemptStarted(
+        return self(ev.WorkerAttemptStarted(worker=addr(worker), now=self.now, report=ops.AttemptStarted(
             key=key, pid=pid, log=f"/jobs/{key}.log", started=self.now)))
 
     def end(self, key: str, outcome: str = "completed", worker: str | None = None,
@@ -137,7 +137,7 @@ class JobStory(Story):
         from dsched.protocol import ops
 
         worker = worker or self.where(key) or self.job(int(key[4:].split(".")[0])).worker
-        return self(ev.AttemptEnded(worker=addr(worker), now=self.now, report=ops.AttemptEnded(
+        return self(ev.WorkerAttemptEnded(worker=addr(worker), now=self.now, report=ops.AttemptEnded(
             key=key, outcome=outcome, exit_code=exit_code, error=f"{outcome}!", log="/x.log",
             started=started, ended=self.now)))
 

@@ -39,7 +39,7 @@ def test_an_attempt_is_journaled_assigned_before_its_execute_and_carries_the_com
     s2.worker("w1", resources="foo=7")
     actions = s2.jobs(job("train", resources="foo=5"))
     assert journaled(actions) == [(1, "assigned")]
-    [execute] = [a for a in actions if isinstance(a, act.Execute)]
+    [execute] = [a for a in actions if isinstance(a, act.SendExecute)]
     assert execute.key == "job-1.1" and execute.job["command"] == ["train"]
 
 
@@ -97,9 +97,9 @@ def test_an_attempt_runs_then_its_end_is_journaled_before_it_is_acknowledged_and
     assert s.job(1).pid == 77
     actions = s.end("job-1.1", exit_code=0)
     assert journaled(actions) == [(1, "completed")]
-    ack = [a for a in actions if isinstance(a, act.AttemptAck)]
-    assert ack == [act.AttemptAck(worker="tcp://w1", keys=("job-1.1",))]
-    [told] = [a for a in actions if isinstance(a, act.JobEnded)]
+    ack = [a for a in actions if isinstance(a, act.SendAttemptAck)]
+    assert ack == [act.SendAttemptAck(worker="tcp://w1", keys=("job-1.1",))]
+    [told] = [a for a in actions if isinstance(a, act.TellJobEnded)]
     assert told.clients == ("c",) and told.job["state"] == "completed"
     assert told.job["exit_code"] == 0 and s.state.tasks == {}
     # Watching a job that has ended answers at once.
@@ -138,10 +138,10 @@ def test_reports_about_an_older_attempt_are_ignored_and_a_running_one_is_stopped
     s.start("job-1.1")
     s.end("job-1.1", "failed", exit_code=1)
     s.start("job-1.2")
-    assert s.start("job-1.1", worker="w1") == [act.StopTask(key="job-1.1", worker="tcp://w1")]
+    assert s.start("job-1.1", worker="w1") == [act.SendStopTask(key="job-1.1", worker="tcp://w1")]
     actions = s.end("job-1.1", "completed", worker="w1")
     assert journaled(actions) == [] and s.states() == {1: "running"}
-    assert [a for a in actions if isinstance(a, act.AttemptAck)]
+    assert [a for a in actions if isinstance(a, act.SendAttemptAck)]
 
 
 def test_timeouts_end_the_job_and_are_not_retried():
@@ -161,7 +161,7 @@ def test_cancel_ends_a_queued_job_at_once_and_a_running_one_once_its_worker_stop
     actions = s.cancel_jobs(1, 2, 3)
     [reply] = [a for a in actions if isinstance(a, act.JobsReply)]
     assert reply.value == {"1": "cancelling", "2": "cancelled", "3": "unknown job"}
-    assert act.StopTask(key="job-1.1", worker="tcp://w1") in actions
+    assert act.SendStopTask(key="job-1.1", worker="tcp://w1") in actions
     assert s.states() == {1: "running", 2: "cancelled"}
     assert started(s.end("job-1.1", "cancelled", worker="w1", exit_code=-15)) == []
     assert s.states() == {1: "cancelled", 2: "cancelled"}
@@ -208,16 +208,16 @@ def test_a_worker_refusing_an_attempt_gets_a_new_attempt_and_repeated_refusals_f
     s = JobStory(max_rejections=1)
     s.worker("w1")
     s.jobs(job())
-    actions = s(ev.TaskRejected(key="job-1.1", worker="tcp://w1", reason="closing", now=s.now))
+    actions = s(ev.WorkerTaskRejected(key="job-1.1", worker="tcp://w1", reason="closing", now=s.now))
     assert started(actions) == [("job-1.2", "w1")]
-    s(ev.TaskRejected(key="job-1.2", worker="tcp://w1", reason="closing", now=s.now))
+    s(ev.WorkerTaskRejected(key="job-1.2", worker="tcp://w1", reason="closing", now=s.now))
     assert s.states() == {1: "failed"} and "refused it 2 times" in s.job(1).detail
 
 
 def test_a_python_task_may_not_take_a_job_attempt_key():
     s = JobStory()
     [erred] = s.submit(ev.TaskSpec(key="job-1.1"))
-    assert isinstance(erred, act.TaskErred) and erred.error == "reserved_key"
+    assert isinstance(erred, act.TellErred) and erred.error == "reserved_key"
 
 
 def test_jobs_wait_for_a_worker_however_long_no_worker_timeout_is():
@@ -231,7 +231,7 @@ def test_a_task_report_about_a_job_attempt_is_ignored():
     s = JobStory()
     s.worker("w1")
     s.jobs(job())
-    s(ev.TaskFinished(key="job-1.1", worker="tcp://w1", now=s.now))
+    s(ev.WorkerTaskFinished(key="job-1.1", worker="tcp://w1", now=s.now))
     assert s.states() == {1: "assigned"} and "job-1.1" in s.state.workers["tcp://w1"].processing
 
 

@@ -47,7 +47,7 @@ def test_an_attempt_that_ended_while_its_worker_was_away_is_recorded_and_acknowl
     s.leave("w1")
     actions = s.worker("w1", attempts=(ended("job-1.1", "failed", 4),))
     assert journaled(actions) == [(1, "failed")]
-    assert act.AttemptAck(worker="tcp://w1", keys=("job-1.1",)) in actions
+    assert act.SendAttemptAck(worker="tcp://w1", keys=("job-1.1",)) in actions
 
 
 def test_a_started_job_whose_worker_does_not_return_is_lost_after_the_lease_and_margin():
@@ -109,8 +109,8 @@ def test_stale_and_unknown_attempts_on_a_returning_worker_are_killed_and_old_end
     s.leave("w1")
     actions = s.worker("w1", attempts=(running("job-1.1"), running("job-9.1"),
                                        ended("job-8.3")))
-    assert act.StopTask(key="job-9.1", worker="tcp://w1") in actions
-    assert act.AttemptAck(worker="tcp://w1", keys=("job-8.3",)) in actions
+    assert act.SendStopTask(key="job-9.1", worker="tcp://w1") in actions
+    assert act.SendAttemptAck(worker="tcp://w1", keys=("job-8.3",)) in actions
 
 
 def test_a_cancel_while_the_worker_is_away_stops_the_job_when_it_returns():
@@ -118,7 +118,7 @@ def test_a_cancel_while_the_worker_is_away_stops_the_job_when_it_returns():
     s.leave("w1")
     s.cancel_jobs(1)
     actions = s.worker("w1", attempts=(running("job-1.1"),))
-    assert act.StopTask(key="job-1.1", worker="tcp://w1") in actions
+    assert act.SendStopTask(key="job-1.1", worker="tcp://w1") in actions
     s.end("job-1.1", "cancelled", worker="w1", exit_code=-15)
     assert s.states() == {1: "cancelled"}
 
@@ -244,6 +244,6 @@ def test_a_job_cancelled_before_it_started_ends_and_does_not_say_it_is_stopping(
     if how == "ended unstarted":
         s.end("job-1.1", "cancelled", worker="w1", exit_code=None, started=None)
     else:  # the worker began to drain before the stop reached it
-        s(ev.TaskRejected(key="job-1.1", worker="tcp://w1", reason="closing", now=s.now))
+        s(ev.WorkerTaskRejected(key="job-1.1", worker="tcp://w1", reason="closing", now=s.now))
     assert s.view(1)["state"] == "cancelled"
     assert s.view(1)["detail"] == "cancelled by c"

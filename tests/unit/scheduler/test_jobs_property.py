@@ -66,17 +66,17 @@ class JobsMachine(RuleBasedStateMachine):
         self.state.validate()
         for a in actions:
             w = self.workers.get(getattr(a, "worker", "").removeprefix("tcp://"))
-            if isinstance(a, act.Execute) and a.job is not None:
+            if isinstance(a, act.SendExecute) and a.job is not None:
                 assert w is not None and w.connected, a
                 assert a.key not in w.received and a.key not in w.running, a
                 w.received[a.key] = None
-            elif isinstance(a, act.StopTask) and w is not None and w.connected:
+            elif isinstance(a, act.SendStopTask) and w is not None and w.connected:
                 if a.key in w.received:
                     del w.received[a.key]
-                    self.later.append(ev.TaskStopped(key=a.key, worker=w.address, now=self.now))
+                    self.later.append(ev.WorkerTaskStopped(key=a.key, worker=w.address, now=self.now))
                 elif a.key in w.running:
                     self._end(w, a.key, "cancelled")
-            elif isinstance(a, act.AttemptAck) and w is not None:
+            elif isinstance(a, act.SendAttemptAck) and w is not None:
                 for key in a.keys:
                     w.ended.pop(key, None)
             elif isinstance(a, act.JobsReply):
@@ -107,7 +107,7 @@ class JobsMachine(RuleBasedStateMachine):
         allowed = 1 + self.failures.get(job, 0)
         assert self.state.jobs.jobs[job].spec.requeue or len(attempts) <= allowed, (
             f"job {job} started again: attempts {sorted(attempts)}")
-        self.later.append(ev.AttemptStarted(worker=w.address, now=self.now,
+        self.later.append(ev.WorkerAttemptStarted(worker=w.address, now=self.now,
                                             report=ops.AttemptStarted(key=key, pid=1, log="l")))
 
     def _end(self, w: SimWorker, key: str, outcome: str) -> None:
@@ -117,7 +117,7 @@ class JobsMachine(RuleBasedStateMachine):
             job = parse_job_key(key)[0]
             self.failures[job] = self.failures.get(job, 0) + 1
         if w.connected:
-            self.later.append(ev.AttemptEnded(worker=w.address, now=self.now, report=ops.AttemptEnded(
+            self.later.append(ev.WorkerAttemptEnded(worker=w.address, now=self.now, report=ops.AttemptEnded(
                 key=key, outcome=outcome, exit_code=0 if outcome == "completed" else 1,
                 started=1.0, ended=2.0)))
 

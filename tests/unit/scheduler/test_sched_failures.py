@@ -8,7 +8,7 @@ from dsched.scheduler import actions as act, events as ev
 
 
 def waiting(actions):
-    return [(a.keys, a.reason) for a in actions if isinstance(a, act.TaskWaiting)]
+    return [(a.keys, a.reason) for a in actions if isinstance(a, act.TellWaiting)]
 
 
 def test_unrunnable_tasks_wait_with_distinct_reasons_until_a_fitting_worker_joins():
@@ -48,7 +48,7 @@ def test_no_worker_timeout_fails_unrunnable_tasks():
     s.at(9)
     assert s.tick() == []
     s.at(10)
-    assert s.tick() == [act.TaskErred(
+    assert s.tick() == [act.TellErred(
         key="g", clients=("c",), error="no_worker",
         text="no worker could run this task for 10 s: no worker offers resource GPU")]
 
@@ -62,7 +62,7 @@ def test_no_worker_timeout_counts_from_when_the_task_became_unrunnable():
     s.at(17)
     assert s.tick() == []
     s.at(18)
-    assert sorted(a.key for a in s.tick() if isinstance(a, act.TaskErred)) == ["busy", "g"]
+    assert sorted(a.key for a in s.tick() if isinstance(a, act.TellErred)) == ["busy", "g"]
 
 
 def test_a_dead_workers_tasks_go_back_to_the_queue():
@@ -81,7 +81,7 @@ def test_killed_worker_after_allowed_failures_plus_one_deaths():
     s.submit(task("t"))
     s.leave(s.where("t"))
     actions = s.leave(s.where("t"))
-    assert [(a.key, a.error) for a in actions if isinstance(a, act.TaskErred)] == [
+    assert [(a.key, a.error) for a in actions if isinstance(a, act.TellErred)] == [
         ("t", "killed_worker")]
     assert "2 worker(s) died while running task t " in actions[0].text
 
@@ -117,8 +117,8 @@ def test_lost_results_still_wanted_are_recomputed_and_their_new_place_reported()
     actions = s.leave("a")
     assert started(actions) == [("x", "b")]
     # The client learns the result is gone (its future is pending again), then its new end.
-    assert act.ResultMoved(key="x", clients=("c",), who_has=()) in actions
-    assert s.finish("x") == [act.TaskFinished(key="x", clients=("c",), nbytes=0,
+    assert act.TellMoved(key="x", clients=("c",), who_has=()) in actions
+    assert s.finish("x") == [act.TellFinished(key="x", clients=("c",), nbytes=0,
                                               who_has=(addr("b"),))]
     assert s.state.tasks["x"].who_has == {addr("b"): None}
 
@@ -186,7 +186,7 @@ def test_results_from_a_removed_worker_are_ignored():
     s.submit(task("t"))
     s.leave("a")
     s.worker("b")
-    assert s(ev.TaskFinished(key="t", worker=addr("a"), now=1)) == []
+    assert s(ev.WorkerTaskFinished(key="t", worker=addr("a"), now=1)) == []
     assert s.state_of("t") == "processing" and s.where("t") == "b"
 
 
@@ -197,7 +197,7 @@ def test_missing_data_recomputes_the_input_and_retries_the_task():
     s.submit(task("x", workers=("a",)))
     s.finish("x", nbytes=10)
     s.submit(task("y", dependencies=("x",), workers=("b",)))
-    actions = s(ev.MissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
+    actions = s(ev.WorkerMissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
                             now=0))
     assert started(actions) == [("x", "a")]  # no copy of x left anywhere: compute it again
     assert s.state_of("y") == "waiting"
@@ -211,14 +211,14 @@ def test_a_result_no_worker_can_ever_send_fails_instead_of_looping():
     s.submit(task("x", workers=("a",)), task("y", dependencies=("x",), workers=("b",)))
     for attempt in range(2):
         s.finish("x", nbytes=10)
-        actions = s(ev.MissingData(key="y", worker=addr("b"), dependency="x",
+        actions = s(ev.WorkerMissingData(key="y", worker=addr("b"), dependency="x",
                                 tried=(addr("a"),), now=0))
         assert started(actions) == [("x", "a")]  # computed again, for now
     s.finish("x", nbytes=10)
-    actions = s(ev.MissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
+    actions = s(ev.WorkerMissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
                             now=0))
     # x's client, told x was lost, hears it failed too: it could not fetch it either
-    errors = {a.key: a for a in actions if isinstance(a, act.TaskErred)}
+    errors = {a.key: a for a in actions if isinstance(a, act.TellErred)}
     assert sorted(errors) == ["x", "y"] and errors["y"].error == "dependency"
     assert "no worker could send the result of x" in errors["y"].text
     assert s.state_of("x") == "erred" and s.state.tasks["x"].error == "unfetchable"
@@ -231,10 +231,10 @@ def test_an_input_that_cannot_travel_at_all_fails_its_dependent_at_once():
     s.worker("b")
     s.submit(task("x", workers=("a",)), task("y", dependencies=("x",), workers=("b",)))
     s.finish("x", nbytes=10)
-    actions = s(ev.MissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
+    actions = s(ev.WorkerMissingData(key="y", worker=addr("b"), dependency="x", tried=(addr("a"),),
                             reason="cannot send the result of x: TypeError: cannot pickle",
                             permanent=True, now=0))
-    (error,) = [a for a in actions if isinstance(a, act.TaskErred)]
+    (error,) = [a for a in actions if isinstance(a, act.TellErred)]
     assert error.key == "y" and error.error == "unfetchable"
     assert "its input x cannot be sent" in error.text and "cannot pickle" in error.text
     assert started(actions) == [] and s.state_of("x") == "memory"  # not computed again
@@ -250,8 +250,8 @@ def test_a_lost_result_is_pending_again_for_its_clients_and_its_failure_reaches_
     s.finish("f")
     s.worker("b")
     lost = s.leave("a")
-    assert act.ResultMoved(key="f", clients=("c",), who_has=()) in lost
+    assert act.TellMoved(key="f", clients=("c",), who_has=()) in lost
     assert s.where("f") == "b"
-    [erred] = [a for a in s.leave("b") if isinstance(a, act.TaskErred)]
+    [erred] = [a for a in s.leave("b") if isinstance(a, act.TellErred)]
     assert (erred.key, erred.clients, erred.error) == ("f", ("c",), "killed_worker")
     assert "died while running task f " in erred.text

@@ -27,7 +27,7 @@ def failures(n: int) -> list:
     s.err("other-0", text=traceback_of("other"))
     s.err("flaky-0", text=traceback_of("once"))
     s.err("flaky-0", text=traceback_of("twice"))
-    return [a for a in s.log if isinstance(a, act.Log) and a.pace]
+    return [a for a in s.log if isinstance(a, act.LogLine) and a.pace]
 
 
 def test_a_thousand_failures_cost_the_info_log_a_line_a_prefix_and_a_count(caplog):

@@ -42,25 +42,25 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.state.validate()
         closed = []
         for a in actions:
-            if isinstance(a, act.Execute):
+            if isinstance(a, act.SendExecute):
                 assert (a.worker, a.key) not in self.running, a
                 self.running[(a.worker, a.key)] = self.now
-            elif isinstance(a, act.StopTask):
+            elif isinstance(a, act.SendStopTask):
                 del self.running[(a.worker, a.key)]
                 self.stopping.add((a.worker, a.key))
-            elif isinstance(a, act.ResultMoved) and not a.who_has:  # lost: a new end comes
+            elif isinstance(a, act.TellMoved) and not a.who_has:  # lost: a new end comes
                 for client in a.clients:
-                    assert self.ends.pop((a.key, client)) == ["TaskFinished"], (a, client)
-            elif isinstance(a, (act.TaskFinished, act.TaskErred, act.TaskCancelled)):
+                    assert self.ends.pop((a.key, client)) == ["TellFinished"], (a, client)
+            elif isinstance(a, (act.TellFinished, act.TellErred, act.TellCancelled)):
                 for client in a.clients:
                     ends = self.ends.setdefault((a.key, client), [])
                     ends.append(type(a).__name__)
                     assert len(ends) == 1, (a.key, client, ends)
-                    if isinstance(a, act.TaskCancelled):
+                    if isinstance(a, act.TellCancelled):
                         assert client in self.cancellers, (a, "a cancel nobody asked for")
-            elif isinstance(a, act.Replicate):
+            elif isinstance(a, act.SendReplicate):
                 self.replicating.add((a.worker, a.key))
-            elif isinstance(a, act.Retire):
+            elif isinstance(a, act.SendRetire):
                 self.retired.add(a.worker)
             elif isinstance(a, act.CloseWorker):
                 closed.append(a.worker)
@@ -120,7 +120,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def finish(self, data, nbytes, duration):
         worker, key = data.draw(st.sampled_from(sorted(self.running)))
         del self.running[(worker, key)]
-        self.apply(ev.TaskFinished(key=key, worker=worker, nbytes=nbytes, start=0.0,
+        self.apply(ev.WorkerTaskFinished(key=key, worker=worker, nbytes=nbytes, start=0.0,
                                 stop=duration, now=self.now))
 
     @precondition(lambda self: self.running)
@@ -128,7 +128,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def fail(self, data):
         worker, key = data.draw(st.sampled_from(sorted(self.running)))
         del self.running[(worker, key)]
-        self.apply(ev.TaskErred(key=key, worker=worker, exception=b"x", text="boom", now=self.now))
+        self.apply(ev.WorkerTaskErred(key=key, worker=worker, exception=b"x", text="boom", now=self.now))
 
     @precondition(lambda self: self.running and len(self.workers) > 1)
     @rule(data=st.data())
@@ -136,21 +136,21 @@ class SchedulerMachine(RuleBasedStateMachine):
         worker, key = data.draw(st.sampled_from(sorted(self.running)))
         other = data.draw(st.sampled_from([w for w in self.workers if w != worker]))
         if (other, key) not in self.running and (other, key) not in self.stopping:
-            self.apply(ev.TaskFinished(key=key, worker=other, now=self.now))
+            self.apply(ev.WorkerTaskFinished(key=key, worker=other, now=self.now))
 
     @precondition(lambda self: self.stopping)
     @rule(data=st.data())
     def confirm(self, data):
         worker, key = data.draw(st.sampled_from(sorted(self.stopping)))
         self.stopping.discard((worker, key))
-        self.apply(ev.TaskStopped(key=key, worker=worker, now=self.now))
+        self.apply(ev.WorkerTaskStopped(key=key, worker=worker, now=self.now))
 
     @precondition(lambda self: self.running)
     @rule(data=st.data())
     def refuse(self, data):
         worker, key = data.draw(st.sampled_from(sorted(self.running)))
         del self.running[(worker, key)]
-        self.apply(ev.TaskRejected(key=key, worker=worker, reason="no", now=self.now))
+        self.apply(ev.WorkerTaskRejected(key=key, worker=worker, reason="no", now=self.now))
 
     @precondition(lambda self: self.running)
     @rule(data=st.data())
@@ -161,13 +161,13 @@ class SchedulerMachine(RuleBasedStateMachine):
             del self.running[(worker, key)]
             dep = data.draw(st.sampled_from(deps))
             holders = tuple(self.state.tasks[dep].who_has or ())
-            self.apply(ev.MissingData(key=key, worker=worker, dependency=dep, tried=holders,
+            self.apply(ev.WorkerMissingData(key=key, worker=worker, dependency=dep, tried=holders,
                                    now=self.now))
 
     @precondition(lambda self: self.workers)
     @rule(data=st.data())
     def drain(self, data):
-        self.apply(ev.Draining(address=data.draw(st.sampled_from(self.workers)),
+        self.apply(ev.WorkerDraining(address=data.draw(st.sampled_from(self.workers)),
                                   now=self.now))
 
     @precondition(lambda self: self.replicating)
@@ -175,8 +175,8 @@ class SchedulerMachine(RuleBasedStateMachine):
     def replicated(self, data, ok):
         worker, key = data.draw(st.sampled_from(sorted(self.replicating)))
         self.replicating.discard((worker, key))
-        event = (ev.Replicated(key=key, worker=worker, now=self.now) if ok
-                 else ev.ReplicateFailed(key=key, worker=worker, now=self.now))
+        event = (ev.WorkerReplicated(key=key, worker=worker, now=self.now) if ok
+                 else ev.WorkerReplicateFailed(key=key, worker=worker, now=self.now))
         self.apply(event)
 
     @precondition(lambda self: self.retired)
@@ -222,15 +222,15 @@ class SchedulerMachine(RuleBasedStateMachine):
         for _ in range(200):
             for worker, key in sorted(self.stopping):
                 self.stopping.discard((worker, key))
-                self.apply(ev.TaskStopped(key=key, worker=worker, now=self.now))
+                self.apply(ev.WorkerTaskStopped(key=key, worker=worker, now=self.now))
             for worker, key in sorted(self.running):
                 if (worker, key) in self.running:
                     del self.running[(worker, key)]
-                    self.apply(ev.TaskFinished(key=key, worker=worker, start=0, stop=1,
+                    self.apply(ev.WorkerTaskFinished(key=key, worker=worker, start=0, stop=1,
                                             now=self.now))
             for worker, key in sorted(self.replicating):
                 self.replicating.discard((worker, key))
-                self.apply(ev.Replicated(key=key, worker=worker, now=self.now))
+                self.apply(ev.WorkerReplicated(key=key, worker=worker, now=self.now))
             for address in sorted(self.retired):
                 self.forget_worker(address)
                 self.apply(ev.WorkerLeft(address=address, expected=True, now=self.now))

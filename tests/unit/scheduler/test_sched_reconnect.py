@@ -28,7 +28,7 @@ def test_a_kept_result_is_adopted_instead_of_recomputed():
 def test_a_result_no_one_needs_is_freed_on_the_worker():
     story = Story()
     actions = rejoin(story, "a", held=[("stale", 5)])
-    assert act.Free(worker=addr("a"), keys=("stale",)) in actions
+    assert act.SendFree(worker=addr("a"), keys=("stale",)) in actions
 
 
 def test_a_result_recomputed_elsewhere_becomes_a_second_copy():
@@ -56,7 +56,7 @@ def test_a_task_still_running_there_is_adopted_not_run_twice():
 def test_a_running_task_the_scheduler_does_not_know_is_cancelled_there():
     story = Story()
     actions = rejoin(story, "a", running=["ghost"])
-    assert act.StopTask(key="ghost", worker=addr("a")) in actions
+    assert act.SendStopTask(key="ghost", worker=addr("a")) in actions
 
 
 def test_an_adopted_result_ends_its_future_again_once():
@@ -64,8 +64,8 @@ def test_an_adopted_result_ends_its_future_again_once():
     story.worker("a")
     story.submit(task("x"))
     story.finish("x", nbytes=3)
-    assert act.ResultMoved(key="x", clients=("c",), who_has=()) in story.leave("a")  # lost
+    assert act.TellMoved(key="x", clients=("c",), who_has=()) in story.leave("a")  # lost
     actions = rejoin(story, "a", held=[("x", 3)])
-    assert [a for a in actions if isinstance(a, (act.TaskFinished, act.ResultMoved))] == [
-        act.TaskFinished(key="x", clients=("c",), nbytes=3, who_has=(addr("a"),))]
+    assert [a for a in actions if isinstance(a, (act.TellFinished, act.TellMoved))] == [
+        act.TellFinished(key="x", clients=("c",), nbytes=3, who_has=(addr("a"),))]
 

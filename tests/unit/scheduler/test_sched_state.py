@@ -31,7 +31,7 @@ def test_a_joining_worker_is_logged_with_its_resources_or_none():
     s = Story()
     s.worker("cpu", nthreads=2)
     s.worker("gpu", resources="GPU=2")
-    joined = [a.message() for a in s.log if isinstance(a, act.Log) and "joined" in a.msg]
+    joined = [a.message() for a in s.log if isinstance(a, act.LogLine) and "joined" in a.msg]
     assert joined == ["Worker cpu joined from tcp://cpu: 2 threads, resources none",
                       "Worker gpu joined from tcp://gpu: 1 thread, resources GPU=2"]
 
@@ -42,7 +42,7 @@ def test_execute_carries_spec_resources_and_where_the_inputs_are():
     s.submit(task("x", spec=b"f(1)"))
     s.finish("x", nbytes=100)
     actions = s.submit(task("y", "GPU=1", spec=b"g(x)", dependencies=("x",), priority=3))
-    assert actions == [act.Execute(
+    assert actions == [act.SendExecute(
         key="y", worker=addr("a"), spec=b"g(x)", resources=Resources.parse("GPU=1"),
         priority=3, who_has={"x": (addr("a"),)}, nbytes={"x": 100},
     )]
@@ -128,7 +128,7 @@ def test_cancel_a_queued_task_reports_it_at_once():
     s = Story()
     s.worker("w")
     s.submit(task("a"), task("b"))
-    assert s.cancel("b") == [act.TaskCancelled(key="b", clients=("c",),
+    assert s.cancel("b") == [act.TellCancelled(key="b", clients=("c",),
                                              reason="cancelled by client c")]
     assert "b" not in s.state.tasks  # nobody wants it: forgotten
     assert started(s.finish("a")) == []
@@ -139,8 +139,8 @@ def test_cancel_running_frees_resources_only_when_the_worker_confirms():
     s.worker("w", nthreads=2, resources="GPU=1")
     s.submit(task("a", "GPU=1"), task("b", "GPU=1"))
     assert s.cancel("a") == [
-        act.TaskCancelled(key="a", clients=("c",), reason="cancelled by client c"),
-        act.StopTask(key="a", worker=addr("w")),
+        act.TellCancelled(key="a", clients=("c",), reason="cancelled by client c"),
+        act.SendStopTask(key="a", worker=addr("w")),
     ]
     assert s.state.workers[addr("w")].free == Resources.parse("GPU=0")  # still held
     assert s.state.tasks["b"].state.value == "queued"
@@ -154,7 +154,7 @@ def test_a_cancelled_task_that_finished_anyway_frees_its_thread_and_result():
     s.cancel("a")
     actions = s.finish("a", worker="w")
     assert started(actions) == [("b", "w")]
-    assert act.Free(worker=addr("w"), keys=("a",)) in actions
+    assert act.SendFree(worker=addr("w"), keys=("a",)) in actions
 
 
 def test_cancel_takes_the_dependents_along():
@@ -162,8 +162,8 @@ def test_cancel_takes_the_dependents_along():
     s.worker("w")
     s.submit(task("a"), task("b", dependencies=("a",)), task("c", dependencies=("b",)))
     actions = s.cancel("a")
-    assert [a.key for a in actions if isinstance(a, act.TaskCancelled)] == ["a", "b", "c"]
-    assert actions[-1] == act.StopTask(key="a", worker=addr("w"))
+    assert [a.key for a in actions if isinstance(a, act.TellCancelled)] == ["a", "b", "c"]
+    assert actions[-1] == act.SendStopTask(key="a", worker=addr("w"))
 
 
 def test_each_task_end_is_reported_once_to_the_clients_that_want_it():
@@ -171,11 +171,11 @@ def test_each_task_end_is_reported_once_to_the_clients_that_want_it():
     s.worker("w")
     s.submit(task("a"), client="c1")
     s.submit(task("a"), client="c2")  # the same key: one task, two clients
-    assert s.finish("a") == [act.TaskFinished(key="a", clients=("c1", "c2"), nbytes=0,
+    assert s.finish("a") == [act.TellFinished(key="a", clients=("c1", "c2"), nbytes=0,
                                             who_has=(addr("w"),))]
     # a client asking later is told at once
     assert s.submit(task("a"), client="c3") == [
-        act.TaskFinished(key="a", clients=("c3",), nbytes=0, who_has=(addr("w"),))]
+        act.TellFinished(key="a", clients=("c3",), nbytes=0, who_has=(addr("w"),))]
 
 
 def test_released_results_are_freed_and_forgotten():
@@ -183,7 +183,7 @@ def test_released_results_are_freed_and_forgotten():
     s.worker("w")
     s.submit(task("a"))
     s.finish("a")
-    assert s.release("a") == [act.Free(worker=addr("w"), keys=("a",))]
+    assert s.release("a") == [act.SendFree(worker=addr("w"), keys=("a",))]
     assert "a" not in s.state.tasks
 
 
@@ -193,7 +193,7 @@ def test_inputs_are_freed_when_the_last_dependent_finished():
     s.submit(task("a", wanted=False), task("b", dependencies=("a",)))
     s.finish("a")
     actions = s.finish("b")
-    assert act.Free(worker=addr("w"), keys=("a",)) in actions
+    assert act.SendFree(worker=addr("w"), keys=("a",)) in actions
     assert s.state_of("a") == "released"  # kept while b exists, to recompute b if lost
     s.release("b")
     assert s.state.tasks == {}
@@ -204,7 +204,7 @@ def test_a_disconnected_client_releases_its_work():
     s.worker("w")
     s.submit(task("a"), task("b"))
     actions = s.disconnect()
-    assert act.StopTask(key="a", worker=addr("w")) in actions
+    assert act.SendStopTask(key="a", worker=addr("w")) in actions
     assert s.state.tasks == {} and s.state.clients == {}
     assert s.state.workers[addr("w")].assigned == 1  # until the worker confirms
     s.confirm("a", "w")
@@ -216,7 +216,7 @@ def test_bad_submissions_err_with_a_reason():
     s.worker("w")
     actions = s.submit(task("a", dependencies=("nope",)), task("b", dependencies=("a",)),
                        task("x", dependencies=("y",)), task("y", dependencies=("x",)))
-    errs = {a.key: a for a in actions if isinstance(a, act.TaskErred)}
+    errs = {a.key: a for a in actions if isinstance(a, act.TellErred)}
     assert errs["a"].error == "unknown_dependency" and "'nope'" in errs["a"].text
     assert errs["b"].error == "dependency"
     assert errs["x"].error == errs["y"].error == "cycle"
@@ -228,9 +228,9 @@ def test_an_exception_errs_the_task_and_its_dependents_with_the_payload():
     s.submit(task("a"), task("b", dependencies=("a",)))
     actions = s.err("a", text="ZeroDivisionError")
     assert actions == [
-        act.TaskErred(key="a", clients=("c",), error="exception", text="ZeroDivisionError",
+        act.TellErred(key="a", clients=("c",), error="exception", text="ZeroDivisionError",
                     exception=b"pickled"),
-        act.TaskErred(key="b", clients=("c",), error="dependency",
+        act.TellErred(key="b", clients=("c",), error="dependency",
                     text="dependency a failed: ZeroDivisionError", exception=b"pickled"),
     ]
 
@@ -241,7 +241,7 @@ def test_retries_rerun_a_task_that_raised():
     s.submit(task("a", retries=1))
     assert started(s.err("a")) == [("a", "w")]
     assert s.state.tasks["a"].exceptions == 1
-    assert isinstance(s.err("a")[0], act.TaskErred)
+    assert isinstance(s.err("a")[0], act.TellErred)
 
 
 def test_reports_for_a_task_not_processing_on_that_worker_are_ignored():
@@ -250,10 +250,10 @@ def test_reports_for_a_task_not_processing_on_that_worker_are_ignored():
     s.worker("b")
     s.submit(task("x"))
     other = "b" if s.where("x") == "a" else "a"
-    actions = s(ev.TaskFinished(key="x", worker=addr(other), now=0))
-    assert actions == [act.Free(worker=addr(other), keys=("x",))]
+    actions = s(ev.WorkerTaskFinished(key="x", worker=addr(other), now=0))
+    assert actions == [act.SendFree(worker=addr(other), keys=("x",))]
     assert s.state_of("x") == "processing"
-    assert s(ev.TaskFinished(key="x", worker="tcp://gone", now=0)) == []
+    assert s(ev.WorkerTaskFinished(key="x", worker="tcp://gone", now=0)) == []
 
 
 def test_resubmitting_an_erred_key_runs_it_afresh():

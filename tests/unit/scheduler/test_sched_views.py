@@ -52,8 +52,8 @@ def test_every_unrunnable_reason_has_its_kind():
                  task("first", "GPU=2"), task("second", "GPU=2"))
     assert kinds(story) == {"too_large": 1, "invalid_request": 1, "missing_resource": 1,
                             "restricted": 1, "no_single_worker": 1, "capacity": 1}
-    story(ev.Draining(address="tcp://w", now=0))
-    story(ev.Draining(address="tcp://x", now=0))
+    story(ev.WorkerDraining(address="tcp://w", now=0))
+    story(ev.WorkerDraining(address="tcp://x", now=0))
     assert kinds(story) == {"all_draining": 5, "invalid_request": 1}  # "first" runs on
     assert set(REASON_KINDS) == {"invalid_request", "no_workers", "all_draining", "restricted",
                                  "missing_resource", "too_large", "no_single_worker"}

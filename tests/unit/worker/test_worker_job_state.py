@@ -13,9 +13,9 @@ from dsched.worker.actions import (
     CANCEL, SHUTDOWN, EndUnstartedJob, ExtendLease, ForgetAttempt, KillJob, StartJob, StartTask,
 )
 from dsched.worker.events import (
-    AttemptsRecovered, DrainRequested, DrainTimedOut, SessionLost, SessionOpened,
+    AttemptsRecovered, DrainRequested, DrainTimedOut, RunFinished, SessionLost, SessionOpened,
 )
-from dsched.worker.state import TaskState, WorkerState
+from dsched.worker.state import WorkerTaskState, WorkerState
 
 R = Resources.parse
 LEASE = 100.0
@@ -60,7 +60,7 @@ def test_a_job_starts_with_its_command_devices_and_lease_and_reports_its_steps()
     state = registered(resources="GPU=2")
     actions = handle(state, job("job-1.1", "GPU=1"))
     assert actions == [StartJob("job-1.1", job("job-1.1").job, (0,), R("GPU=1"), 10.0 + LEASE)]
-    assert state.state_of("job-1.1") is TaskState.EXECUTING and state.used == R("GPU=1")
+    assert state.state_of("job-1.1") is WorkerTaskState.EXECUTING and state.used == R("GPU=1")
     assert handle(state, started("job-1.1", gpus=(0,))) == [started("job-1.1", gpus=(0,))]
     assert handle(state, ended("job-1.1")) == [ended("job-1.1")]
     assert state.is_idle() and state.available == R("GPU=2")
@@ -72,7 +72,7 @@ def test_jobs_take_task_slots_and_one_that_does_not_fit_holds_back_none_behind_i
                      job("job-3.1"), Execute("t", (b"f", b"a")), job("job-4.1"))
     assert starts(actions) == {"job-1.1": (0,), "job-3.1": ()}  # two threads
     assert state.free_threads == 0
-    assert state.state_of("job-2.1") is TaskState.READY
+    assert state.state_of("job-2.1") is WorkerTaskState.READY
     assert starts(handle(state, ended("job-3.1"))) == {"t": ()}  # GPU still taken: t, in order
     assert starts(handle(state, ended("job-1.1"))) == {"job-2.1": (0,)}
 
@@ -80,7 +80,7 @@ def test_jobs_take_task_slots_and_one_that_does_not_fit_holds_back_none_behind_i
 def test_a_job_waits_while_no_session_is_up():
     state = WorkerState(1, job_lease=LEASE)
     assert handle(state, job("job-1.1")) == []
-    assert state.state_of("job-1.1") is TaskState.READY
+    assert state.state_of("job-1.1") is WorkerTaskState.READY
     actions = handle(state, SessionOpened(50.0))
     assert actions == [StartJob("job-1.1", job("job-1.1").job, (), R(None), 50.0 + LEASE)]
 
@@ -120,8 +120,8 @@ def test_a_lost_session_drops_unstarted_jobs_silently_and_keeps_running_ones():
     handle(state, job("job-1.1"), job("job-2.1"), Execute("t", (b"f", b"a")))
     assert handle(state, SessionLost()) == []  # not reported: the scheduler puts it back
     assert state.state_of("job-2.1") is None
-    assert state.state_of("job-1.1") is TaskState.EXECUTING
-    assert state.state_of("t") is TaskState.READY  # tasks are not the session's to drop
+    assert state.state_of("job-1.1") is WorkerTaskState.EXECUTING
+    assert state.state_of("t") is WorkerTaskState.READY  # tasks are not the session's to drop
     assert [a.key for a in state.snapshot().attempts] == ["job-1.1"]
 
 
@@ -139,7 +139,7 @@ def test_no_job_starts_once_the_lease_has_run_out_until_a_new_lease():
     state = registered(nthreads=1)
     over = 10.0 + LEASE  # the scheduler was silent that long, or this worker was frozen
     assert handle(state, job("job-1.1"), now=over) == []
-    assert state.state_of("job-1.1") is TaskState.READY
+    assert state.state_of("job-1.1") is WorkerTaskState.READY
     # A late answer to a heartbeat sent before then renews a lease that is over by now.
     assert handle(state, Lease(over - LEASE + 1.0), now=over + 2.0) == []
     assert handle(state, Lease(over + 2.0), now=over + 2.5) == [
@@ -216,4 +216,4 @@ def test_gpu_n_resources_pin_a_python_task_in_a_gpu_process():
                      Execute("b", (b"f", b"x"), R("GPU=1 gpu3=0.5")))
     assert actions[0] == StartTask("a", (b"f", b"x"), (3,), "gpu-process", (), R("gpu3=1"))
     assert starts(actions) == {"a": (3,)}  # b waits for gpu3
-    assert starts(handle(state, TaskFinished("a", 1, 0.0, 1.0))) == {"b": (3, 5)}
+    assert starts(handle(state, RunFinished("a", 1, 0.0, 1.0))) == {"b": (3, 5)}

@@ -8,8 +8,10 @@ from dsched.protocol.ops import (
     TaskErred, TaskFinished, TaskRejected, TaskStopped,
 )
 from dsched.worker.actions import FetchDependency, KillTask, ReleaseResult, StartTask
-from dsched.worker.events import DependencyFetched, DependencyFetchFailed, DrainRequested
-from dsched.worker.state import TaskState, WorkerState
+from dsched.worker.events import (
+    DependencyFetched, DependencyFetchFailed, DrainRequested, RunErred, RunFinished, RunStopped,
+)
+from dsched.worker.state import WorkerTaskState, WorkerState
 
 R = Resources.parse
 
@@ -28,7 +30,7 @@ def execute(key, resources=None, priority=0, who_has=None, nbytes=None):
 
 
 def done(key, nbytes=10):
-    return TaskFinished(key, nbytes, start=100.0, stop=101.5, peak_memory=1 << 20)
+    return RunFinished(key, nbytes, start=100.0, stop=101.5, peak_memory=1 << 20)
 
 
 def started(actions):
@@ -38,11 +40,11 @@ def started(actions):
 def test_a_task_starts_in_a_thread_and_reports_done():
     state = WorkerState(nthreads=2)
     assert handle(state, execute("x")) == [StartTask("x", b"spec-x", (), "thread", (), R(None))]
-    assert state.state_of("x") is TaskState.EXECUTING
+    assert state.state_of("x") is WorkerTaskState.EXECUTING
     assert handle(state, done("x")) == [
         TaskFinished("x", 10, 100.0, 101.5, 1.5, peak_memory=1 << 20)
     ]
-    assert state.state_of("x") is TaskState.DONE
+    assert state.state_of("x") is WorkerTaskState.DONE
     assert state.snapshot().results == {"x": 10}
     assert state.is_idle()
 
@@ -77,7 +79,7 @@ def test_no_head_of_line_blocking_behind_a_task_that_does_not_fit():
     actions = handle(state, execute("gpu1", "GPU=1"), execute("gpu2", "GPU=1", priority=9),
                      execute("cpu"), execute("mem", "MEMORY=10"))
     assert started(actions) == {"gpu1": (0,), "cpu": (), "mem": ()}
-    assert state.state_of("gpu2") is TaskState.READY
+    assert state.state_of("gpu2") is WorkerTaskState.READY
     assert started(handle(state, done("gpu1"))) == {"gpu2": (0,)}
 
 
@@ -87,7 +89,7 @@ def test_halves_share_a_device_and_a_whole_request_waits_for_a_free_one():
                      execute("w2", "GPU=2"), execute("w1", "GPU=1"))
     assert started(actions) == {"h1": (0,), "h2": (0,), "w1": (1,)}
     handle(state, done("h1"), done("h2"))
-    assert state.state_of("w2") is TaskState.READY  # device 1 is still taken
+    assert state.state_of("w2") is WorkerTaskState.READY  # device 1 is still taken
     assert started(handle(state, done("w1"))) == {"w2": (0, 1)}
 
 
@@ -105,10 +107,10 @@ def test_tasks_that_can_never_run_here_are_rejected_not_queued():
 def test_failure_releases_everything_and_reports_the_exception():
     state = WorkerState(nthreads=1, resources=R("GPU=1"))
     handle(state, execute("x", "GPU=1"), execute("y", "GPU=0.5"))
-    actions = handle(state, TaskErred("x", b"pickled", "Traceback ... ValueError", 1.0, 2.0))
+    actions = handle(state, RunErred("x", b"pickled", "Traceback ... ValueError", 1.0, 2.0))
     assert actions[0] == TaskErred("x", b"pickled", "Traceback ... ValueError", 1.0, 2.0)
     assert started(actions) == {"y": (0,)}
-    handle(state, TaskErred("y", b"", "boom"))
+    handle(state, RunErred("y", b"", "boom"))
     assert state.is_idle() and state.results == {}
 
 
@@ -118,7 +120,7 @@ def test_cancel_of_a_running_task_stops_it_and_frees_only_when_it_has_stopped():
     assert handle(state, StopTask("x")) == [KillTask("x")]
     assert handle(state, StopTask("x")) == []
     assert state.ledger.holders() == {"x": (0,)}  # the process may still hold the device
-    actions = handle(state, TaskStopped("x"))
+    actions = handle(state, RunStopped("x"))
     assert actions == [TaskStopped("x"), StartTask("next", b"spec-next", (0,), "gpu-process",
                                                        (), R("GPU=1"))]
 
@@ -127,7 +129,7 @@ def test_a_cancelled_task_that_finished_first_is_still_cancelled_and_its_result_
     state = WorkerState(nthreads=1)
     handle(state, execute("x"), StopTask("x"))
     assert handle(state, done("x")) == [ReleaseResult("x"), TaskStopped("x")]
-    assert handle(state, TaskStopped("x")) == []  # the late confirmation changes nothing
+    assert handle(state, RunStopped("x")) == []  # the late confirmation changes nothing
     assert state.is_idle() and not state.results
 
 
@@ -143,7 +145,7 @@ def test_cancel_of_a_waiting_task_reports_at_once():
 def test_a_process_that_dies_without_a_cancel_is_a_failure():
     state = WorkerState(nthreads=1)
     handle(state, execute("x"))
-    [report] = handle(state, TaskStopped("x", reason="killed by signal 9"))
+    [report] = handle(state, RunStopped("x", reason="killed by signal 9"))
     assert isinstance(report, TaskErred) and "signal 9" in report.text
     assert state.is_idle()
 
@@ -154,7 +156,7 @@ def test_inputs_are_fetched_once_from_peers_and_released_after_use():
     actions = handle(state, execute("t1", who_has=who, nbytes={"d": 800}),
                      execute("t2", who_has=who))
     assert actions == [FetchDependency("d", "tcp://w1:1", 800)]  # never from itself; once
-    assert state.state_of("t1") is TaskState.FETCHING
+    assert state.state_of("t1") is WorkerTaskState.FETCHING
     assert handle(state, DependencyFetchFailed("d", "tcp://w1:1", "gone")) == [
         FetchDependency("d", "tcp://w2:1", 800)
     ]
@@ -180,13 +182,13 @@ def test_an_input_on_no_reachable_worker_hands_the_task_back():
 def test_a_task_can_wait_for_a_result_being_computed_here():
     state = WorkerState(nthreads=2)
     handle(state, execute("a"), execute("b", who_has={"a": ("tcp://me:1",)}))
-    assert state.state_of("b") is TaskState.FETCHING and not state.fetches
+    assert state.state_of("b") is WorkerTaskState.FETCHING and not state.fetches
     assert started(handle(state, done("a"))) == {"b": ()}
-    handle(state, TaskErred("x-unknown", b"", ""))  # stale: ignored
+    handle(state, RunErred("x-unknown", b"", ""))  # stale: ignored
     handle(state, StopTask("b"))
     # A dependent of a task that ends without a result is handed back.
     handle(state, execute("c"), execute("d", who_has={"c": ("tcp://me:1",)}))
-    actions = handle(state, TaskErred("c", b"", "boom"))
+    actions = handle(state, RunErred("c", b"", "boom"))
     assert MissingData("d", "c", ()) in actions
 
 
@@ -306,7 +308,7 @@ def test_at_the_drain_deadline_running_tasks_are_handed_back_never_failed():
     actions = handle(state, DrainTimedOut())
     # The thread cannot be stopped: handed back at once. The GPU process is killed first.
     assert actions == [KillTask("on-gpu"), TaskRejected("on-thread", "the worker is closing")]
-    assert handle(state, TaskStopped("on-gpu", "killed by signal 9")) == [
+    assert handle(state, RunStopped("on-gpu", "killed by signal 9")) == [
         TaskRejected("on-gpu", "the worker is closing")]
     assert handle(state, done("on-thread")) == [ReleaseResult("on-thread")]  # ignored
     assert state.is_idle()
@@ -322,4 +324,4 @@ def test_a_task_being_stopped_and_sent_again_ends_as_the_run_asked_for():
     state = WorkerState(nthreads=1, resources=R("GPU=1"))
     handle(state, execute("y", "GPU=1"), StopTask("y"))
     assert handle(state, execute("y", "GPU=1")) == []
-    assert list(started(handle(state, TaskStopped("y", "killed by signal 9")))) == ["y"]
+    assert list(started(handle(state, RunStopped("y", "killed by signal 9")))) == ["y"]

@@ -16,7 +16,9 @@ from dsched.protocol.ops import (
     TaskFinished, TaskRejected, TaskStopped,
 )
 from dsched.worker.actions import FetchDependency, ReleaseResult, StartTask
-from dsched.worker.events import DependencyFetched, DependencyFetchFailed, DrainRequested
+from dsched.worker.events import (
+    DependencyFetched, DependencyFetchFailed, DrainRequested, RunErred, RunFinished, RunStopped,
+)
 from dsched.worker.state import WorkerState
 
 KEYS = [f"k{i}" for i in range(10)]
@@ -38,7 +40,7 @@ class WorkerMachine(RuleBasedStateMachine):
         self.copying: set[str] = set()      # copies the scheduler asked for, not yet answered
 
     def send(self, event):
-        if isinstance(event, (TaskFinished, DependencyFetched)):
+        if isinstance(event, (RunFinished, DependencyFetched)):
             self.stored.add(event.key)
         actions = self.state.handle(event, 0.0)
         self.state.validate()
@@ -84,11 +86,11 @@ class WorkerMachine(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.running)))
         self.running.remove(key)
         if outcome == "done":
-            self.send(TaskFinished(key, 7, 0.0, 1.0))
+            self.send(RunFinished(key, 7, 0.0, 1.0))
         elif outcome == "failed":
-            self.send(TaskErred(key, b"", "boom", 0.0, 1.0))
+            self.send(RunErred(key, b"", "boom", 0.0, 1.0))
         else:
-            self.send(TaskStopped(key))
+            self.send(RunStopped(key))
 
     @precondition(lambda self: self.fetching)
     @rule(data=st.data(), ok=st.booleans())
@@ -125,7 +127,7 @@ class WorkerMachine(RuleBasedStateMachine):
                 break
             for key in sorted(self.running):
                 self.running.remove(key)
-                self.send(TaskFinished(key, 1, 0.0, 1.0))
+                self.send(RunFinished(key, 1, 0.0, 1.0))
             for key, worker in sorted(self.fetching.items()):
                 del self.fetching[key]
                 self.send(DependencyFetched(key, 1, worker))

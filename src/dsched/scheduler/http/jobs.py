@@ -153,7 +153,7 @@ class JobItem(JobHandler):
         self.write_json(self.job(wanted))
 
 
-class JobLog(JobHandler):
+class JobLogHandler(JobHandler):
     """``api/v1/jobs/ID/log?offset=&limit=``: a piece of the log of the job's latest attempt,
     read from its worker."""
 
@@ -197,7 +197,7 @@ class JobPage(JobHandler):
 ROUTES: tuple[tuple[str, type], ...] = (
     ("/api/v1/jobs", JobList),
     ("/api/v1/jobs/([^/]+)", JobItem),
-    ("/api/v1/jobs/([^/]+)/log", JobLog),
+    ("/api/v1/jobs/([^/]+)/log", JobLogHandler),
     ("/api/v1/jobs/([^/]+)/panels", JobPanels),
     ("/jobs/([^/]+)", JobPage),
 )

@@ -102,14 +102,14 @@ class Observations:
         self.ended_job_rows: dict[int, tuple] = {}
 
     def __call__(self, event: Any, actions: list) -> None:
-        if type(event) is ev.TaskFinished:
+        if type(event) is ev.WorkerTaskFinished:
             duration = event.duration if event.duration is not None else event.stop - event.start
             if duration >= 0:
                 self.run_time.observe(duration)
         tasks = self.tasks
         for action in actions:
             kind = type(action)
-            if kind is act.Execute:
+            if kind is act.SendExecute:
                 t = tasks.get(action.key)
                 if t is not None:  # a job's attempt waits minutes where a task waits ms
                     histogram = self.queue_wait if action.job is None else self.job_queue_wait
@@ -118,7 +118,7 @@ class Observations:
                     w = self.workers.get(action.worker)
                     if w is not None:
                         self._names[action.worker] = w.name
-            elif kind is act.TaskErred:
+            elif kind is act.TellErred:
                 self._failed(action, event)
             elif kind is act.JournalWrite:
                 self._journaled(action, event)
@@ -133,7 +133,7 @@ class Observations:
         w = self.workers.get(address)
         return w.name if w is not None else self._names.get(address, address)
 
-    def _failed(self, action: act.TaskErred, event: Any) -> None:
+    def _failed(self, action: act.TellErred, event: Any) -> None:
         self.failed[action.error] += 1
         if action.error == "dependency":
             return
@@ -164,7 +164,7 @@ class Observations:
                         "exit_code": row.get("exit_code"), "worker": row.get("worker", "")})
         # The book journals a "result" only for the current attempt of a job: a report of an
         # older attempt, or one repeated, is not timed twice.
-        if type(event) is ev.AttemptEnded and "result" in write.causes:
+        if type(event) is ev.WorkerAttemptEnded and "result" in write.causes:
             report = event.report
             if report.started is not None and report.ended >= report.started:
                 self.job_run_time.observe(report.ended - report.started)
