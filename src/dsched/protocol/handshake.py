@@ -33,7 +33,8 @@ from .framing import HEADER, KIND_OPS, check_header
 from .messages import close_op, decode_ops, encode_ops
 
 #: 2: buffers larger than a frame travel as parts (frame kind 2), which version 1 refuses.
-PROTOCOL_VERSION = 2
+#: 3: the scheduler tells clients future-* ops, not the task-finished/-erred workers send.
+PROTOCOL_VERSION = 3
 #: A non-text first byte, so that text protocols fail on the first byte they send.
 MAGIC = b"\x89dsched"
 PREAMBLE_SIZE = len(MAGIC) + 2
