@@ -276,3 +276,36 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+async def test_attempts_are_forked_by_the_workers_spawner_each_in_a_session_of_its_own(cluster):
+    worker = await cluster.start()
+    spawner = worker.jobs._spawner._process.pid
+    cluster.send(job("job-8.1", "sleep", "600"))
+    started = await cluster.told(ops.AttemptStarted, "job-8.1")
+
+    supervisor = psutil.Process(started.pid).parent()
+    assert supervisor.ppid() == spawner  # forked there, not a fresh interpreter per attempt
+    assert os.getsid(supervisor.pid) == supervisor.pid != os.getsid(spawner)
+    assert os.getpgid(started.pid) == started.pid  # the job leads a group of its own
+    cluster.send(ops.StopTask("job-8.1"))
+    assert (await cluster.told(ops.AttemptEnded, "job-8.1")).outcome == "cancelled"
+
+
+async def test_when_the_spawner_dies_its_attempts_end_as_they_would_and_new_ones_still_start(
+        cluster, tmp_path):
+    worker = await cluster.start()
+    spawner = worker.jobs._spawner._process
+    flag = tmp_path / "go"
+    cluster.send(job("job-9.1", "sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done"))
+    await cluster.told(ops.AttemptStarted, "job-9.1")
+
+    spawner.kill()
+    await spawner.wait()
+    flag.touch()  # the attempt forked before goes on, and its end is said as usual
+    assert (await cluster.told(ops.AttemptEnded, "job-9.1")).outcome == "completed"
+
+    cluster.send(job("job-10.1", "true"))  # a supervisor started as a program instead
+    assert (await cluster.told(ops.AttemptEnded, "job-10.1")).outcome == "completed"
+    starts = [op.key for op in cluster.received if type(op) is ops.AttemptStarted]
+    assert starts == ["job-9.1", "job-10.1"]  # each started once

@@ -2,9 +2,10 @@
 
 ``JobRunner`` locks the job directory for this worker process and reads what an earlier one
 left there (``jobrecords.recover``); for each StartJob it records the attempt durably, then
-starts ``python -m dsched.worker.jobsupervisor`` (in a session of its own, so a terminal's
-signals do not reach it, and holding the lock on the job's log) and hands what the supervisor
-says, AttemptStarted then AttemptEnded, back as events. It writes new lease deadlines and
+has its spawner (``jobspawner``) fork a supervisor (in a session of its own, so a terminal's
+signals do not reach it, and holding the lock on the job's log; without a spawner, it starts
+``python -m dsched.worker.jobsupervisor`` instead) and hands what the supervisor says,
+AttemptStarted then AttemptEnded, back as events. It writes new lease deadlines and
 stops to the supervisors' stdin, and serves the logs. A supervisor that dies without saying how
 its attempt ended takes the job with it (``lifeline``); the runner then records it lost. In the
 worker's cgroup mode (``containment``) each attempt gets a cgroup, which its supervisor makes
@@ -28,6 +29,7 @@ from ..jobs import parse_job_key
 from ..protocol import ops
 from . import containment
 from .actions import SHUTDOWN, StartJob
+from .jobspawner import Spawner
 from .jobrecords import (
     ended_of, lock_directory, log_path, new_record, open_locked_log, read_log, read_record,
     record_path, recover, remove_record, write_record,
@@ -57,7 +59,8 @@ class JobRunner:
         self.kill_grace = kill_grace
         self._on_event = on_event
         self._lock_fd: int | None = None
-        self._supervisors: dict[str, asyncio.subprocess.Process] = {}
+        self._supervisors: dict[str, Any] = {}  # a Process, or a Spawned
+        self._spawner = Spawner(None if env is None else dict(env))
         self._orders: dict[str, str] = {}  # a stop given before its supervisor was started
         self.lease_until = 0.0
         #: The worker's mode (set once it is known): a cgroup for each attempt, or none.
@@ -67,6 +70,7 @@ class JobRunner:
         """Lock the job directory (OSError if that cannot be done; ``holder``: who this process
         is, for the lock file) and recover what is there."""
         self._lock_fd = await asyncio.to_thread(lock_directory, self.directory, holder)
+        await self._spawner.start()
         found = await asyncio.to_thread(recover, self.directory, RECOVERY_WAIT)
         if found:
             logger.info("Found %d job attempt(s) of an earlier worker process in %s; reporting "
@@ -85,20 +89,29 @@ class JobRunner:
             return self._cannot_start(key, log, f"cannot record it in {self.directory}: "
                                                 f"{error.strerror or error}")
         cgroup = self.containment.cgroup_for(key)
+        process: Any = None
         try:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "dsched.worker.jobsupervisor", record, str(lock_fd),
-                repr(self.kill_grace), repr(self.lease_until), *((cgroup,) if cgroup else ()),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, pass_fds=(lock_fd,), start_new_session=True,
-                env=None if self.env is None else dict(self.env))
+            if await self._spawner.ready():  # forked in a millisecond
+                try:
+                    process = await self._spawner.spawn(
+                        [record, str(lock_fd), repr(self.kill_grace), repr(self.lease_until),
+                         cgroup], lock_fd)
+                except OSError:  # not sent, so nothing started: the spawner just went
+                    pass
+            if process is None:  # a fresh interpreter: a tenth of a second or more
+                process = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "dsched.worker.jobsupervisor", record, str(lock_fd),
+                    repr(self.kill_grace), repr(self.lease_until),
+                    *((cgroup,) if cgroup else ()), stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE, pass_fds=(lock_fd,), start_new_session=True,
+                    env=None if self.env is None else dict(self.env))
         except OSError as error:
             why = f"cannot start its supervisor: {error.strerror or error}"
             return self._cannot_start(key, log, why, record)
         finally:
             os.close(lock_fd)
         self._supervisors[key] = process
-        logger.debug("Started job attempt %s (supervisor pid %d)", key, process.pid)
+        logger.debug("Started job attempt %s (supervisor pid %s)", key, process.pid)
         self._tell(key, repr(self.lease_until))  # the lease may have grown meanwhile
         if key in self._orders:
             self._tell(key, self._orders.pop(key))
@@ -111,6 +124,7 @@ class JobRunner:
                 self._tell_state(report)
         code = await process.wait()
         del self._supervisors[key]
+        self._spawner.forget(process.pid)
         if cgroup:  # gone already, unless the supervisor was killed or could not finish
             await asyncio.to_thread(containment.remove_cgroup, cgroup)
         if not ended:
@@ -132,7 +146,7 @@ class JobRunner:
             return None
         return report
 
-    def _supervisor_died(self, key: str, record: str, code: int) -> ops.AttemptEnded:
+    def _supervisor_died(self, key: str, record: str, code: int | None) -> ops.AttemptEnded:
         """The supervisor ended without telling how its attempt ended: read it from the record,
         or record it lost (its job died with it)."""
         try:
@@ -143,7 +157,8 @@ class JobRunner:
         except (OSError, ValueError) as error:
             logger.warning("Cannot read the record of %s: %s", key, error)
             written = {"log": log_path(self.directory, key)}
-        ended = ops.AttemptEnded(key, "lost", None, f"its supervisor process {describe_exit(code)}"
+        how = "ended" if code is None else describe_exit(code)
+        ended = ops.AttemptEnded(key, "lost", None, f"its supervisor process {how}"
                                  "; the job was killed with it", written["log"],
                                  written.get("started"), time.time())
         logger.warning("Job attempt %s: %s", key, ended.error)
@@ -227,6 +242,7 @@ class JobRunner:
                 process.kill()
                 await process.wait()
         self._supervisors.clear()
+        await self._spawner.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

@@ -1,0 +1,307 @@
+"""The spawner: one small process per worker process that forks a job attempt's supervisor in
+a millisecond, instead of a fresh interpreter importing dsched for each attempt.
+
+The worker starts it once (``python -m dsched.worker.jobspawner``), joined by a Unix socket
+of packets. For each attempt the worker sends the supervisor's arguments (as the command line
+of ``python -m dsched.worker.jobsupervisor`` has them) with three descriptors: the end of the
+pipe the supervisor reads its orders from, the end of the pipe it reports on, and the log's
+lock. The spawner forks; the child starts a session of its own (the supervisor leads its own
+group, as before) and runs the same ``Supervision`` that the command line runs, with those
+pipes as its stdin and stdout. So every guarantee of a supervisor stays what it was: it kills
+its job when its stdin ends (the worker is gone), it writes the outcome to the record before it
+exits, it enforces the lease whatever the worker does, and it never spawns a job whose lease is
+over. The spawner answers with the child's pid, and with its exit status once it has reaped it.
+
+The spawner itself dies with its worker (a parent-death signal, and the end of the socket);
+the supervisors it started do not depend on it. Where it cannot start or is gone, the worker
+starts supervisors as before, one interpreter each.
+
+Only the standard library and the supervisor's own modules are imported here, before any fork.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import sys
+import traceback
+from typing import Any
+
+logger = logging.getLogger("dsched.worker")
+
+#: The most bytes one request or reply takes (a record's path and four short arguments).
+MAX_MESSAGE = 1 << 16
+#: The descriptors each request carries: the supervisor's stdin, its stdout, the log's lock.
+FDS_PER_REQUEST = 3
+
+
+# -- the spawner process ----------------------------------------------------------------------
+
+
+def serve(sock: socket.socket, worker_pid: int) -> None:
+    """Fork a supervisor for each request on ``sock`` until it ends; report each child's pid,
+    then its exit status once reaped."""
+    from .jobrecords import read_record
+    from .jobsupervisor import Supervision
+    from .lifeline import die_with_parent
+
+    die_with_parent(worker_pid)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    poller.register(wake_read, select.POLLIN)
+    sock.send(b'{"ready":true}')
+    while True:
+        try:
+            ready = poller.poll()
+        except InterruptedError:
+            continue
+        for fd, _ in ready:
+            if fd == wake_read:
+                os.read(wake_read, 4096)
+                _reap(sock)
+                continue
+            try:
+                data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, FDS_PER_REQUEST)
+            except InterruptedError:
+                continue
+            if not data:  # the worker is gone; its supervisors see their own stdin end
+                return
+            args = json.loads(data)
+            pid = os.fork()
+            if pid == 0:  # the supervisor
+                code = 1
+                try:
+                    os.setsid()
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    os.dup2(fds[0], 0)
+                    os.dup2(fds[1], 1)
+                    for closing in (sock.fileno(), wake_read, wake_write, fds[0], fds[1]):
+                        os.close(closing)
+                    sys.stdin = os.fdopen(0, "r", closefd=False)
+                    sys.stdout = os.fdopen(1, "w", closefd=False)
+                    path, _lock, kill_grace, lease_until, cgroup = args  # lock held as fds[2]
+                    Supervision(path, read_record(path), float(kill_grace), float(lease_until),
+                                cgroup).run()
+                    code = 0
+                except BaseException:
+                    traceback.print_exc()
+                finally:
+                    try:
+                        sys.stdout.flush()
+                    finally:
+                        os._exit(code)
+            for fd in fds:
+                os.close(fd)
+            sock.send(json.dumps({"key": args[0], "pid": pid}).encode())
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        try:
+            sock.send(json.dumps({"exited": pid,
+                                  "code": os.waitstatus_to_exitcode(status)}).encode())
+        except OSError:
+            return
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 2:
+        sys.exit("usage: python -m dsched.worker.jobspawner SOCKET_FD WORKER_PID")
+    sock = socket.socket(fileno=int(argv[0]))
+    try:
+        serve(sock, int(argv[1]))
+    except KeyboardInterrupt:
+        pass
+
+
+# -- the worker's side ------------------------------------------------------------------------
+
+
+class Spawned:
+    """A supervisor the spawner forked: its pid, its pipes as streams, and its end."""
+
+    def __init__(self, pid: int | None, stdin: asyncio.StreamWriter,
+                 stdout: asyncio.StreamReader, ended: asyncio.Future):
+        self.pid, self.stdin, self.stdout, self._ended = pid, stdin, stdout, ended
+        self.returncode: int | None = None
+
+    async def wait(self) -> int | None:
+        """Its exit status; None when the spawner went before it could say."""
+        # shielded: one waiter cancelled (its task group closing) must not cancel the end
+        # another waits for (the runner's close)
+        self.returncode = await asyncio.shield(self._ended)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.pid is None:  # not known: its stdin, closed, ends it all the same
+            self.stdin.close()
+            return
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class Spawner:
+    """The worker's handle on its spawner process: ``await start()``, then ``await
+    spawn(args, lock_fd)`` per attempt; ``close()`` at the end. ``env``: the environment of the
+    spawner, and so of every supervisor and job (None: this process's)."""
+
+    def __init__(self, env: dict[str, str] | None = None):
+        self.env = env
+        self._sock: socket.socket | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._ready: asyncio.Future | None = None  # True once it listens; False: gone
+        self._pids: dict[str, asyncio.Future] = {}  # by record path, until the pid comes
+        self._ends: dict[int, asyncio.Future] = {}  # by pid, until its exit status comes
+
+    async def start(self) -> bool:
+        """Start the spawner; False (and a line in the log) where it cannot be."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "dsched.worker.jobspawner", str(theirs.fileno()),
+                str(os.getpid()), stdin=asyncio.subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+                start_new_session=True, env=self.env)
+        except OSError as error:
+            ours.close()
+            logger.warning("Cannot start the job spawner (%s); each job attempt starts its "
+                           "supervisor as a program instead", error.strerror or error)
+            return False
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        loop.add_reader(ours.fileno(), self._read)
+        return True
+
+    async def ready(self) -> bool:
+        """Wait until the spawner listens (it imports the supervisor first, once); False when
+        there is none. An attempt's arguments are made after this, so that the lease deadline
+        it is given is the latest, not one that aged while the spawner started."""
+        if self._sock is None or self._ready is None:
+            return False
+        return await asyncio.shield(self._ready)
+
+    async def spawn(self, args: list[str], lock_fd: int) -> Spawned:
+        """Fork a supervisor with the arguments of ``jobsupervisor``'s command line (``args``:
+        RECORD LOCK_FD KILL_GRACE LEASE_UNTIL CGROUP). OSError when the request could not be
+        sent (nothing was started). Once sent, the supervisor may run even if the spawner goes
+        before it says its pid (then None): its reports still come on its pipe, so an attempt
+        is never started twice."""
+        sock = self._sock
+        if sock is None:
+            raise OSError("the job spawner is not running")
+        loop = asyncio.get_running_loop()
+        key = args[0]
+        orders_r, orders_w = os.pipe()
+        reports_r, reports_w = os.pipe()
+        waiting = self._pids[key] = loop.create_future()
+        try:
+            socket.send_fds(sock, [json.dumps(args).encode()], [orders_r, reports_w, lock_fd])
+        except OSError:
+            del self._pids[key]
+            os.close(orders_w)
+            os.close(reports_r)
+            raise
+        finally:
+            os.close(orders_r)
+            os.close(reports_w)
+        stdout = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout),
+                                     os.fdopen(reports_r, "rb", buffering=0))
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(orders_w, "wb", buffering=0))
+        stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+        pid = await waiting
+        if pid is None:
+            ended = loop.create_future()
+            ended.set_result(None)
+        else:
+            ended = self._ends.setdefault(pid, loop.create_future())
+        return Spawned(pid, stdin, stdout, ended)
+
+    def _read(self) -> None:
+        sock = self._sock
+        assert sock is not None
+        while True:
+            try:
+                data = sock.recv(MAX_MESSAGE)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._lost()
+                return
+            message: dict[str, Any] = json.loads(data)
+            if "ready" in message:
+                if self._ready is not None and not self._ready.done():
+                    self._ready.set_result(True)
+            elif "pid" in message:
+                waiting = self._pids.pop(message["key"], None)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(message["pid"])
+            else:
+                loop = asyncio.get_running_loop()
+                ended = self._ends.setdefault(message["exited"], loop.create_future())
+                if not ended.done():
+                    ended.set_result(message["code"])
+
+    def _lost(self) -> None:
+        """The spawner is gone: what waits for it hears so; the next attempt starts without."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+            sock.close()
+            logger.warning("The job spawner ended; job attempts start their supervisor as a "
+                           "program from now on")
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_result(False)
+        for waiting in self._pids.values():
+            if not waiting.done():
+                waiting.set_result(None)
+        self._pids.clear()
+        for ended in self._ends.values():
+            if not ended.done():
+                ended.set_result(None)
+
+    def forget(self, pid: int | None) -> None:
+        self._ends.pop(pid, None)
+
+    async def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_result(False)
+        if sock is not None:
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+            sock.close()  # end of file: the spawner ends
+        if self._process is not None:
+            try:
+                await asyncio.wait_for(self._process.wait(), 5)
+            except asyncio.TimeoutError:
+                self._process.kill()
+                await self._process.wait()
+        self._process = None
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
