@@ -126,7 +126,7 @@ def main(argv: list[str]) -> None:
     sock = socket.socket(fileno=int(argv[0]))
     try:
         serve(sock, int(argv[1]))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, OSError):  # the worker is gone (it may never have needed us)
         pass
 
 
