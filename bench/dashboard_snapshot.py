@@ -34,7 +34,7 @@ SHAPES = ("", "GPU=1", "GPU=2", "MEMORY=8e9", "GPU=1 MEMORY=16e9", "TPU=1")
 
 
 def cluster(workers: int, tasks: int) -> SchedulerState:
-    state = SchedulerState(prefetch=2)
+    state = SchedulerState()
     for i in range(workers):
         gpus = (0, 4, 8)[i % 3]
         resources = f"MEMORY=256e9{f' GPU={gpus}' if gpus else ''}"

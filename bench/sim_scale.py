@@ -8,7 +8,7 @@ discrete-event simulator. ``decisions_per_second`` counts the time of the placem
 100,000 tasks and the bookkeeping of every completion). The simulator's own time counts in
 neither. Memory per queued task is measured apart with tracemalloc. Prints one JSON line.
 
-    .venv/bin/python bench/sim_scale.py [--tasks N] [--workers N] [--seed S]
+    .venv/bin/python bench/sim_scale.py [--tasks N] [--workers N] [--seed S] [--prefetch N]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 import tracemalloc
 
 from dsched.resources import Resources
+from dsched.policy import SchedulerPolicy
 from dsched.scheduler import SchedulerState, events as ev
 from dsched.sim import SimTask, SimWorker, Simulation
 
@@ -58,10 +59,10 @@ def make_tasks(n: int, seed: int) -> list[SimTask]:
     return tasks
 
 
-def throughput(n_workers: int, n_tasks: int, seed: int) -> dict:
+def throughput(n_workers: int, n_tasks: int, seed: int, policy: SchedulerPolicy) -> dict:
     """Run the workload; time every ``handle`` call, and apart from that the placement pass
     inside it (where the decisions are made), by wrapping the placer's ``schedule``."""
-    state = SchedulerState()
+    state = SchedulerState(policy)
     clock = time.perf_counter
     in_handle = [0.0]
     in_placement = [0.0]
@@ -98,8 +99,9 @@ def throughput(n_workers: int, n_tasks: int, seed: int) -> dict:
     }
 
 
-def memory_per_queued_task(n_workers: int, n_tasks: int, seed: int) -> dict:
-    state = SchedulerState()
+def memory_per_queued_task(n_workers: int, n_tasks: int, seed: int,
+                           policy: SchedulerPolicy) -> dict:
+    state = SchedulerState(policy)
     for w in make_workers(n_workers):
         state.handle(ev.WorkerJoined(address=w.address, name=w.name, nthreads=w.nthreads,
                                   resources=Resources.parse(w.resources), now=0))
@@ -109,8 +111,9 @@ def memory_per_queued_task(n_workers: int, n_tasks: int, seed: int) -> dict:
         res = parsed.setdefault(t.resources, Resources.parse(t.resources))
         return ev.TaskSpec(key=t.key, resources=res, prefix=t.prefix)
 
-    fillers = [SimTask(f"filler-{i}", 1.0) for i in range(sum(w.nthreads for w in
-                                                              make_workers(n_workers)))]
+    # Every thread busy and every prefetch slot taken, so that the tasks measured are queued.
+    slots = sum(w.nthreads + state.policy.prefetch for w in make_workers(n_workers))
+    fillers = [SimTask(f"filler-{i}", 1.0) for i in range(slots)]
     state.handle(ev.TasksSubmitted(client="c", tasks=tuple(map(spec, fillers)), now=0))
     event = ev.TasksSubmitted(client="c", tasks=tuple(map(spec, make_tasks(n_tasks, seed))), now=0)
     tracemalloc.start()
@@ -129,11 +132,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=1000)
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--prefetch", type=int, default=SchedulerPolicy().prefetch,
+                        help="tasks a worker may hold beyond its threads (default: the "
+                             "scheduler's setting)")
     args = parser.parse_args(argv)
+    policy = SchedulerPolicy(prefetch=args.prefetch)
     t0 = time.perf_counter()
-    result = {"bench": "sim_scale", "workers": args.workers, "tasks": args.tasks}
-    result.update(throughput(args.workers, args.tasks, args.seed))
-    result.update(memory_per_queued_task(args.workers, args.tasks, args.seed))
+    result = {"bench": "sim_scale", "workers": args.workers, "tasks": args.tasks,
+              "prefetch": args.prefetch}
+    result.update(throughput(args.workers, args.tasks, args.seed, policy))
+    result.update(memory_per_queued_task(args.workers, args.tasks, args.seed, policy))
     result["target_decisions_per_second"] = 50_000
     result["total_seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(result))

@@ -17,11 +17,11 @@ import stat
 from pathlib import Path
 from typing import Mapping, Union
 
+from .environ import HOME_ENV, TOKEN_ENV, XDG_STATE_HOME_ENV
 from .errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-TOKEN_ENV = "SCHED_TOKEN"
 #: Random bytes in a generated token (written as hex).
 TOKEN_BYTES = 32
 
@@ -32,8 +32,8 @@ def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
     """``$XDG_STATE_HOME/sched``, or ``~/.local/state/sched`` without XDG_STATE_HOME: where
     the scheduler keeps its token file and journal unless told otherwise."""
     env = os.environ if env is None else env
-    home = env.get("HOME") or os.path.expanduser("~")
-    return Path(env.get("XDG_STATE_HOME") or os.path.join(home, ".local", "state")) / "sched"
+    home = env.get(HOME_ENV) or os.path.expanduser("~")
+    return Path(env.get(XDG_STATE_HOME_ENV) or os.path.join(home, ".local", "state")) / "sched"
 
 
 def default_token_path(env: Mapping[str, str] | None = None) -> Path:

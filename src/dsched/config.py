@@ -15,8 +15,9 @@ The file is the explicit path (``--config``, ``load(path=...)``), else ``$SCHED_
 ``/etc/sched/config.toml``: the first that exists; an explicit path or ``SCHED_CONFIG`` naming a
 missing file is an error. Environment variables are ``SCHED_<SECTION>__<KEY>[__<KEY>]``; levels
 are case-insensitive, resource names keep their case; values are read as TOML literals when they
-parse (``2``, ``0.5``, ``true``, ``"text"``, ``[0, 1]``) and as text otherwise. ``SCHED_CONFIG``
-and ``SCHED_TOKEN`` (read by the auth code, never stored here) are not settings.
+parse (``2``, ``0.5``, ``true``, ``"text"``, ``[0, 1]``) and as text otherwise. The other
+``SCHED_*`` variables (``SCHED_CONFIG``, ``SCHED_TOKEN``, what a worker tells its tasks: all
+named in ``environ.py``) are not settings, and are passed by.
 
 Every key and value is checked: an unknown key or a bad value raises :class:`ConfigError` naming
 the key and where it came from (file, variable, ``config.set()``). This module must not log,
@@ -36,17 +37,14 @@ import tomllib
 
 from . import settings
 from .auth import default_state_dir
+from .environ import (CONFIG_ENV, HOME_ENV, LEVEL, NOT_SETTINGS, PREFIX, XDG_CONFIG_HOME_ENV,
+                      setting_variable)
 from .config_kinds import Bad as _Bad
 from .config_kinds import resource_table as _resource_table
 from .errors import ConfigError, ResourceSpecError
 
 #: The last place looked for a config file (a module attribute so tests can move it).
 SYSTEM_CONFIG = Path("/etc/sched/config.toml")
-#: SCHED_* variables that are not settings: the config file, the token, and what a worker
-#: tells its tasks and child processes.
-RESERVED_ENV = ("SCHED_CONFIG", "SCHED_TOKEN", "SCHED_WORKER_NAME", "SCHED_TASK_GPUS",
-                "SCHED_FAKE_NVML", "SCHED_NANNY_PID", "SCHED_PREVIOUS_EXIT",
-                "SCHED_LOCAL_DIRECTORY")
 
 #: The defaults, and the kind of every key, from the declarations in ``settings.py``.
 DEFAULTS: dict[str, dict[str, Any]] = settings.defaults()
@@ -164,14 +162,14 @@ def find_config_file(path: str | os.PathLike | None = None,
                      env: Mapping[str, str] | None = None) -> Path | None:
     """The config file to read, or None; raises ConfigError for a missing explicit one."""
     env = os.environ if env is None else env
-    for explicit, where in ((path, "config file"), (env.get("SCHED_CONFIG"), "SCHED_CONFIG")):
+    for explicit, where in ((path, "config file"), (env.get(CONFIG_ENV), CONFIG_ENV)):
         if explicit:
             chosen = Path(explicit).expanduser()
             if not chosen.is_file():
                 raise ConfigError(f"{where}: {chosen} does not exist or is not a file")
             return chosen
-    home = Path(env.get("HOME") or os.path.expanduser("~"))
-    config_home = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
+    home = Path(env.get(HOME_ENV) or os.path.expanduser("~"))
+    config_home = Path(env.get(XDG_CONFIG_HOME_ENV) or home / ".config")
     for candidate in (config_home / "sched" / "config.toml", SYSTEM_CONFIG):
         if candidate.is_file():
             return candidate
@@ -209,17 +207,17 @@ def parse_literal(text: str) -> Any:
 def _env_entries(env: Mapping[str, str]) -> list:
     out = []
     for name in sorted(env):
-        if not name.startswith("SCHED_") or name in RESERVED_ENV:
+        if not name.startswith(PREFIX) or name in NOT_SETTINGS:
             continue
         source = f"environment variable {name}"
-        rest = name[len("SCHED_"):]
-        if "__" not in rest and rest.lower() not in _KINDS:  # SCHED_WORKER='{...}' is a table
+        rest = name[len(PREFIX):]
+        if LEVEL not in rest and rest.lower() not in _KINDS:  # SCHED_WORKER='{...}' is a table
             # SCHED_WORKER_RESOURCES_GPU looks meant for us: say so rather than ignore it.
             if rest.lower().split("_")[0] in _KINDS:
-                raise ConfigError(f"{source}: levels are separated by double underscores, "
-                                  "as in SCHED_WORKER__RESOURCES__GPU=2")
+                raise ConfigError(f"{source}: levels are separated by double underscores, as "
+                                  f"in {setting_variable('worker.resources.GPU')}=2")
             continue
-        path, value = _key_path(rest.split("__"), "__"), parse_literal(env[name])
+        path, value = _key_path(rest.split(LEVEL), LEVEL), parse_literal(env[name])
         if path in _TABLES and isinstance(value, Mapping):
             out.extend(_entries(value, source, split=False, prefix=path))
         else:
@@ -237,7 +235,7 @@ def _base(path: Any, env: Mapping[str, str]) -> dict:
     """
     file = find_config_file(path, env)
     content = _read(file) if file is not None else b""
-    variables = tuple(sorted((k, v) for k, v in env.items() if k.startswith("SCHED_")))
+    variables = tuple(sorted((k, v) for k, v in env.items() if k.startswith(PREFIX)))
     key = (str(file), content, variables)
     cached = _cache.get("base")
     if cached is not None and cached[0] == key:

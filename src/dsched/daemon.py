@@ -22,6 +22,7 @@ import sys
 from typing import Any, Awaitable, Callable, MutableMapping
 
 from .auth import client_ssl_context, server_ssl_context
+from .environ import NOTIFY_SOCKET_ENV, WATCHDOG_PID_ENV, WATCHDOG_USEC_ENV
 from .settings import TlsConfig
 
 EXIT_AT_ONCE = 128 + signal.SIGTERM
@@ -102,13 +103,6 @@ def _log_failure(what: str) -> Callable[[asyncio.Task], None]:
 
 # -- the service manager: systemd's notify protocol (Type=notify) ----------------------------
 
-#: The variables through which a service manager asks for notifications. A daemon takes them
-#: out of its environment, so that what it starts (tasks, a nanny's processes) cannot speak
-#: for it.
-NOTIFY_SOCKET_ENV = "NOTIFY_SOCKET"
-WATCHDOG_USEC_ENV = "WATCHDOG_USEC"
-WATCHDOG_PID_ENV = "WATCHDOG_PID"
-
 
 class ServiceNotifier:
     """Tells the service manager how the daemon stands: a datagram of ``KEY=VALUE`` lines to
@@ -135,6 +129,8 @@ class ServiceNotifier:
         this process (a variable inherited by some other process is not for it).
         """
         environ = os.environ if environ is None else environ
+        # Taken out, so that what the daemon starts (tasks, a nanny's processes) cannot speak
+        # for it.
         path = environ.pop(NOTIFY_SOCKET_ENV, None)
         usec = environ.pop(WATCHDOG_USEC_ENV, "")
         pid = environ.pop(WATCHDOG_PID_ENV, "")

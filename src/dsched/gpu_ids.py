@@ -1,8 +1,9 @@
 """Which GPUs a task may use: the environment a pinned task starts with, and how it reads it.
 
 ``task_environment`` writes the variables the worker gives a task process; ``get_gpu_ids``
-reads them back from inside the task. Both live here so that the names and the format have
-one copy, and so that a task process can import this module cheaply (standard library only).
+reads them back from inside the task. Both live here so that the format has one copy (the
+names have theirs in ``environ.py``), and so that a task process can import this module
+cheaply (standard library only).
 
 Device numbers are physical NVML indices, which CUDA uses too once ``CUDA_DEVICE_ORDER`` is
 ``PCI_BUS_ID``: a worker restricted to devices 2,3 gives a task ``CUDA_VISIBLE_DEVICES=3``, not
@@ -16,9 +17,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-#: The devices dsched granted the task, as NVML indices ("" for none). dsched's own copy of
-#: the grant, because task code (or a framework) may change ``CUDA_VISIBLE_DEVICES``.
-TASK_GPUS_ENV = "SCHED_TASK_GPUS"
+from .environ import CUDA_DEVICE_ORDER_ENV, CUDA_VISIBLE_DEVICES_ENV, TASK_GPUS_ENV
 
 
 def format_gpus(gpus: tuple[int, ...]) -> str:
@@ -37,8 +36,8 @@ def task_environment(gpus: tuple[int, ...], base_env: Mapping[str, str]) -> dict
         raise ValueError(f"GPU indices must be non-negative integers, not {gpus!r}")
     text = format_gpus(tuple(gpus))
     env = dict(base_env)
-    env["CUDA_VISIBLE_DEVICES"] = text
-    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    env[CUDA_VISIBLE_DEVICES_ENV] = text
+    env[CUDA_DEVICE_ORDER_ENV] = "PCI_BUS_ID"
     env[TASK_GPUS_ENV] = text
     return env
 
@@ -52,7 +51,7 @@ def get_gpu_ids() -> list[int]:
     """
     text = os.environ.get(TASK_GPUS_ENV)
     if text is None:
-        text = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        text = os.environ.get(CUDA_VISIBLE_DEVICES_ENV, "")
     ids: list[int] = []
     for entry in text.split(","):
         entry = entry.strip()

@@ -53,6 +53,7 @@ class Reason(str, Enum):
     no_workers = "no_workers"  #: no worker that takes work is connected
     missing_resources = "missing_resources"  #: no worker defines a resource it needs
     too_large = "too_large"  #: it needs more than any one worker offers
+    refused = "refused"  #: a worker refused its last attempt; the next waits out a back-off
     recovering = "recovering"  #: the scheduler restarted and waits for its workers
     worker_lost = "worker_lost"  #: the worker running it went away
     starting = "starting"  #: assigned: on its way to a worker that starts it at once
@@ -121,7 +122,9 @@ class JobSpec:
                 time_limit=_number(wire.get("time_limit")), hold=bool(wire.get("hold", False)),
                 env=dict(wire.get("env") or {}), cwd=wire.get("cwd"),
                 requeue=bool(wire.get("requeue", False)))
-        except (KeyError, TypeError) as error:
+        except SchedError:  # said already: JobSpecError, ResourceSpecError
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as error:  # a peer's shapes
             raise JobSpecError(f"a malformed job: {error}") from None
 
 

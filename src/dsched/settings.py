@@ -4,7 +4,8 @@ A section is a frozen dataclass whose fields are the settings (``setting(default
 help)``); a nested table (``tls``) is a section of its own. From these declarations come the
 defaults and the checks that ``config.py`` merges the file, the environment and the command
 line with; the frozen config objects each daemon is built from (``SchedulerConfig``,
-``WorkerConfig``, ``CommConfig``, ``ClientConfig``); the command line's help texts
+``WorkerConfig``, ``CommConfig``, ``ClientConfig``); the defaults of the policies the pure
+cores are built with (``policy.py``, through ``default_of``); the command line's help texts
 (``help_of``); and the configuration reference, ``docs/configuration.md`` (``reference``,
 checked by a test).
 
@@ -17,6 +18,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, Callable, Iterator
 
 from . import config_kinds as k
+from .environ import setting_variable
 from .protocol.framing import MAX_FRAME_SIZE, MAX_MESSAGE_SIZE
 
 MiB = 2**20
@@ -75,11 +77,12 @@ class SchedulerConfig:
                                      "none: STATE_DIR/token")
     tls: ServerTlsConfig = table(ServerTlsConfig, "TLS for workers and clients")
     allowed_failures: int = setting(3, k.integer(0),
-                                    "Worker deaths a task may be executing on before it fails "
-                                    "(it fails on one more)")
+                                    "Worker deaths a task may be executing on, and losses of its "
+                                    "result no worker could send, before it fails (it fails on "
+                                    "one more)")
     max_rejections: int = setting(5, k.integer(0),
-                                  "Times workers may refuse a task (each refusal waits longer "
-                                  "before the next try) before it fails with the reason")
+                                  "Times workers may refuse a task or a job (each refusal waits "
+                                  "longer before the next try) before it fails with the reason")
     no_worker_timeout: float | None = setting(
         None, k.nullable(k.seconds), "Seconds a task that no connected worker can run waits before "
         "it fails with the reason; none: for ever (a worker may join)")
@@ -252,6 +255,17 @@ def build(section: type, values: dict[str, Any]) -> Any:
                       else values[f.name] for f in fields(section)})
 
 
+def default_of(key: str) -> Any:
+    """The default of the setting ``key`` (``"worker.job_lease"``): where a policy, or an event
+    that carries a setting, takes its default from, so that each is written here alone."""
+    return _default(_field(key))
+
+
+def kind_of(key: str) -> Callable[[Any], Any]:
+    """A setting's kind: the function that checks (and normalizes) a value of it."""
+    return _field(key).metadata["kind"]
+
+
 def help_of(key: str, more: str = "") -> str:
     """A setting's help (and ``more``) and default, as the command line's help shows them."""
     f = _field(key)
@@ -277,8 +291,7 @@ def reference() -> Iterator[tuple[str, str, Any, str]]:
             if _is_table(f):
                 yield from walk(f.default_factory, key)
             else:
-                env = "SCHED_" + key.upper().replace(".", "__")
-                yield key, env, _default(f), f.metadata["help"]
+                yield key, setting_variable(key), _default(f), f.metadata["help"]
 
     for name, section in SECTIONS.items():
         yield from walk(section, name)

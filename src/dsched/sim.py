@@ -2,7 +2,9 @@
 
 Workers have threads and resources; tasks have durations; a virtual clock advances through
 an event heap. The simulated workers check their own capacity on every SendExecute, apart from
-the scheduler's accounting, and the simulator can call ``validate()`` after every event. It
+the scheduler's accounting: they hold what they are sent, up to their threads plus the
+scheduler's prefetch, and start the highest priority task they hold as a thread frees, as real
+workers do. The simulator can call ``validate()`` after every event. It
 reports the makespan, each task's wait (first start less submission) and the number of
 placement decisions. Used by the tests and the benchmarks.
 
@@ -71,18 +73,20 @@ class SimReport:
 
 
 class _Running:
-    __slots__ = ("key", "resources", "token")
+    __slots__ = ("key", "resources", "priority", "token")
 
-    def __init__(self, key: str, resources: Resources, token: int):
-        self.key, self.resources, self.token = key, resources, token
+    def __init__(self, key: str, resources: Resources, priority: int, token: int):
+        self.key, self.resources, self.priority, self.token = key, resources, priority, token
 
 
 class Simulation:
-    """Run ``tasks`` on ``workers``; ``state`` defaults to a fresh SchedulerState.
+    """Run ``tasks`` on ``workers``; ``state`` defaults to a fresh SchedulerState (with the
+    daemon's policy).
 
     ``validate``: call ``state.validate()`` after every event. ``tick``: send a Tick every
-    so many virtual seconds while work remains. ``handle``: the function events go through
-    (the state's ``handle`` by default; a benchmark wraps it to time it).
+    so many virtual seconds while work remains, after a heartbeat from each worker still
+    there (so that one is timed out only when it is gone). ``handle``: the function events go
+    through (the state's ``handle`` by default; a benchmark wraps it to time it).
     """
 
     def __init__(
@@ -138,16 +142,11 @@ class Simulation:
                 if len(self.outcomes) >= len(self.tasks) or not self._work_left():
                     continue
                 self._at(time + self.tick, "tick")
+                for address in list(self._running):  # the workers still there are heard from
+                    self._handle(ev.WorkerHeartbeat(address=address, now=self.now))
             event = getattr(self, "_make_" + kind)(*payload)
-            if event is None:
-                continue
-            self.events += 1
-            if self.events > self.max_events:
-                raise SimulationError(f"more than {self.max_events} events")
-            actions = self.handle(event)
-            if self.validate:
-                self.state.validate()
-            self._carry_out(actions)
+            if event is not None:
+                self._handle(event)
         submitted = [t.submit_at for t in self.tasks.values()]
         first = min(submitted) if submitted else 0.0
         finished = [self.ends[k] for k, o in self.outcomes.items() if o == "finished"]
@@ -159,6 +158,15 @@ class Simulation:
             outcomes=dict(self.outcomes), decisions=self.decisions, events=self.events,
             unfinished=sorted(k for k in self.tasks if k not in self.outcomes),
         )
+
+    def _handle(self, event: ev.Event) -> None:
+        self.events += 1
+        if self.events > self.max_events:
+            raise SimulationError(f"more than {self.max_events} events")
+        actions = self.handle(event)
+        if self.validate:
+            self.state.validate()
+        self._carry_out(actions)
 
     def _work_left(self) -> bool:
         return any(self._running.values()) or len(self.state.queue) > 0 or any(
@@ -221,10 +229,19 @@ class Simulation:
         if r is None:
             return
         self._used[address] = self._used[address] - r.resources
-        prefetched = self._prefetched[address]
-        if prefetched:
-            waiting = next(iter(prefetched))
-            self._start(address, prefetched.pop(waiting))
+        self._start_held(address)
+
+    def _start_held(self, address: str) -> None:
+        """While a thread is free, the worker starts the highest priority task it holds (the
+        first sent of equals); the scheduler booked its resources, so they must be free."""
+        held, running = self._prefetched[address], self._running[address]
+        nthreads, total = self._capacity[address]
+        while held and len(running) < nthreads:
+            r = held.pop(max(held, key=lambda key: held[key].priority))
+            used = self._used[address] + r.resources
+            if not used.fits(total):
+                raise SimulationError(f"{address} over capacity with {r.key}: {used} > {total}")
+            self._start(address, r)
 
     def _start(self, address: str, r: _Running) -> None:
         self._running[address][r.key] = r
@@ -267,19 +284,11 @@ class Simulation:
         prefetched = self._prefetched[a.worker]
         if a.key in running or a.key in prefetched:
             raise SimulationError(f"{a.key} sent twice to {a.worker}")
-        nthreads, total = self._capacity[a.worker]
+        nthreads, _ = self._capacity[a.worker]
+        if len(running) + len(prefetched) >= nthreads + self.state.policy.prefetch:
+            raise SimulationError(f"{a.worker} over its {nthreads} threads and prefetch")
         self._token += 1
-        r = _Running(a.key, a.resources, self._token)
         self.decisions += 1
         self.placements.setdefault(a.key, []).append(a.worker)
-        if len(running) < nthreads and not prefetched:
-            used = self._used[a.worker] + a.resources
-            if not used.fits(total):
-                raise SimulationError(f"{a.worker} over capacity with {a.key}: {used} > {total}")
-            self._start(a.worker, r)
-        elif not a.resources.is_empty():
-            raise SimulationError(f"{a.worker} has no free thread for {a.key} ({a.resources})")
-        elif len(running) + len(prefetched) >= nthreads + self.state.prefetch:
-            raise SimulationError(f"{a.worker} over its {nthreads} threads and prefetch")
-        else:
-            prefetched[a.key] = r
+        prefetched[a.key] = _Running(a.key, a.resources, a.priority, self._token)
+        self._start_held(a.worker)

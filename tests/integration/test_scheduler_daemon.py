@@ -2,6 +2,7 @@
 clearly when it cannot start. (tests/integration/test_systemd.py has the watchdog and the
 units.)"""
 
+import itertools
 import os
 import signal
 import socket
@@ -12,7 +13,7 @@ import time
 import cloudpickle
 import pytest
 
-from deadline import wait_until
+from deadline import wait_until, wait_until_async
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -264,6 +265,197 @@ async def test_a_bug_in_the_core_stops_the_scheduler_and_nothing_of_that_event_i
         await client.close()
         await scheduler.close()
         journal.close()
+
+
+# -- the shell's task group: the ticker, the commits and the connections' handlers ------------
+
+
+def scheduler_tasks() -> list:
+    """The asyncio tasks running code of the scheduler's shell or its listener."""
+    import asyncio
+
+    def ours(task) -> bool:
+        code = getattr(task.get_coro(), "cr_code", None)
+        return code is not None and ("dsched/scheduler/" in code.co_filename
+                                     or code.co_filename.endswith("dsched/comm/listener.py"))
+
+    return [task for task in asyncio.all_tasks() if not task.done() and ours(task)]
+
+
+_FAKE_PORTS = itertools.count(20000)  # where the workers that join_as_worker makes say they are
+
+
+async def join_as_worker(address: str, name: str, token: str = "t"):
+    """A connection that registers as a worker (one that never runs anything)."""
+    from dsched.comm import connect
+    from dsched.protocol import ops
+
+    comm = await connect(address, role="worker", name=name, token=token)
+    await comm.send(ops.Register(name=name, address=f"127.0.0.1:{next(_FAKE_PORTS)}",
+                                 nthreads=1, job_lease=60.0).to_wire())
+    assert type(ops.decode((await comm.recv())[0])) is ops.Registered
+    return comm
+
+
+async def test_close_ends_every_task_of_the_scheduler_while_peers_are_connected(tmp_path):
+    """Close with a worker and a client connected, a job journaled and dispatched: it tells
+    them, and when it returns (soon) no task of the scheduler is left running."""
+    import asyncio
+
+    from dsched import Client
+    from dsched.errors import CommClosedError
+    from dsched.scheduler.journal import Journal
+    from dsched.scheduler.server import Scheduler
+    from dsched.settings import CommConfig, SchedulerConfig
+
+    journal = Journal(str(tmp_path / "jobs.db"))
+    scheduler = Scheduler(SchedulerConfig(host="127.0.0.1", port=0, tick_interval=0.01),
+                          CommConfig(), token="t", journal=journal)
+    await scheduler.start()
+    worker = await join_as_worker(scheduler.address, "w")
+    client = await Client(scheduler.address, token="t", asynchronous=True, timeout=5)
+    try:
+        client.submit_command(["true"])
+        while "execute" not in ops_of(await asyncio.wait_for(worker.recv(), 30)):
+            pass  # committed, then dispatched
+        assert scheduler_tasks()
+        started = asyncio.get_running_loop().time()
+        await scheduler.close("closing for the test")
+        assert asyncio.get_running_loop().time() - started < 5
+        assert scheduler_tasks() == []
+        with pytest.raises(CommClosedError, match="closing for the test"):
+            while True:
+                await worker.recv()
+    finally:
+        await client.close()
+        await worker.close("done")
+        journal.close()
+
+
+def ops_of(batch) -> list[str]:
+    return [op["op"] for op in batch]
+
+
+async def test_a_journal_commit_that_hangs_holds_close_up_for_the_close_timeout_at_most(
+        tmp_path, monkeypatch, caplog):
+    import asyncio
+    import threading
+
+    from dsched import Client
+    from dsched.scheduler.journal import Journal
+    from dsched.scheduler.server import Scheduler
+    from dsched.settings import CommConfig, SchedulerConfig
+
+    journal = Journal(str(tmp_path / "jobs.db"))
+    scheduler = Scheduler(SchedulerConfig(host="127.0.0.1", port=0), CommConfig(close_timeout=0.5),
+                          token="t", journal=journal)
+    disk = threading.Event()  # a disk that does not answer until the end of the test
+    writing = threading.Event()
+
+    def stuck(rows):
+        writing.set()
+        disk.wait(30)
+
+    monkeypatch.setattr(journal, "write", stuck)
+    await scheduler.start()
+    client = await Client(scheduler.address, token="t", asynchronous=True, timeout=5)
+    try:
+        client.submit_command(["true"])
+        await wait_until_async(writing.is_set, what="the commit reached the disk")
+        started = asyncio.get_running_loop().time()
+        await scheduler.close()
+        assert asyncio.get_running_loop().time() - started < 3
+        assert scheduler_tasks() == []
+        assert "A journal commit had not ended 0.5 s after closing; cancelled" in caplog.text
+    finally:
+        disk.set()
+        await client.close()
+        journal.close()
+
+
+async def test_a_tick_that_raises_stops_the_scheduler_and_its_group_ends_every_connection(
+        monkeypatch):
+    """Crash-only, as the worker: the ticker raised, so the scheduler stops with the reason
+    (``fatal``: the program exits 1) and the group cancels the connections' handlers."""
+    import asyncio
+
+    from dsched.errors import CommClosedError
+    from dsched.scheduler.server import Scheduler
+    from dsched.settings import CommConfig, SchedulerConfig
+
+    scheduler = Scheduler(SchedulerConfig(host="127.0.0.1", port=0, tick_interval=0.01),
+                          CommConfig(), token="t")
+    await scheduler.start()
+    worker = await join_as_worker(scheduler.address, "w")
+    try:
+        def planted(now, stopping=False):
+            raise RuntimeError("planted")
+
+        monkeypatch.setattr(scheduler._log, "tick", planted)
+        reason = await asyncio.wait_for(scheduler.fatal, 30)
+        assert reason == "the scheduler's tick failed: RuntimeError: planted"
+        with pytest.raises(CommClosedError):
+            while True:
+                await asyncio.wait_for(worker.recv(), 30)
+        await wait_until_async(lambda: not scheduler_tasks(), what="the group ended")
+        assert not scheduler.workers
+    finally:
+        monkeypatch.undo()
+        await scheduler.close()
+        await worker.close("done")
+
+
+async def test_a_connection_handler_that_raises_stops_the_scheduler(monkeypatch):
+    import asyncio
+
+    from dsched import Client
+    from dsched.errors import SchedulerLostError
+    from dsched.scheduler.server import Scheduler
+    from dsched.settings import CommConfig, SchedulerConfig
+
+    scheduler = Scheduler(SchedulerConfig(host="127.0.0.1", port=0), CommConfig(), token="t")
+    await scheduler.start()
+    client = await Client(scheduler.address, token="t", asynchronous=True, timeout=5)
+    try:
+        def planted():
+            raise RuntimeError("planted")
+
+        monkeypatch.setattr(scheduler, "info", planted)
+        with pytest.raises(SchedulerLostError):
+            await client.scheduler_info()
+        reason = await asyncio.wait_for(scheduler.fatal, 30)
+        assert reason == "serving a connection failed: RuntimeError: planted"
+        await wait_until_async(lambda: not scheduler_tasks(), what="the group ended")
+    finally:
+        await client.close()
+        await scheduler.close()
+
+
+async def test_peers_that_vanish_or_send_a_bad_op_end_only_their_own_connection():
+    import asyncio
+
+    from dsched import Client
+    from dsched.errors import CommClosedError
+    from dsched.scheduler.server import Scheduler
+    from dsched.settings import CommConfig, SchedulerConfig
+
+    scheduler = Scheduler(SchedulerConfig(host="127.0.0.1", port=0, tick_interval=0.01),
+                          CommConfig(), token="t")
+    await scheduler.start()
+    client = await Client(scheduler.address, token="t", asynchronous=True, timeout=5)
+    try:
+        rude = await join_as_worker(scheduler.address, "rude")
+        await rude.send({"op": "submit", "tasks": []})  # not a worker's op
+        with pytest.raises(CommClosedError, match="submit is not an op a registered worker"):
+            await asyncio.wait_for(rude.recv(), 30)
+        gone = await join_as_worker(scheduler.address, "gone")
+        gone.abort("vanishing")  # no goodbye
+        await wait_until_async(lambda: not scheduler.workers, what="both workers removed")
+        assert not scheduler.fatal.done() and not scheduler._ticker.done()
+        assert (await client.scheduler_info())["workers"] == {}
+    finally:
+        await client.close()
+        await scheduler.close()
 
 
 # -- the state directory and the journal: one scheduler each, refused at start, errors said --

@@ -16,8 +16,8 @@ import sys
 
 import cloudpickle
 
+from dsched.environ import FAKE_NVML_ENV
 from dsched.gpu_ids import task_environment
-from dsched.worker.gpus import FAKE_NVML_ENV
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

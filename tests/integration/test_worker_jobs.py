@@ -122,7 +122,8 @@ async def test_a_job_is_told_its_worker_and_scratch_directory_and_os_environ_sta
 async def test_a_job_runs_reports_serves_its_log_and_is_forgotten_once_acknowledged(cluster,
                                                                                    tmp_path):
     worker = await cluster.start()
-    assert cluster.registers[0].attempts == () and cluster.registers[0].job_lease == 1800.0
+    register = cluster.registers[0]
+    assert register.attempts == () and register.job_lease == WorkerConfig().job_lease
     cluster.send(job("job-1.1", "sh", "-c", "echo hello; exit 3"))
 
     started = await cluster.told(ops.AttemptStarted, "job-1.1")

@@ -17,7 +17,8 @@ import pytest
 from deadline import wait_until_async
 
 from dsched.daemon import EXIT_CONFIG
-from dsched.worker.nanny import PREVIOUS_EXIT_ENV, Nanny
+from dsched.environ import PREVIOUS_EXIT_ENV
+from dsched.worker.nanny import Nanny
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 

@@ -11,7 +11,6 @@ import threading
 import pytest
 
 from dsched.auth import (
-    TOKEN_ENV,
     create_token_file,
     default_token_path,
     ensure_token,
@@ -19,6 +18,7 @@ from dsched.auth import (
     load_token,
     read_token_file,
 )
+from dsched.environ import TOKEN_ENV
 from dsched.errors import ConfigError
 
 

@@ -5,7 +5,6 @@ import pytest
 from dsched.jobs import JobSpec, JobSpecError, job_key, parse_duration, parse_job_key
 from dsched.protocol import ops
 from dsched.resources import ResourceSpecError, Resources, named_devices
-from dsched.settings import WorkerConfig
 
 
 def test_a_spec_goes_over_the_wire_and_back():
@@ -61,5 +60,8 @@ def test_gpu_n_stands_for_device_n():
     assert named_devices(Resources.parse("GPU=2 gpux=1 gpu01x=1")) == ()
 
 
-def test_a_worker_tells_its_lease_as_configured_by_default():
-    assert ops.Register(name="w", address="a:1", nthreads=1).job_lease == WorkerConfig().job_lease
+def test_a_worker_always_tells_its_lease():
+    wire = ops.Register(name="w", address="a:1", nthreads=1, job_lease=600.0).to_wire()
+    assert wire["job_lease"] == 600.0
+    with pytest.raises(ops.BadOp, match="job_lease"):
+        ops.decode({key: value for key, value in wire.items() if key != "job_lease"})

@@ -20,16 +20,16 @@ FORBIDDEN = {"asyncio", "socket", "select", "selectors", "subprocess", "threadin
 SANS_IO_FORBIDDEN = {"asyncio", "socket", "select", "selectors", "subprocess", "threading",
                      "time", "tornado", "sqlite3"}
 SCHEDULER_CORE = [
-    "__init__", "actions", "backfill", "choice", "events", "graph", "invariants", "job", "jobbook",
-    "jobrecovery", "membership", "outbox", "placer", "queue", "reasons", "reconcile", "state",
-    "task", "views", "worker",
+    "__init__", "actions", "backfill", "budget", "choice", "events", "fit", "graph", "invariants",
+    "job", "jobbook", "jobrecovery", "membership", "outbox", "placer", "queue", "reasons",
+    "reconcile", "state", "submission", "task", "views", "worker",
 ]
 WORKER_CORE = ["actions", "attempts", "events", "holdings", "invariants", "ledger", "slots",
                "state", "task"]
 CORES = ([f"scheduler/{name}.py" for name in SCHEDULER_CORE]
          + [f"worker/{name}.py" for name in WORKER_CORE]
          + ["protocol/fields.py", "protocol/ops.py", "resources.py", "jobs.py", "settings.py",
-            "sim.py"])
+            "policy.py", "environ.py", "sim.py"])
 SANS_IO = ["protocol/__init__.py", "protocol/framing.py", "protocol/messages.py",
            "protocol/handshake.py"]
 #: The longest a core module may grow.

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 import click
 
 from .. import config
+from ..environ import CONFIG_ENV
 from ..errors import ConfigError, ResourceSpecError
 from ..jobs import JobSpecError, parse_duration
 from ..protocol.fields import INT_MAX, INT_MIN
@@ -118,7 +119,7 @@ PRIORITY = click.IntRange(INT_MIN, INT_MAX)
 def config_option() -> Decorator:
     return click.option(
         "--config", "config_file", metavar="FILE",
-        help="TOML config file [default: $SCHED_CONFIG, else ~/.config/sched/config.toml, "
+        help=f"TOML config file [default: ${CONFIG_ENV}, else ~/.config/sched/config.toml, "
         "else /etc/sched/config.toml, the first that exists].",
     )
 

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from .. import __version__
+from ..environ import setting_variable
 from ..settings import help_of
 from . import (CONTEXT_SETTINGS, ConfigValue, address_problem, build_config, config_option,
                log_level_option, tls_options)
@@ -59,7 +60,8 @@ def main(ctx: click.Context, scheduler_address: str | None, config_file: str | N
     address = cfg["worker"]["scheduler_address"]
     if address is None:
         raise click.UsageError("missing SCHEDULER_ADDRESS (or set worker.scheduler_address in "
-                               "the config or SCHED_WORKER__SCHEDULER_ADDRESS)")
+                               "the config or "
+                               f"{setting_variable('worker.scheduler_address')})")
     problem = address_problem(address)
     if problem:
         # One line, not click's usage block: the daemon's log is where this is read.

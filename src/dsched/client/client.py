@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable
 
 from .. import config
 from ..comm import Comm, connect
+from ..environ import TOKEN_ENV
 from ..errors import AuthenticationError, CommClosedError, SchedError, SchedulerLostError
 from ..peers import PeerPool
 from ..protocol import ops
@@ -169,7 +170,7 @@ class AsyncClient(JobRequests):
             if isinstance(error, AuthenticationError):
                 raise AuthenticationError(
                     f"the scheduler at {address} refused this client's token ({error}); use "
-                    f"the scheduler's token (SCHED_TOKEN, token=, or the token file)") from None
+                    f"the scheduler's token ({TOKEN_ENV}, token=, or the token file)") from None
             if isinstance(error, (OSError, TimeoutError, CommClosedError)):
                 raise OSError(f"cannot connect to the scheduler at {address}: {error}") from None
             raise
@@ -383,13 +384,14 @@ class AsyncClient(JobRequests):
         return await self._request(lambda request_id: ops.Info(id=request_id))
 
     async def wait_for_workers(self, n: int, timeout: float | None = None) -> None:
-        """Wait until at least ``n`` workers are connected (TimeoutError after ``timeout``)."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while len((await self.scheduler_info())["workers"]) < n:
-            if deadline is not None and loop.time() > deadline:
-                raise TimeoutError(f"fewer than {n} workers connected within {timeout} s")
-            await asyncio.sleep(0.05)
+        """Wait until at least ``n`` workers are connected (TimeoutError after ``timeout``).
+        The scheduler tells the number as it changes: nothing is asked again meanwhile."""
+        self._check_running()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._reports.workers_at_least(n)
+        except TimeoutError:
+            raise TimeoutError(f"fewer than {n} workers connected within {timeout} s") from None
 
     # -- results ----------------------------------------------------------------------------
 

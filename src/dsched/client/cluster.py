@@ -26,6 +26,7 @@ from typing import Any
 
 from .. import config
 from ..auth import generate_token
+from ..environ import CUDA_VISIBLE_DEVICES_ENV, TOKEN_ENV, setting_variable
 from ..resources import SCALE, Resources, check_offer
 from ..worker.gpus import detect_gpus, gpus_option, load_nvml, split_gpus
 from ..worker.ledger import GPU
@@ -72,13 +73,13 @@ class LocalCluster:
         self.gpus = gpus
         self.timeout = timeout
         self._state_dir = tempfile.TemporaryDirectory(prefix="sched-local-")
-        self._env = {**os.environ, **(env or {}), "SCHED_TOKEN": self.token}
+        self._env = {**os.environ, **(env or {}), TOKEN_ENV: self.token}
         if prefetch is not None:  # for many tiny tasks: keep more queued on each worker
-            self._env["SCHED_SCHEDULER__PREFETCH"] = str(int(prefetch))
+            self._env[setting_variable("scheduler.prefetch")] = str(int(prefetch))
         # The machine's GPUs, found once here and handed out so that no two workers share a
         # device (each worker would otherwise find and claim them all).
         found = () if gpus == "none" else detect_gpus(
-            visible=self._env.get("CUDA_VISIBLE_DEVICES"), select=gpus,
+            visible=self._env.get(CUDA_VISIBLE_DEVICES_ENV), select=gpus,
             backend=load_nvml(self._env)).devices
         self._machine_has_gpus = bool(found)
         self._unassigned_gpus = list(found)
@@ -185,13 +186,21 @@ class LocalCluster:
 
         deadline = time.monotonic() + timeout
         async with AsyncClient(self.scheduler_address, token=self.token, name="local-cluster") as c:
-            while len((await c.scheduler_info())["workers"]) < n:
-                dead = [p.args for p in self._processes if p.poll() is not None]
-                if dead:
-                    raise RuntimeError(f"a local process exited early: {dead[0]}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"fewer than {n} workers registered within {timeout}s")
-                await asyncio.sleep(0.05)
+            # The scheduler says when enough have registered; a process of ours that exits
+            # meanwhile is seen here, where the processes are.
+            enough = asyncio.ensure_future(c.wait_for_workers(n))
+            try:
+                while not enough.done():
+                    dead = [p.args for p in self._processes if p.poll() is not None]
+                    if dead:
+                        raise RuntimeError(f"a local process exited early: {dead[0]}")
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"fewer than {n} workers registered within {timeout}s")
+                    await asyncio.wait((enough,), timeout=0.05)
+                enough.result()
+            finally:
+                enough.cancel()
+                await asyncio.gather(enough, return_exceptions=True)
 
     @property
     def address(self) -> str:

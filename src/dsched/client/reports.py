@@ -6,7 +6,9 @@ a loss; held nowhere: lost, and its future is pending again until it ends anew),
 ``FutureErred``, ``FutureCancelled`` (this client's cancel took effect) and ``FutureWaiting``
 (the reason no connected worker can run a task yet, or none once one can).
 Job ends and the replies to job submissions go to the client's JobDesk; other replies to the
-request waiting for them; an error without a request names the keys of a refused submit.
+request waiting for them; an error without a request names the keys of a refused submit. The
+number of workers (``WorkerCount``), once asked for, comes on each change, to whoever waits
+for enough of them.
 
 Runs on the client's loop. Sends nothing but requests, and decides nothing about the
 connection: ``read`` returns why it ended and the client takes it from there.
@@ -92,7 +94,12 @@ class Reports:
         self._handlers: dict[type, Callable[[Any], None]] = {
             kind: functools.partial(apply, outbox.states) for kind, apply in TASK_REPORTS.items()}
         self._handlers.update({ops.JobEnded: jobs.on_ended, ops.Reply: self._reply,
-                               ops.Error: self._error})
+                               ops.Error: self._error, ops.WorkerCount: self._worker_count})
+        #: The number of workers connected, as the scheduler last said; None until it says,
+        #: once this connection watches them (``workers_at_least``).
+        self.worker_count: int | None = None
+        self._watching = False
+        self._count_waiters: dict[asyncio.Future, int] = {}
 
     async def read(self, comm: Comm) -> str:
         """Handle every op from ``comm`` until the connection ends; why it ended. A malformed
@@ -128,6 +135,29 @@ class Reports:
         finally:
             self._requests.pop(request_id, None)
 
+    async def workers_at_least(self, n: int) -> None:
+        """Return once the scheduler says at least ``n`` workers are connected. The first call
+        on a connection asks it to tell the number now and on each change (WatchWorkers); later
+        calls wait on what it tells, and ask nothing."""
+        if not self._watching:
+            self._watching = True
+            self._outbox.flush()
+            self._outbox.send(ops.WatchWorkers())
+        if self.worker_count is not None and self.worker_count >= n:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._count_waiters[waiter] = n
+        try:
+            await waiter
+        finally:
+            self._count_waiters.pop(waiter, None)
+
+    def _worker_count(self, op: ops.WorkerCount) -> None:
+        self.worker_count = op.count
+        for waiter, n in list(self._count_waiters.items()):
+            if n <= op.count and not waiter.done():
+                waiter.set_result(None)
+
     def unsendable(self, op: dict, error: Exception) -> None:
         """``op`` cannot be encoded (the comm left it out): the call that made it fails, as if
         the scheduler had refused it, and nothing else does."""
@@ -144,10 +174,12 @@ class Reports:
             logger.error("Left out an op that cannot be sent: %s", reason)
 
     def lost(self, error: BaseException) -> None:
-        """The connection is gone: every request waiting raises ``error``."""
-        for request in self._requests.values():
+        """The connection is gone: every request waiting raises ``error``, and so does every
+        wait for workers (a new connection asks for their number again)."""
+        for request in (*self._requests.values(), *self._count_waiters):
             if not request.done():
                 request.set_exception(error)
+        self._watching, self.worker_count = False, None
 
     def _reply(self, op: ops.Reply | ops.Error) -> None:
         if self._jobs.on_reply(op):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import ssl as ssl_module
 
+from ..environ import setting_variable
 from ..errors import RemoteProtocolError, TlsMismatchError
 from ..protocol import INITIATOR, MAX_FRAME_SIZE, MAX_MESSAGE_SIZE, Handshake, PeerInfo
 from .addresses import format_address, parse_address
@@ -116,4 +117,4 @@ async def connect(
 #: certificate, which it goes without where none is given), for the errors that say this side
 #: needs TLS or must not use it.
 TLS_HOW = ("sched-worker: --tls-ca; sched and Client: the client.tls.ca setting or "
-           "SCHED_CLIENT__TLS__CA; Client(ssl=...)")
+           f"{setting_variable('client.tls.ca')}; Client(ssl=...)")

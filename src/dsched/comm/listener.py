@@ -1,5 +1,6 @@
 """Listener: accepts connections, runs their handshakes, and starts one handler task per
-authenticated peer, logging any failure of it. It never hands a handler an unauthenticated peer.
+authenticated peer, logging any failure of it, or, given ``spawn``, in its owner's task group,
+whose failure is then the owner's to see. It never hands a handler an unauthenticated peer.
 """
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl as ssl_module
-from typing import Awaitable, Callable, Collection
+from typing import Awaitable, Callable, Collection, Coroutine
 
 from ..errors import CommClosedError
 from ..protocol import ACCEPTOR, MAX_FRAME_SIZE, MAX_MESSAGE_SIZE, Handshake
@@ -21,16 +22,20 @@ logger = logging.getLogger("dsched.comm")
 _refused = Limited(logger)  # a flood of strangers is one line a minute
 
 Handler = Callable[[Comm], Awaitable[None]]
+#: Starts a handler's task where its owner supervises it (a task group); None when the owner
+#: is stopping and starts nothing more (the coroutine is then closed).
+Spawn = Callable[[Coroutine], "asyncio.Task | None"]
 
 
 class Listener:
     """A listening socket whose handler runs, as a logged task, once per authenticated peer."""
 
-    def __init__(self, handler: Handler, *, tls: bool):
+    def __init__(self, handler: Handler, *, tls: bool, spawn: Spawn | None = None):
         self.host = ""
         self.port = 0
         self.comms: set[Comm] = set()
         self._handler = handler
+        self._spawn = spawn
         self._tls = tls
         self._server: asyncio.AbstractServer | None = None
         self._handshaking: set[FrameStream] = set()
@@ -60,9 +65,15 @@ class Listener:
         if self._closing:
             comm.abort("listener is closing")
             return
+        if self._spawn is None:
+            task = asyncio.get_running_loop().create_task(self._run_handler(comm))
+        else:
+            task = self._spawn(self._run_handler(comm))
+            if task is None:  # its owner is stopping
+                comm.abort("server is stopping")
+                return
         logger.debug("Accepted %s %r from %s", comm.peer.role, comm.peer.name, comm.peer_address)
         self.comms.add(comm)
-        task = asyncio.get_running_loop().create_task(self._run_handler(comm))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -76,8 +87,11 @@ class Listener:
             reason = "server shutting down"
             raise
         except Exception:
-            logger.exception("Handler for %r failed", comm)
             reason = "server error (see the server's log)"
+            if self._spawn is not None:  # its owner's group sees it at once, and says why
+                comm.close_nowait(reason)
+                raise
+            logger.exception("Handler for %r failed", comm)
         finally:
             self.comms.discard(comm)
             if self._closing:
@@ -133,11 +147,13 @@ async def listen(
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
     close_timeout: float = CLOSE_TIMEOUT,
     answer_timeout: float = ANSWER_TIMEOUT,
+    spawn: Spawn | None = None,
 ) -> Listener:
-    """Listen on ``host:port`` (0 for any free port); ``await handler(comm)`` runs per peer."""
+    """Listen on ``host:port`` (0 for any free port); ``await handler(comm)`` runs per peer,
+    in a task of its own, or of ``spawn``'s (a handler that raises then fails there)."""
     # Built once here so that bad arguments fail now, not on every connection.
     Handshake(ACCEPTOR, role=role, name=name, token=token, accept_roles=accept_roles)
-    listener = Listener(handler, tls=ssl is not None)
+    listener = Listener(handler, tls=ssl is not None, spawn=spawn)
 
     def factory() -> FrameStream:
         handshake = Handshake(ACCEPTOR, role=role, name=name, token=token,

@@ -30,13 +30,14 @@ class Register:
     (``held`` results by size, ``running`` tasks). ``previous_exit`` says how its previous
     process ended, when its nanny restarted it after a crash. ``attempts``: the job attempts
     it knows of, each an AttemptStarted (still running) or AttemptEnded (not yet acknowledged)
-    as on the wire; ``job_lease``: its ``worker.job_lease``. ``containment``: how it kills all
-    that a job or GPU task started (``cgroup``, ``subreaper``; "" from a worker that does not
-    say)."""
+    as on the wire; ``job_lease``: its ``worker.job_lease``, always said (the scheduler holds
+    its jobs by it). ``containment``: how it kills all that a job or GPU task started
+    (``cgroup``, ``subreaper``; "" from a worker that does not say)."""
 
     name: str
     address: str
     nthreads: int
+    job_lease: float
     resources: Resources = EMPTY
     gpus: tuple[dict, ...] = ()
     pid: int | None = None
@@ -46,7 +47,6 @@ class Register:
     running: tuple[str, ...] = ()
     previous_exit: str | None = None
     attempts: tuple[dict, ...] = ()
-    job_lease: float = 1800.0
     containment: str = ""
 
 
@@ -374,6 +374,20 @@ class JobEnded:
     """To a client: how a job ended (``job``: the job as ``sched status --json`` shows it)."""
 
     job: dict
+
+
+@op("watch-workers")
+class WatchWorkers:
+    """Tell this client (WorkerCount) how many workers are connected, now and whenever that
+    changes, for as long as it stays connected."""
+
+
+@op("worker-count")
+class WorkerCount:
+    """To a client that watches the workers: how many are connected now (draining ones
+    included, until they leave)."""
+
+    count: int
 
 
 @op("reply")

@@ -3,9 +3,10 @@
 Each is a small frozen dataclass; the shell carries them out in order. Messages to workers
 (SendExecute, SendStopTask, SendFree, CloseWorker, SendAttemptAck), reports to clients (each task end is
 reported once: TellFinished, TellErred or TellCancelled; TellWaiting when the reason
-a queued task cannot run changes; JobsReply and TellJobEnded for jobs), JournalWrite, which
-comes first in a call's actions and must be committed before any of the others is carried
-out, and LogLine records for the ``logging`` module.
+a queued task cannot run changes; JobsReply and TellJobEnded for jobs; TellWorkerCount when
+the number of workers changes), JournalWrite, which comes first in a call's actions and must be
+committed before any of the others is carried out, and LogLine records for the ``logging``
+module.
 
 Pure data: no I/O, no logic.
 """
@@ -181,6 +182,14 @@ class TellJobEnded:
     job: Mapping
 
 
+@_frozen
+class TellWorkerCount:
+    """``count`` workers are connected now; ``clients`` asked to hear it, and each change."""
+
+    clients: tuple[str, ...]
+    count: int
+
+
 # -- to the journal ---------------------------------------------------------------------------
 
 
@@ -247,12 +256,12 @@ DEBUG, INFO, WARNING = 10, 20, 30
 
 Action = Union[
     SendExecute, SendStopTask, SendFree, SendReplicate, SendRetire, SendAttemptAck, CloseWorker, TellFinished,
-    TellMoved, TellErred, TellCancelled, TellWaiting, JobsReply, TellJobEnded, JournalWrite, LogLine,
-    WorkerAccepted, GrantLease, Refused,
+    TellMoved, TellErred, TellCancelled, TellWaiting, JobsReply, TellJobEnded, TellWorkerCount,
+    JournalWrite, LogLine, WorkerAccepted, GrantLease, Refused,
 ]
 
 __all__ = [
     "Action", "SendAttemptAck", "TellJobEnded", "JobsReply", "JournalWrite", "SendStopTask", "CloseWorker", "SendExecute", "SendFree", "LogLine", "NO_INPUTS",
     "SendReplicate", "TellCancelled", "TellErred", "TellFinished", "TellMoved",
-    "TellWaiting", "SendRetire", "WorkerAccepted", "GrantLease", "Refused",
+    "TellWaiting", "TellWorkerCount", "SendRetire", "WorkerAccepted", "GrantLease", "Refused",
 ]

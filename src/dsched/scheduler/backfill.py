@@ -6,21 +6,22 @@ durations). Later tasks may start there only on capacity that reservation does n
 its start, or when their learned duration says they end before it; a task of unknown duration
 does not backfill onto reserved capacity. So a large task is never starved by a stream of
 small ones, and small ones still use what it leaves idle. This module alone reads and writes
-the reservation.
+the reservation; whether a worker could ever start the task is the fit's (``fit.py``).
 
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
+from .fit import allowed_workers, could_host, holds
 from .queue import ShapeQueue
 from .task import QUEUED, Task
-from .worker import WorkerInfo
+from .worker import WorkerIndex, WorkerInfo
 
 if TYPE_CHECKING:
-    from .placer import Placer
+    from .outbox import Outbox
 
 INF = float("inf")
 #: A reservation is sought among at most this many workers (those with most free of the
@@ -48,10 +49,16 @@ class Reservation:
 
 
 class Backfill:
-    """The one reservation of a placer, and whether a placement would delay it."""
+    """The one reservation of a placer, and whether a placement would delay it. It reads, and
+    never changes, the connected ``workers``, their ``index``, the learned ``durations`` per
+    prefix and the ``clock`` (the outbox, for ``now``)."""
 
-    def __init__(self, placer: Placer):
-        self.placer = placer
+    def __init__(self, workers: Mapping[str, WorkerInfo], index: WorkerIndex,
+                 durations: Mapping[str, float], clock: Outbox):
+        self.workers = workers
+        self.index = index
+        self.durations = durations
+        self.clock = clock
         self.reservation: Reservation | None = None
 
     # -- keeping the reservation current ----------------------------------------------------
@@ -64,7 +71,7 @@ class Backfill:
             return None
         self.reservation = None
         w = r.worker
-        return w if self.placer.workers.get(w.address) is w else None
+        return w if self.workers.get(w.address) is w else None
 
     def stale(self) -> bool:
         """Whether the reservation stands for nothing any more (its task is no longer a
@@ -74,7 +81,7 @@ class Backfill:
             return False
         t = r.task
         return not (t.state is QUEUED and t.queue is not None and t.queue.reason is None
-                    and self.placer.workers.get(r.worker.address) is r.worker)
+                    and self.workers.get(r.worker.address) is r.worker)
 
     def forget_worker(self, w: WorkerInfo) -> None:
         r = self.reservation
@@ -96,12 +103,9 @@ class Backfill:
             return False
         r = self.reservation
         if r is not None and r.task is x and r.worker is not w and (
-                self.placer.workers.get(r.worker.address) is r.worker):
+                self.workers.get(r.worker.address) is r.worker):
             return False  # reserved elsewhere
-        restrict = xq.restrict
-        if restrict is not None and w.name not in restrict and w.address not in restrict:
-            return False
-        if not xq.resources.fits(w.total_units):
+        if not could_host(xq, w):
             return False
         r = self.reserve(x, xq)
         if r is None or r.worker is not w:
@@ -113,14 +117,14 @@ class Backfill:
                     break
             else:
                 return False
-        duration = self.placer.durations.get(t.prefix)
-        return duration is None or self.placer.out.now + duration > r.start
+        duration = self.durations.get(t.prefix)
+        return duration is None or self.clock.now + duration > r.start
 
     def reserve(self, x: Task, xq: ShapeQueue) -> Reservation | None:
         """The reservation of ``x``: kept while its worker's load stands (a Tick looks for
         the best worker again), re-estimated on the same worker when that load changes."""
         r = self.reservation
-        if r is not None and r.task is x and self.placer.workers.get(r.worker.address) is r.worker:
+        if r is not None and r.task is x and self.workers.get(r.worker.address) is r.worker:
             if r.version != r.worker.version:
                 r = self.reservation = self.estimate(x, xq, r.worker)
             return r
@@ -135,13 +139,12 @@ class Backfill:
     def _hosts(self, xq: ShapeQueue) -> list[WorkerInfo]:
         """Workers that could ever start ``xq``'s tasks; on a large cluster only the first
         RESERVATION_SCAN of them, those with most of its primary resource free first."""
-        placer = self.placer
-        demand = xq.resources
+        workers = self.workers
+        index = self.index
         if xq.restrict is not None:
-            return [w for w in placer.restricted(xq.restrict) if demand.fits(w.total_units)]
-        workers = placer.workers
-        index = placer.index
-        fitting_totals = [a for total, a in index.totals.items() if demand.fits(total)]
+            return [w for w in allowed_workers(xq.restrict, workers, index.by_name)
+                    if could_host(xq, w)]
+        fitting_totals = [a for total, a in index.totals.items() if holds(xq, total)]
         if sum(len(a) for a in fitting_totals) <= RESERVATION_SCAN:
             return [workers[a] for addresses in fitting_totals for a in addresses]
         hosts: dict[str, WorkerInfo] = {}
@@ -150,7 +153,7 @@ class Backfill:
             for units in reversed(buckets.keys):
                 for address in buckets.groups[units]:
                     w = workers[address]
-                    if demand.fits(w.total_units):
+                    if could_host(xq, w):
                         hosts[address] = w
                         if len(hosts) == RESERVATION_SCAN:
                             return list(hosts.values())
@@ -163,15 +166,15 @@ class Backfill:
 
     def estimate(self, x: Task, xq: ShapeQueue, w: WorkerInfo) -> Reservation:
         """When ``x`` could start on ``w`` if nothing else started there, and what is spare."""
-        now = self.placer.out.now
+        now = self.clock.now
         demand = xq.resources
         names = xq.names
-        free_units = w.free_units
+        free_units = w.room.units
         free = {n: free_units.get(n, 0) for n in names}
         threads = w.nthreads - len(w.processing) - len(w.stopping)
         start = now
         if threads < 1 or any(free[n] < demand[n] for n in names):
-            durations = self.placer.durations
+            durations = self.durations
             ends = []
             for t in w.processing.values():
                 d = durations.get(t.prefix)

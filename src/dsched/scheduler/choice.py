@@ -1,8 +1,8 @@
-"""Choosing a worker for a queued task, among those that can start it now: near its inputs
-(or its group's), else the best fit for GPU demands, else the least loaded; restricted tasks
-among the workers they name. A part of the placer (``Placer`` inherits it), kept apart so
-that each file reads in one sitting; it reads the placer's workers, index and rule, and
-changes nothing.
+"""Choosing a worker for a queued task, among those that can start it now (the fit's
+``startable``) without delaying the reservation (backfill's ``blocks``): near its inputs (or
+its group's: ``groups.py``), else the best fit for GPU demands, else the least loaded;
+restricted tasks among the workers they name. The placer holds one and asks it; it changes
+nothing.
 
 Pure: no I/O, no clock.
 """
@@ -10,28 +10,40 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Iterable
+from typing import Iterable, Mapping
 
+from .backfill import Backfill
+from .fit import Fit, allowed_workers
+from .groups import group_workers
 from .queue import ShapeQueue
 from .task import Task
-from .worker import WorkerInfo
+from .worker import WorkerIndex, WorkerInfo
 
 
 class WorkerChoice:
-    """The placer's search: ``find`` and what it calls."""
+    """The placer's search: ``find`` and what it calls. It reads the connected ``workers``,
+    their ``index``, the ``fit`` and the ``backfill`` reservation."""
+
+    def __init__(self, workers: Mapping[str, WorkerInfo], index: WorkerIndex, fit: Fit,
+                 backfill: Backfill):
+        self.workers = workers
+        self.index = index
+        self.fit = fit
+        self.backfill = backfill
 
     def find(self, t: Task, q: ShapeQueue, x: Task | None = None,
              xq: ShapeQueue | None = None) -> WorkerInfo | None:
         """The worker to start ``t`` on now, or None. ``x`` (of ``xq``): the task holding the
         reservation this pass, which a placement must not delay."""
         if t.deps or t.dependents:  # near its inputs, or its group's
-            w = (self._by_locality if t.deps else self.groups.find)(t, q, x, xq)
+            w = (self._by_locality if t.deps else self._by_group)(t, q, x, xq)
             if w is not None:
                 return w
-        if q.restrict is not None:
-            return self.best_of(t, q, self.restricted(q.restrict), x, xq)
         workers = self.workers
-        startable = self.startable
+        if q.restrict is not None:
+            return self.best_of(t, q, allowed_workers(q.restrict, workers, self.index.by_name),
+                                x, xq)
+        startable = self.fit.startable
         blocks = self.backfill.blocks
         if q.empty:  # the index files workers by free slots: look at the roomiest first
             buckets = self.index.slots
@@ -70,8 +82,8 @@ class WorkerChoice:
             fitting = [w for w in candidates if w.free_keys.get(primary, 0) >= units]
         if len(fitting) == 1:
             w = fitting[0]
-            if self.startable(t, q, w) and not (x is not None
-                                                and self.backfill.blocks(t, q, w, x, xq)):
+            if self.fit.startable(t, q, w) and not (x is not None
+                                                    and self.backfill.blocks(t, q, w, x, xq)):
                 return w
             return None
         if not fitting:
@@ -82,9 +94,10 @@ class WorkerChoice:
                 x: Task | None, xq: ShapeQueue | None) -> WorkerInfo | None:
         best = None
         best_rank = None
+        startable = self.fit.startable
         blocks = self.backfill.blocks
         for w in candidates:
-            if not self.startable(t, q, w):
+            if not startable(t, q, w):
                 continue
             if x is not None and blocks(t, q, w, x, xq):
                 continue
@@ -102,7 +115,7 @@ class WorkerChoice:
                 held += d.nbytes
         if q.empty:
             return held, w.slot_key
-        units = w.free_units.get(q.primary, 0)
+        units = w.room.units.get(q.primary, 0)
         return held, (-units if q.best_fit else units)
 
     def _by_locality(self, t: Task, q: ShapeQueue, x: Task | None,
@@ -117,16 +130,11 @@ class WorkerChoice:
         workers = self.workers
         return self.best_of(t, q, [workers[a] for a in held if a in workers], x, xq)
 
-    def restricted(self, restrict: frozenset[str]) -> list[WorkerInfo]:
-        """The connected workers a restriction names (by name or address) that take work
-        (not draining), in name order."""
-        found: dict[str, WorkerInfo] = {}
-        by_name = self.index.by_name
+    def _by_group(self, t: Task, q: ShapeQueue, x: Task | None,
+                  xq: ShapeQueue | None) -> WorkerInfo | None:
+        """The best of the workers where ``t``'s group is that can start it now, or None."""
         workers = self.workers
-        for name in sorted(restrict):
-            address = by_name.get(name, name)
-            w = workers.get(address)
-            if w is not None and not w.draining:
-                found[address] = w
-        return list(found.values())
-
+        found = [workers[a] for a in group_workers(t) or () if a in workers]
+        if not found:
+            return None
+        return self.best_of(t, q, found, x, xq)

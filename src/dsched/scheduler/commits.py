@@ -7,23 +7,21 @@ Batches that arrive while the event loop turns join the same transaction. The na
 of the crash tests sit at these commits.
 
 It carries out nothing itself (``carry_out`` does) and decides nothing about jobs: that is the
-state's. A commit that fails, or a batch that cannot be carried out, calls ``fail``: no later
-promise could be kept.
+state's. Its commits run as tasks of the scheduler's task group (``spawn``): one that raises
+(a batch that cannot be carried out) fails there, and stops the scheduler. A commit that fails
+calls ``fail``: no later promise could be kept.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
 from . import actions as act
 from .failpoints import Failpoints
 from .journal import Journal
-
-logger = logging.getLogger("dsched.scheduler")
 
 #: Where a cause's commit is the crash tests' failpoint, after it is durable.
 _AFTER_COMMIT = (("submit", "after-submit-commit"), ("dispatch", "after-dispatch-commit"),
@@ -34,10 +32,13 @@ class GroupCommit:
     """``carry_out_all(actions)`` for the scheduler's shell; see the module docstring."""
 
     def __init__(self, journal: Journal | None, carry_out: Callable[[Any], None],
-                 fail: Callable[[str], None], committed: Callable[[float, int], None]):
+                 fail: Callable[[str], None], committed: Callable[[float, int], None],
+                 spawn: Callable[[Coroutine], asyncio.Task | None]):
         self.journal = journal
         self.failpoints = Failpoints()
         self._carry_out, self._fail, self._timed = carry_out, fail, committed
+        #: Starts a commit in the scheduler's task group; None once the scheduler is stopping.
+        self._spawn = spawn
         #: Batches of actions waiting for a journal commit (None: none is pending), in order.
         self._held: list[list] | None = None
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sched-journal")
@@ -51,8 +52,8 @@ class GroupCommit:
             return
         if actions and type(actions[0]) is act.JournalWrite:
             self._held = [actions]
-            task = asyncio.get_running_loop().create_task(self._commit())
-            task.add_done_callback(self._committed)
+            if self._spawn(self._commit()) is None:  # stopping: nothing more is said
+                self._held = []
             return
         for action in actions:
             self._carry_out(action)
@@ -60,6 +61,11 @@ class GroupCommit:
     def stop(self) -> None:
         """Say nothing more: what is not journaled was never promised."""
         self._held = []
+
+    def close(self) -> None:
+        """Once no commit runs (the scheduler has closed): let the journal's thread go."""
+        self.stop()
+        self._thread.shutdown(wait=False)
 
     async def _commit(self) -> None:
         """Commit what the held batches journal, in one transaction (more batches join while
@@ -93,11 +99,3 @@ class GroupCommit:
                     if type(action) is not act.JournalWrite:
                         self._carry_out(action)
         self._held = None
-
-    def _committed(self, task: asyncio.Task) -> None:
-        # Batches wait behind a commit: one that died would hold every later action back for
-        # good, unseen. It cannot be carried on, so the scheduler stops and says why.
-        if not task.cancelled() and task.exception() is not None:
-            error = task.exception()
-            logger.critical("Carrying out a journal commit failed", exc_info=error)
-            self._fail(f"carrying out a journal commit failed: {type(error).__name__}: {error}")

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Union
 from ..jobs import JobSpec
 from ..protocol import ops
 from ..resources import EMPTY, Resources
+from ..settings import default_of
 
 _frozen = dataclass(frozen=True, slots=True, kw_only=True)
 
@@ -70,7 +71,7 @@ class WorkerJoined:
     running: tuple[str, ...] = ()
     previous_exit: str | None = None
     attempts: tuple[Mapping[str, Any], ...] = ()
-    job_lease: float = 1800.0
+    job_lease: float = default_of("worker.job_lease")
     containment: str = ""
     now: float
 
@@ -293,6 +294,14 @@ class JobsWatched:
 
 
 @_frozen
+class WorkersWatched:
+    """``client`` wants to hear how many workers are connected, now and on each change."""
+
+    client: str
+    now: float
+
+
+@_frozen
 class JobsLoaded:
     """At start, before anything else: the jobs of the journal, each as its row, and the first
     number new jobs may have (the journal's high-water mark: numbers below it may have been
@@ -325,8 +334,8 @@ Event = Union[
     WorkerJoined, WorkerHeartbeat, WorkerDraining, WorkerLeft, WorkerTaskFinished, WorkerTaskErred,
     WorkerTaskStopped, WorkerTaskRejected, WorkerMissingData, WorkerReplicated, WorkerReplicateFailed, WorkerAttemptStarted,
     WorkerAttemptEnded, TasksSubmitted, CancelRequested, KeysReleased, ClientDisconnected,
-    JobsSubmitted, JobsCancelled, JobsReleased, JobsWatched, JobsLoaded, SchedulerDraining,
-    Tick,
+    JobsSubmitted, JobsCancelled, JobsReleased, JobsWatched, WorkersWatched, JobsLoaded,
+    SchedulerDraining, Tick,
 ]
 
 __all__ = [
@@ -335,5 +344,5 @@ __all__ = [
     "WorkerMissingData", "WorkerReplicateFailed", "WorkerReplicated", "WorkerTaskErred", "WorkerTaskFinished",
     "WorkerTaskRejected", "TaskSpec", "TasksSubmitted", "Tick", "WorkerDraining", "SchedulerDraining",
     "WorkerHeartbeat",
-    "WorkerJoined", "WorkerLeft",
+    "WorkerJoined", "WorkerLeft", "WorkersWatched",
 ]

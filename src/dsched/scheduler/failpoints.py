@@ -20,19 +20,20 @@ import os
 import signal
 import sys
 
+from ..environ import FAILPOINTS_ENV
+
 NAMES = ("after-submit-commit", "before-dispatch-commit", "after-dispatch-commit",
          "after-result-commit", "in-reconciliation")
-ENV = "SCHED_FAILPOINTS"
 
 
 class Failpoints:
     def __init__(self, spec: str | None = None):
-        spec = os.environ.get(ENV, "") if spec is None else spec
+        spec = os.environ.get(FAILPOINTS_ENV, "") if spec is None else spec
         self.armed: dict[str, int] = {}
         for part in filter(None, (p.strip() for p in spec.split(","))):
             name, _, count = part.partition(":")
             if name not in NAMES or (count and not count.isdigit()):
-                raise ValueError(f"{ENV}: unknown failpoint {part!r}; the names are "
+                raise ValueError(f"{FAILPOINTS_ENV}: unknown failpoint {part!r}; the names are "
                                  f"{', '.join(NAMES)}, each optionally :N")
             self.armed[name] = int(count or 1)
 

@@ -7,6 +7,8 @@ exist, so that a lost result can be recomputed from its inputs, through any dept
 ancestors. Nothing here cancels a task: a client's cancel drops that client's interest, and a
 task that no client wants and nothing waits on goes back to released (stopped where it runs),
 to be forgotten once nothing refers to it, or computed again if something comes to need it.
+A failed attempt, of a task or of a job, is charged to the budget of its kind of failure
+(``budget.py``), and runs again at once, after a back-off, or fails (``attempt_failed``).
 Where a queued task runs is the placer's business; this graph only hands tasks to it.
 
 Pure: no I/O, no clock.
@@ -16,15 +18,14 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..jobs import parse_job_key
 from ..resources import Resources
 from .actions import DEBUG, TellCancelled, TellErred, TellFinished, TellMoved
+from .budget import BUDGETS, LOST, Failure, FailureBudget
 from .events import TaskSpec
 from .outbox import Outbox
 from .placer import Placer
-from .task import (
-    ACTIVE, ERRED, MEMORY, PROCESSING, QUEUED, RELEASED, WAITING, Task, default_prefix,
-)
+from .submission import submit
+from .task import ACTIVE, ERRED, MEMORY, PROCESSING, QUEUED, RELEASED, WAITING, Task
 from .worker import WorkerInfo
 
 #: Submission order fits below this; priority is scaled above it in ``Task.order``.
@@ -35,13 +36,17 @@ _NO_SPEC = (b"", b"")
 
 class TaskGraph:
     """``tasks`` by key; ``clients``: the keys each client wants; ``retrying``: tasks a
-    worker refused, waiting until their ``retry_at`` to be queued again. ``workers`` is the
-    membership's dict (read here to free results)."""
+    worker refused (or the next attempts of jobs), waiting until their ``retry_at`` to be
+    queued again. ``workers`` is the membership's dict (read here to free results).
+    ``allowed_failures`` and ``max_rejections`` are settings of the budget (``budget.py``)."""
 
-    def __init__(self, workers: dict[str, WorkerInfo], placer: Placer, out: Outbox):
+    def __init__(self, workers: dict[str, WorkerInfo], placer: Placer, out: Outbox, *,
+                 allowed_failures: int, max_rejections: int):
         self.workers = workers
         self.placer = placer
         self.out = out
+        self.budget = FailureBudget(out, allowed_failures=allowed_failures,
+                                    max_rejections=max_rejections)
         self.tasks: dict[str, Task] = {}
         self.clients: dict[str, dict[str, None]] = {}
         self.retrying: dict[Task, None] = {}
@@ -52,87 +57,8 @@ class TaskGraph:
     # -- submission -----------------------------------------------------------------------------
 
     def submit(self, client: str, specs: Iterable[TaskSpec]) -> None:
-        tasks = self.tasks
-        new: dict[Task, TaskSpec] = {}
-        seen: set[str] = set()
-        for spec in specs:
-            key = spec.key
-            if key in seen:
-                continue
-            seen.add(key)
-            if key.startswith("job-") and parse_job_key(key) is not None:
-                self.out.actions.append(TellErred(
-                    key=key, clients=(client,), error="reserved_key",
-                    text="keys of the form job-<id>.<attempt> name the attempts of "
-                         "shell-command jobs: choose another key"))
-                continue
-            old = tasks.get(key)
-            if old is not None and old.state is not ERRED:
-                if spec.wanted:
-                    self.want(old, client)
-                continue
-            resources = self.placer.queue.shape(spec.resources)
-            restrict = frozenset(spec.workers) if spec.workers else None
-            t = Task(
-                key, spec.spec, resources, spec.priority, self._next_order(spec.priority),
-                max(0, spec.retries), restrict, spec.prefix or default_prefix(key),
-            )
-            if old is not None:  # an erred or cancelled key submitted again runs afresh
-                t.wanted_by = old.wanted_by
-                for d in old.deps:
-                    d.dependents.pop(old, None)
-                    self.release_work.append(d)
-            tasks[key] = t
-            new[t] = spec
-        if not any(spec.dependencies for spec in new.values()):
-            enqueue = self.placer.enqueue
-            for t, spec in new.items():  # the usual batch: independent tasks
-                if spec.wanted and client not in t.wanted_by:
-                    t.wanted_by += (client,)
-                    self.clients.setdefault(client, {})[t.key] = None
-                enqueue(t)
-                if not t.wanted_by:
-                    self.release_work.append(t)
-            return
-        unknown: dict[Task, str] = {}
-        for t, spec in new.items():
-            deps: dict[Task, None] = {}
-            for dep_key in spec.dependencies:
-                d = tasks.get(dep_key)
-                if d is None:
-                    unknown.setdefault(t, dep_key)
-                elif d is not t:
-                    deps[d] = None
-                else:
-                    unknown.setdefault(t, "")  # depends on itself: a cycle
-            t.deps = tuple(deps)
-            for d in deps:
-                d.dependents[t] = None
-            if spec.wanted and client not in t.wanted_by:
-                t.wanted_by += (client,)
-                self.clients.setdefault(client, {})[t.key] = None
-        # Kahn's order within the batch, so inputs are computed before their dependents.
-        pending = {t: sum(1 for d in t.deps if d in new) for t in new}
-        ordered = [t for t, n in pending.items() if n == 0]
-        for t in ordered:
-            for dd in t.dependents:
-                if dd in pending:
-                    pending[dd] -= 1
-                    if pending[dd] == 0:
-                        ordered.append(dd)
-        for t in ordered:
-            if t in unknown and unknown[t]:
-                self.fail(t, "unknown_dependency", f"unknown dependency {unknown[t]!r}")
-            elif t in unknown:
-                self.fail(t, "cycle", "the task depends on itself")
-            else:
-                self.compute(t)
-        for t, n in pending.items():
-            if n > 0:
-                self.fail(t, "cycle", "the task is part of (or depends on) a dependency cycle")
-        for t in new:
-            if not t.wanted_by:
-                self.release_work.append(t)
+        """A client's batch of tasks (``submission.py``)."""
+        submit(self, client, specs)
 
     def add(self, key: str, resources: Resources, priority: int, client: str,
             prefix: str, order: int | None = None) -> Task:
@@ -140,7 +66,7 @@ class TaskGraph:
         attempt of a job (the job book queues or books it). ``order``: its place in the
         queue, when it takes the place of an earlier attempt; else a new one, the last."""
         t = Task(key, _NO_SPEC, self.placer.queue.shape(resources), priority,
-                 self._next_order(priority) if order is None else order, 0, None, prefix)
+                 self.next_order(priority) if order is None else order, 0, None, prefix)
         t.wanted_by = (client,)
         self.clients.setdefault(client, {})[key] = None
         self.tasks[key] = t
@@ -149,9 +75,10 @@ class TaskGraph:
     def drop(self, t: Task) -> None:
         """Forget ``t`` (made by ``add``): out of the queue, or stopped where it runs (unless
         that worker is gone, or has said it ended)."""
-        if t.state is QUEUED or t.processing_on in self.workers:
+        if t.state is QUEUED or t.retry_at is not None or t.processing_on in self.workers:
             self.leave_active(t)
-        t.state = RELEASED
+        if t.state is not RELEASED:  # else stopped already, and now its worker is gone
+            t.move("release")
         if self.tasks.get(t.key) is t:
             del self.tasks[t.key]
         for client in t.wanted_by:
@@ -194,7 +121,8 @@ class TaskGraph:
         stack = [root]
         while stack:
             t = stack.pop()
-            t.state = WAITING
+            if t.state is not WAITING:
+                t.move("wait")
             t.waiting_on = None
             failed = next((d for d in t.deps if d.state is ERRED), None)
             if failed is not None:
@@ -208,7 +136,7 @@ class TaskGraph:
                 if state is MEMORY:
                     continue
                 if state is RELEASED:
-                    d.state = WAITING  # claimed here, computed when popped
+                    d.move("wait")  # claimed here, computed when popped
                     stack.append(d)
                 if waiting is None:
                     waiting = {}
@@ -257,7 +185,7 @@ class TaskGraph:
             if t.state not in ACTIVE:
                 continue
             self.leave_active(t)
-            t.state = ERRED
+            t.move("fail")
             t.error = error
             t.end_reason = text
             t.exception = exception
@@ -318,7 +246,7 @@ class TaskGraph:
                 if t.waiters:
                     continue
                 self.leave_active(t)  # stopped where it runs; computed again if needed
-                t.state = RELEASED
+                t.move("release")
             elif state is MEMORY:
                 if t.waiters:
                     continue
@@ -326,7 +254,7 @@ class TaskGraph:
                     self.out.free(address, t.key)
                     self.workers[address].has_what.pop(t.key, None)
                 t.who_has = None
-                t.state = RELEASED
+                t.move("release")
             if t.dependents:
                 continue
             del tasks[t.key]
@@ -342,7 +270,7 @@ class TaskGraph:
         t.who_has = None
         if t.state is not MEMORY:
             return
-        t.state = RELEASED
+        t.move("lose")
         if not t.wanted_by and all(dd.state is PROCESSING for dd in t.waiters):
             self.release_work.append(t)
             return
@@ -353,7 +281,7 @@ class TaskGraph:
         for dd in t.waiters:
             if dd.state is QUEUED:
                 self.placer.dequeue(dd)
-                dd.state = WAITING
+                dd.move("wait")
                 dd.waiting_on = {t: None}
             elif dd.state is WAITING:
                 if dd.retry_at is not None:  # refused by a worker; now it needs its input
@@ -365,16 +293,35 @@ class TaskGraph:
         self.out.log(DEBUG, "The result of task %s was lost; computing it again", t.key)
         self.compute(t)
 
-    # -- results and refusals ---------------------------------------------------------------
+    # -- results and failed attempts -------------------------------------------------------
 
     def finished(self, t: Task, w: WorkerInfo, nbytes: int) -> None:
         """``t`` ran on ``w``, which holds its result now."""
-        t.state = MEMORY
+        t.move("finish")
         t.nbytes = nbytes
         t.who_has = {w.address: None}
         w.has_what[t.key] = None
         self.report_end(t)
         self.dependency_done(t)
+
+    def attempt_failed(self, t: Task, failure: Failure, text: str, worker: str = "", *,
+                       counted: bool = True, exception: bytes = b"") -> tuple[float | None, str]:
+        """An attempt of ``t`` failed (``failure``; ``text``: how; on ``worker``): charged to
+        its budget (``budget.py``) unless not ``counted``, ``t`` runs again at once, after a
+        back-off, or, out of budget, fails with its budget's error kind. Returns the seconds
+        before the next try (None: out of budget) and the words of the end: a job's attempt
+        is only charged to its job, and the job book acts on them (``JobBook.refused``)."""
+        if failure is LOST:  # computed again where still needed, whatever follows
+            self.lose(t)
+        delay, words = self.budget.charge(t, failure, text, worker) if counted else (0.0, "")
+        if t.job is None:
+            if delay is None:
+                self.fail(t, BUDGETS[failure].error, words, exception)
+            elif delay:
+                self.retry_later(t, text, self.out.now + delay)
+            elif failure is not LOST:
+                self.compute(t)
+        return delay, words
 
     def retry_later(self, t: Task, reason: str, at: float) -> None:
         """A worker refused ``t`` (``reason``): it waits until ``at`` before it is queued
@@ -382,7 +329,8 @@ class TaskGraph:
         if not all(d.state is MEMORY for d in t.deps):
             self.compute(t)
             return
-        t.state = WAITING
+        if t.state is not WAITING:  # else a job's next attempt, not yet queued
+            t.move("back_off")
         t.waiting_on = None
         t.end_reason = reason
         t.retry_at = at
@@ -394,6 +342,6 @@ class TaskGraph:
             t.retry_at = None
             self.placer.enqueue(t)
 
-    def _next_order(self, priority: int) -> int:
+    def next_order(self, priority: int) -> int:
         self._seq += 1
         return (-priority << _ORDER_SHIFT) + self._seq

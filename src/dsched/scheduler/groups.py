@@ -8,21 +8,19 @@ the same priority, the first whose group is on it or nowhere yet. A head is pass
 most ``MAX_PASSES`` times; after that, or when nothing behind it qualifies, it starts on that
 worker at once, so no worker idles and no head waits long for this rule. Without it, roots
 alternate between workers as slots free up, and each partial sum fetches half its inputs
-from another worker.
+from another worker. The search (``choice.py``) asks ``group_workers`` where a group is;
+``Groups.instead`` picks the task a worker takes.
 
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .queue import ShapeQueue
+from .backfill import Backfill
+from .fit import Fit
+from .queue import ReadyQueue, ShapeQueue
 from .task import Task
 from .worker import WorkerInfo
-
-if TYPE_CHECKING:
-    from .placer import Placer
 
 #: A dependent of more inputs than this forms no group: a wide reduction gains nothing from
 #: one worker, and counting its inputs at each placement would cost quadratic time.
@@ -72,19 +70,14 @@ def group_workers(t: Task) -> dict[str, None] | None:
 
 
 class Groups:
-    """The group rule of one placer."""
+    """The group rule of one placer. It reads the ready ``queue`` (the tasks behind a head),
+    the ``fit`` (whether a worker can start one) and the ``backfill`` reservation (whether
+    starting one would delay it), and changes only how often a queue's head was passed over."""
 
-    def __init__(self, placer: Placer):
-        self.placer = placer
-
-    def find(self, t: Task, q: ShapeQueue, x: Task | None,
-             xq: ShapeQueue | None) -> WorkerInfo | None:
-        """The best of the workers where ``t``'s group is that can start it now, or None."""
-        workers = self.placer.workers
-        found = [workers[a] for a in group_workers(t) or () if a in workers]
-        if not found:
-            return None
-        return self.placer.best_of(t, q, found, x, xq)
+    def __init__(self, queue: ReadyQueue, fit: Fit, backfill: Backfill):
+        self.queue = queue
+        self.fit = fit
+        self.backfill = backfill
 
     def instead(self, t: Task, q: ShapeQueue, w: WorkerInfo, x: Task | None,
                 xq: ShapeQueue | None) -> Task:
@@ -100,12 +93,12 @@ class Groups:
         address = w.address
         if where(t, address) is not ELSEWHERE:
             return t
-        placer = self.placer
         priority = t.priority
         # where() reads only the first dependent: judge each dependent once
         judged = {next(iter(t.dependents)): ELSEWHERE}
         rejected = 0
-        for u in placer.queue.following(q, LOOKAHEAD):
+        startable, blocks = self.fit.startable, self.backfill.blocks
+        for u in self.queue.following(q, LOOKAHEAD):
             if u.priority != priority:
                 break
             if u.deps or not u.dependents:
@@ -118,8 +111,8 @@ class Groups:
                     rejected += 1
                     if rejected == MAX_REJECTED:
                         break
-            if (verdict is HERE or verdict is NOWHERE) and placer.startable(u, q, w) and not (
-                    x is not None and placer.backfill.blocks(u, q, w, x, xq)):
+            if (verdict is HERE or verdict is NOWHERE) and startable(u, q, w) and not (
+                    x is not None and blocks(u, q, w, x, xq)):
                 q.passed += 1
                 return u
         return t

@@ -29,17 +29,23 @@ def check(s: SchedulerState) -> None:
 
 
 def _check_workers(s: SchedulerState) -> None:
+    ahead: dict[int, int] = {}
+    for w in s.workers.values():
+        for t in (*w.processing.values(), *w.stopping.values()):
+            if t.prefetched:
+                ahead[t.priority] = ahead.get(t.priority, 0) + 1
+    assert s.placer.ahead == ahead, (s.placer.ahead, ahead)
     for address, w in s.workers.items():
         assert w.address == address, (address, w)
         held = (*w.processing.values(), *w.stopping.values())
         assigned = len(held)
-        assert assigned <= w.nthreads + s.prefetch, f"{w} holds {assigned} tasks"
+        assert assigned <= w.nthreads + s.policy.prefetch, f"{w} holds {assigned} tasks"
         assert sum(t.prefetched for t in held) == w.prefetched, w
         assert assigned - w.prefetched <= w.nthreads, f"{w} runs more than its threads"
         assert (address in s.placer.prefetching) == bool(w.prefetched), w
         for t in held:  # a task with resources waits there only behind one of lower priority
             assert not (t.prefetched and t.resources) or any(
-                h.prefetched and h.priority <= t.priority and h is not t for h in held), (w, t)
+                h.prefetched and h.priority < t.priority for h in held), (w, t)
         used = EMPTY
         for t in held:
             used = used + t.resources
@@ -143,7 +149,7 @@ def _check_index(s: SchedulerState) -> None:
             assert w.slot_key == 0 and not any(w.free_keys.values()), w
             continue
         assigned = len(w.processing) + len(w.stopping)
-        room = max(0, w.nthreads + s.prefetch - assigned)
+        room = max(0, w.nthreads + s.policy.prefetch - assigned)
         open_slots += room
         assert w.slot_key == room, w
         if room:
@@ -180,7 +186,7 @@ def _check_quiescent(s: SchedulerState) -> None:
             if q.reason is not None:
                 continue
             t = q.heap[0][1]
-            w = placer.best_of(t, q, workers, x, xq)
+            w = placer.choice.best_of(t, q, workers, x, xq)
             assert w is None, f"{t} could start on {w} now (reserved: {backfill.reservation})"
             if x is None and not q.empty:
                 x, xq = t, q
@@ -201,7 +207,9 @@ def _check_jobs(s: SchedulerState) -> None:
         if t is not None:
             assert t.job is job and t.key == job.key and s.tasks.get(t.key) is t, job
             assert job.state in (JobState.queued, JobState.assigned, JobState.running), job
-            assert job.state is not JobState.queued or t.state is QUEUED, (job, t)
+            # A queued job's attempt is in the queue, or waits out a refusal's back-off.
+            assert job.state is not JobState.queued or t.state is QUEUED or (
+                t.retry_at is not None), (job, t)
             assert not job.cancelling, job
         if job.state in ON_WORKER:
             on_worker.setdefault(job.worker, set()).add(job_id)

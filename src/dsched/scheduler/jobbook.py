@@ -22,12 +22,13 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable
 
 from ..jobs import JobSpec, JobState, Reason, job_key, parse_job_key
 from ..protocol import ops
 from ..resources import demand_error
 from .actions import INFO, WARNING, SendAttemptAck, TellJobEnded, JobsReply, SendStopTask
+from .budget import RAISED, next_try
 from .graph import TaskGraph
 from .job import ASSIGNED, HELD, ON_WORKER, QUEUED, RUNNING, Job
 from .outbox import Outbox
@@ -48,12 +49,11 @@ class JobBook:
     each with its ``deadline`` (kept by ``JobRecovery``)."""
 
     def __init__(self, workers: dict[str, WorkerInfo], placer: Placer, graph: TaskGraph,
-                 out: Outbox, *, max_rejections: int = 5):
+                 out: Outbox):
         self.workers = workers
         self.placer = placer
         self.graph = graph
         self.out = out
-        self.max_rejections = max_rejections
         self.jobs: dict[int, Job] = {}
         self.by_submission: dict[str, int] = {}
         self.dependents: dict[int, list[int]] = {}
@@ -65,7 +65,6 @@ class JobBook:
         self.recovering = False
         self.held_back: list[Job] = []
         self.next_id = 1
-        placer.on_job_placed = self.placed
 
     # -- what clients ask ---------------------------------------------------------------------
 
@@ -166,9 +165,9 @@ class JobBook:
 
     # -- the queue ------------------------------------------------------------------------------
 
-    def admit(self, job: Job) -> None:
-        """``job`` is queued and not held: put an attempt in the queue, or say what it waits
-        for."""
+    def admit(self, job: Job, delay: float = 0.0) -> None:
+        """``job`` is queued and not held: put an attempt in the queue (after ``delay``
+        seconds: a back-off), or say what it waits for."""
         never = [d for d in job.spec.after_ok
                  if self.jobs[d].ended and self.jobs[d].state is not COMPLETED]
         if never:
@@ -191,30 +190,34 @@ class JobBook:
             t = self.graph.add(job_key(job.id, job.attempt), job.spec.resources,
                                job.spec.priority, JOBS_CLIENT, prefix="job", order=job.order)
             t.job, job.task, job.order = job, t, t.order
-            self.placer.enqueue(t)
+            if delay:
+                self.graph.retry_later(t, job.detail, self.out.now + delay)
+            else:
+                self.placer.enqueue(t)
 
     def _unqueue(self, job: Job) -> None:
         if job.task is not None:
             self.graph.drop(job.task)
             job.task = None
 
-    def requeue(self, job: Job, detail: str) -> None:
-        """The job's attempt is over without an end of the job: queue another."""
+    def requeue(self, job: Job, detail: str, delay: float = 0.0) -> None:
+        """The job's attempt is over without an end of the job: queue another (after
+        ``delay`` seconds)."""
         self._off_worker(job)
         job.state, job.detail = QUEUED, detail
         job.pid, job.gpus, job.start_time, job.end_time, job.exit_code = None, (), None, None, None
         job.log = ""  # the log is the attempt's: the next attempt writes its own
-        self.admit(job)  # says what it waits for, if it does
+        self.admit(job, delay)  # says what it waits for, if it does
         self.out.journal(job, "requeue")
 
-    def placed(self, t: Task, w: WorkerInfo) -> Mapping:
-        """The placer sends the attempt ``t`` to ``w``: record that first; what to run."""
+    def placed(self, t: Task, w: WorkerInfo) -> None:
+        """The placer sent the attempt ``t`` to ``w`` in this call: record that (the journal
+        holds it before the SendExecute goes out)."""
         job = t.job
         job.state, job.worker, job.address, job.lease = ASSIGNED, w.name, w.address, w.job_lease
         job.detail = ""
         self.on_worker.setdefault(w.name, {})[job.id] = None
         self.out.journal(job, "dispatch")
-        return job.payload()
 
     # -- what workers report ----------------------------------------------------------------
 
@@ -268,13 +271,19 @@ class JobBook:
             self.end(job, COMPLETED)
         elif job.cancelling:
             self.end(job, CANCELLED, detail=job.detail or "cancelled")
-        elif outcome == "failed" and job.retries_left > 0 and job.started:
-            job.retries_left -= 1
-            self.out.log(INFO, "Job %d attempt %d failed (%s); retrying (%d retries left)",
-                         job.id, job.attempt, e.error or "no reason given", job.retries_left)
-            self.requeue(job, f"attempt {job.attempt} failed ({e.error}); retrying")
         elif outcome == "failed":
-            self.end(job, FAILED, detail=e.error)
+            # Its --retries are the budget of exits (``budget.py``); one that never started
+            # (command not found) would fail the same way again.
+            n = job.spec.retries - job.retries_left + 1
+            delay = next_try(RAISED, n, job.spec.retries) if job.started else None
+            if delay is None:
+                self.end(job, FAILED, detail=e.error)
+            else:
+                job.retries_left -= 1
+                self.out.log(INFO, "Job %d attempt %d failed (%s); retrying (%d retries left)",
+                             job.id, job.attempt, e.error or "no reason given",
+                             job.retries_left)
+                self.requeue(job, f"attempt {job.attempt} failed ({e.error}); retrying", delay)
         elif outcome == "timeout":
             self.end(job, TIMEOUT, detail=e.error)
         elif outcome == "cancelled":  # stopped by its worker, not by a user: a draining worker
@@ -294,20 +303,23 @@ class JobBook:
             self.requeue(job, f"attempt {job.attempt} was handed back unstarted by "
                                f"{job.worker}; queued again")
 
-    def rejected(self, t: Task, w: WorkerInfo, reason: str) -> None:
-        """``w`` refused the attempt ``t`` (it never started): try another attempt, unless
-        workers kept refusing it."""
+    def refused(self, t: Task, w: WorkerInfo, reason: str, delay: float | None,
+                words: str) -> None:
+        """``w`` refused the attempt ``t`` (it never started), and the graph charged that to
+        the job's budget (``TaskGraph.attempt_failed``): another attempt after ``delay``
+        seconds (0: at once), or, out of budget (None), the job fails with ``words``."""
         job = t.job
         self.graph.drop(t)
         job.task = None
-        job.rejections += 1
         if job.cancelling:
             self.end(job, CANCELLED, detail=job.detail)
-        elif job.rejections > self.max_rejections:
-            self.end(job, FAILED, detail=f"workers refused it {job.rejections} times; the "
-                                          f"last, {w.name}, said: {reason}")
+        elif delay is None:
+            self.end(job, FAILED, detail=words)
         else:
-            self.requeue(job, f"worker {w.name} refused attempt {job.attempt}: {reason}")
+            if delay:
+                self.out.log(WARNING, "Worker %s refused job %d attempt %d (%s); trying again "
+                             "in %g s", w.name, job.id, job.attempt, reason, delay)
+            self.requeue(job, f"worker {w.name} refused attempt {job.attempt}: {reason}", delay)
 
     def attempt_lost(self, job: Job, why: str) -> None:
         """The job's attempt is gone without an outcome of its command, and may have run:

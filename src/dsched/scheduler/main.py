@@ -104,7 +104,7 @@ def run_scheduler(cfg: dict) -> int:
                          config.dashboard_host, config.dashboard_port, error.strerror or error)
             await scheduler.close()
             return EXIT_CONFIG
-        stopped = asyncio.Event()
+        stopped = asyncio.get_running_loop().create_future()
 
         async def drain() -> None:
             try:
@@ -112,7 +112,8 @@ def run_scheduler(cfg: dict) -> int:
                 if dashboard is not None:
                     await dashboard.close()
             finally:
-                stopped.set()
+                if not stopped.done():
+                    stopped.set_result(None)
 
         install_signal_handlers(drain, service=service)
         lock.note(f"pid {os.getpid()}, listening at {scheduler.address}")
@@ -121,8 +122,7 @@ def run_scheduler(cfg: dict) -> int:
         # where the dashboard is (one line: a reader may stop reading after it).
         served = f" with its dashboard at {dashboard.url}" if dashboard is not None else ""
         print(f"sched-scheduler listening at {scheduler.address}{served}", flush=True)
-        waiting = asyncio.ensure_future(stopped.wait())
-        await asyncio.wait((waiting, scheduler.fatal), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((stopped, scheduler.fatal), return_when=asyncio.FIRST_COMPLETED)
         watchdog.cancel()
         if scheduler.fatal.done():
             await scheduler.close(f"scheduler failed: {scheduler.fatal.result()}")

@@ -16,7 +16,8 @@ from __future__ import annotations
 from ..jobs import parse_job_key
 from . import events as ev
 from .actions import (INFO, WARNING, CloseWorker, GrantLease, SendReplicate, TellMoved, SendRetire,
-                      SendStopTask, WorkerAccepted)
+                      SendStopTask, TellWorkerCount, WorkerAccepted)
+from .budget import DIED
 from .graph import TaskGraph
 from .jobrecovery import JobRecovery
 from .outbox import Outbox
@@ -30,23 +31,24 @@ CRASHES_KEPT = 1000
 
 class Membership:
     """``workers`` by address (shared with the placer and the graph, changed only here).
-    ``allowed_failures``: workers that may die while a task executes before it fails (on the
-    ``allowed_failures + 1``-th); ``heartbeat_timeout``: seconds of silence after which a
-    worker is removed (None: never)."""
+    ``heartbeat_timeout``: seconds of silence after which a worker is removed (None: never).
+    A worker that dies while a task executes there counts against the task's budget
+    (``budget.py``: ``allowed_failures``)."""
 
     def __init__(self, workers: dict[str, WorkerInfo], placer: Placer, graph: TaskGraph,
-                 jobs: JobRecovery, out: Outbox, *, allowed_failures: int,
-                 heartbeat_timeout: float | None):
+                 jobs: JobRecovery, out: Outbox, *, heartbeat_timeout: float | None):
         self.workers = workers
         self.placer = placer
         self.graph = graph
         self.jobs = jobs
         self.out = out
-        self.allowed_failures = allowed_failures
         self.heartbeat_timeout = heartbeat_timeout
         self.draining: dict[str, WorkerInfo] = {}
         #: Worker name -> the tasks its process was running when it died unexpectedly.
         self._crashed: dict[str, tuple[str, ...]] = {}
+        #: Clients told the number of workers on each change, and the number they know.
+        self.watchers: dict[str, None] = {}
+        self._told = 0
 
     # -- joining -----------------------------------------------------------------------------
 
@@ -191,18 +193,13 @@ class Membership:
         executing = []
         for t in running:
             t.processing_on = None
-            if not (t.prefetched or expected):
-                t.deaths += 1
+            counted = not (t.prefetched or expected)
+            if counted:
                 t.death_causes = (*t.death_causes[-2:], f"worker {w.name} at {address}: {reason}")
                 executing.append(t.key)
             t.prefetched = False
-            if t.deaths > self.allowed_failures:
-                text = (f"{t.deaths} worker(s) died while running task {t.key} "
-                        f"(allowed_failures={self.allowed_failures}); the last: "
-                        + "; earlier: ".join(reversed(t.death_causes)))
-                graph.fail(t, "killed_worker", text)
-            else:
-                graph.compute(t)
+            graph.attempt_failed(t, DIED, "; earlier: ".join(reversed(t.death_causes)), w.name,
+                                 counted=counted)
         if executing:
             out.counters["deaths"] += len(executing)
             self._crashed[w.name] = tuple(executing)
@@ -294,3 +291,19 @@ class Membership:
             if not (w.retired or w.processing or w.stopping or w.evacuating):
                 w.retired = True
                 self.out.actions.append(SendRetire(worker=w.address))
+
+    # -- clients watching the number of workers ----------------------------------------------
+
+    def watch(self, client: str) -> None:
+        """``client`` is told the number of workers now, and on each change (``tell_count``)."""
+        self.watchers[client] = None
+        self._told = len(self.workers)  # what the others were told at the end of the last event
+        self.out.actions.append(TellWorkerCount(clients=(client,), count=self._told))
+
+    def tell_count(self) -> None:
+        """Once per event: tell the watchers the number of workers if it changed (a worker that
+        registers again is not a change; a draining one counts until it leaves)."""
+        count = len(self.workers)
+        if count != self._told:
+            self._told = count
+            self.out.actions.append(TellWorkerCount(clients=tuple(self.watchers), count=count))

@@ -1,17 +1,17 @@
 """The placer: which queued task starts on which worker, now.
 
-A task goes to a worker only when that worker can start it now (``startable``, the one rule:
-a free thread, or for a resource-free task one of ``prefetch`` extra slots, unless it is a job
-or a queue ahead of it could use that worker's next thread; its resources free; its worker
-restriction; not draining; not still stopping an earlier run of the same key). Among the
-workers that can, the one holding most of its input bytes wins (without inputs, where its
-dependent's other inputs are: ``groups.py``, which may also put a task just behind the head
-first), then the best fit for GPU demands (least free GPU that still fits, so whole
+A task goes to a worker only when that worker can start it now: the one rule, ``startable``,
+is the fit's (``fit.py``), which also keeps what each worker has free. Among the workers that
+can, the search (``choice.py``) takes the one holding most of its input bytes (without inputs,
+where its dependent's other inputs are: ``groups.py``, which may also put a task just behind
+the head first), then the best fit for GPU demands (least free GPU that still fits, so whole
 multi-GPU workers stay free), else the least loaded. A pass looks only at queue heads whose
 queue changed and at workers whose load dropped, so a decision costs the same at 10 or 10,000
 workers; EASY backfill (``backfill.py``) keeps the first waiting large task from starving,
 and ``reasons.py`` says why a queue cannot run anywhere. The placer owns the ready queue, the
-worker index and the learned durations, and books each placement on them.
+worker index and the learned durations, hands its parts only what each reads, and books each
+placement on them. It sends each placement's ``SendExecute``; the job attempts it placed it
+returns (``take_placed_jobs``), and the state hands them to the job book.
 
 Pure: no I/O, no clock.
 """
@@ -21,15 +21,16 @@ from __future__ import annotations
 from .actions import DEBUG, NO_INPUTS, SendStopTask, SendExecute, LogLine
 from .backfill import Backfill
 from .choice import WorkerChoice
+from .fit import Fit, Shape
 from .groups import Groups
 from .outbox import Outbox
 from .queue import ReadyQueue, ShapeQueue
 from .reasons import Reasons
-from .task import PROCESSING, QUEUED, Task
-from .worker import FreeArithmetic, WorkerIndex, WorkerInfo
+from .task import Task
+from .worker import WorkerIndex, WorkerInfo
 
 
-class Placer(WorkerChoice):
+class Placer:
     """``workers``: the membership's connected workers (read here, never changed);
     ``duration_weight``: the weight of the newest duration in each per-prefix average."""
 
@@ -37,20 +38,24 @@ class Placer(WorkerChoice):
                  duration_weight: float):
         self.workers = workers
         self.out = out
-        self.prefetch = prefetch
         self.duration_weight = duration_weight
         self.queue = ReadyQueue()
         self.index = WorkerIndex(prefetch)
         self.durations: dict[str, float] = {}
-        self.backfill = Backfill(self)
-        self.reasons = Reasons(self)
-        self.groups = Groups(self)
-        self._arithmetic = FreeArithmetic()
+        self.fit = Fit(prefetch, self.queue.ahead_for)
+        self.backfill = Backfill(workers, self.index, self.durations, out)
+        self.choice = WorkerChoice(workers, self.index, self.fit, self.backfill)
+        self.groups = Groups(self.queue, self.fit, self.backfill)
+        self.reasons = Reasons(self.queue, self.index, workers, out)
         #: Workers whose load dropped since the last pass: room for queues not dirty.
         self._dirty: dict[str, WorkerInfo] = {}
-        self.on_job_placed = None  #: the job book's: what a placed attempt runs
+        #: Job attempts placed and not yet taken by the state (``take_placed_jobs``).
+        self.placed_jobs: list[tuple[Task, WorkerInfo]] = []
         #: Workers holding prefetched tasks (sent ahead, waiting there for a thread).
         self.prefetching: dict[str, WorkerInfo] = {}
+        #: How many of those tasks wait, by priority: a task with resources is sent ahead only
+        #: to wait behind one of lower priority, so while there is none no worker is searched.
+        self.ahead: dict[int, int] = {}
 
     # -- workers coming and going -----------------------------------------------------------
 
@@ -66,7 +71,10 @@ class Placer(WorkerChoice):
 
     def remove_worker(self, w: WorkerInfo) -> None:
         self.index.remove(w)
-        self.prefetching.pop(w.address, None)
+        if self.prefetching.pop(w.address, None) is not None:
+            for h in (*w.processing.values(), *w.stopping.values()):
+                if h.prefetched:
+                    self._count_ahead(h.priority, -1)
         self._dirty.pop(w.address, None)
         self.backfill.forget_worker(w)
 
@@ -74,7 +82,7 @@ class Placer(WorkerChoice):
 
     def enqueue(self, t: Task) -> None:
         """Queue ``t``; its clients hear at once when its shape cannot run anywhere."""
-        t.state = QUEUED
+        t.move("queue")
         t.queued_at = self.out.now
         q, created = self.queue.push(t, self.index.offered)
         if created:
@@ -96,36 +104,6 @@ class Placer(WorkerChoice):
             old = self.durations.get(prefix)
             self.durations[prefix] = (
                 duration if old is None else old + self.duration_weight * (duration - old))
-
-    # -- the one rule ------------------------------------------------------------------------
-
-    def startable(self, t: Task, q: ShapeQueue, w: WorkerInfo) -> bool:
-        """Whether ``w`` can start ``t`` (of queue ``q``) now, or take it to start next."""
-        if w.draining:
-            return False
-        restrict = q.restrict
-        if restrict is not None and w.name not in restrict and w.address not in restrict:
-            return False
-        assigned = len(w.processing) + len(w.stopping)
-        if assigned >= w.nthreads and not self.may_send_ahead(t, q, w, assigned):
-            return False
-        if not q.empty and not (q.resources.fits(w.free_units) if q.multi  # one name: a lookup
-                                else w.free_units.get(q.primary, 0) >= q.primary_units):
-            return False
-        return not (w.stopping and t.key in w.stopping)
-
-    def may_send_ahead(self, t: Task, q: ShapeQueue, w: WorkerInfo, assigned: int) -> bool:
-        """Whether ``t`` may wait at ``w``, which has no free thread, for its next one (be
-        prefetched). The worker starts the highest priority task it holds, so a task sent
-        ahead starts before anything placed there later: never a job (it would wait there
-        while another worker may free a slot first), never past the head of a queue ahead of
-        it that could run on ``w``, and a task with resources only to come before a task of
-        lower priority already waiting there."""
-        if assigned >= w.nthreads + self.prefetch or t.job is not None:
-            return False
-        if q.empty:
-            return not self.queue.ahead_for(t.order, w)
-        return any(h.prefetched and h.order > t.order for h in w.processing.values())
 
     # -- the placement pass ------------------------------------------------------------------
 
@@ -150,6 +128,8 @@ class Placer(WorkerChoice):
             dirty_workers.clear()
             return
         roomy = [w for w in dirty_workers.values() if w.slot_key]
+        choice = self.choice
+        startable = self.fit.startable
         x = xq = None
         i = 0
         # heads is sorted; a placement replaces heads[i] by a later entry, so stay at i
@@ -161,21 +141,22 @@ class Placer(WorkerChoice):
                 continue
             t = q.heap[0][1]
             if qid in dirty_queues:
-                w = self.find(t, q, x, xq)
+                w = choice.find(t, q, x, xq)
             elif len(roomy) == 1:  # the usual case: a look at the index entry first
                 w = roomy[0]
                 room = (w.slot_key if q.empty
                         else w.free_keys.get(q.primary, 0) >= q.primary_units)
-                if not (room and self.startable(t, q, w)) or (
+                if not (room and startable(t, q, w)) or (
                         x is not None and backfill.blocks(t, q, w, x, xq)):
                     w = None
             elif roomy:
-                w = self.find_among(t, q, roomy, x, xq)
+                w = choice.find_among(t, q, roomy, x, xq)
             else:
                 w = None
-            if w is None and self.prefetching and not q.empty and t.job is None:
+            if w is None and self.prefetching and not q.empty and t.job is None and any(
+                    p < t.priority for p in self.ahead):
                 # it waits for a thread where a task of lower priority waits too: it goes there
-                w = self.best_of(t, q, list(self.prefetching.values()), x, xq)
+                w = choice.best_of(t, q, list(self.prefetching.values()), x, xq)
             if w is None:
                 dirty_queues.discard(qid)
                 if x is None and not q.empty:  # the first that must wait reserves
@@ -202,11 +183,11 @@ class Placer(WorkerChoice):
     # -- booking -----------------------------------------------------------------------------
 
     def adopt(self, t: Task, w: WorkerInfo) -> bool:
-        """``w`` reconnected still running ``t``, which was queued to run again: book it there
-        if it has a thread and the resources for it now (the worker ignores the SendExecute)."""
+        """``w`` reconnected still running ``t`` (a task, not a job attempt), which was queued
+        to run again: book it there if ``w`` can start it on a thread free now (the worker
+        ignores the SendExecute)."""
         q = t.queue
-        if q is None or len(w.processing) + len(w.stopping) >= w.nthreads \
-                or not self.startable(t, q, w):
+        if q is None or not self.fit.startable_now(t, q, w):
             return False
         self.dequeue(t)
         self.place(t, w, q)
@@ -214,16 +195,20 @@ class Placer(WorkerChoice):
 
     def book(self, t: Task, w: WorkerInfo) -> bool:
         """Book ``t``, already running on ``w`` (a job attempt found on a worker that came
-        back), if ``w`` has a thread and the resources for it now; sends nothing."""
-        resources = t.resources
-        if w.draining or len(w.processing) + len(w.stopping) >= w.nthreads \
-                or not resources.fits(w.free_units):
+        back), if ``w`` can start it on a thread free now; sends nothing."""
+        q = Shape(t.resources, t.restrict, self.index.offered)
+        if not self.fit.startable_now(t, q, w):
             return False
-        self._book(t, w, resources.is_empty())
+        self._book(t, w, q)
         return True
 
+    def take_placed_jobs(self) -> list[tuple[Task, WorkerInfo]]:
+        """The job attempts placed since the last call, each with its worker, in order."""
+        placed, self.placed_jobs = self.placed_jobs, []
+        return placed
+
     def place(self, t: Task, w: WorkerInfo, q: ShapeQueue) -> None:
-        self._book(t, w, q.empty)
+        self._book(t, w, q)
         out = self.out
         out.counters["placed"] += 1
         actions = out.actions
@@ -234,9 +219,10 @@ class Placer(WorkerChoice):
             actions.append(LogLine(level=DEBUG, msg="Scheduling task %s (requires %s) on worker %s",
                                args=(t.key, t.resources, w.name)))
         if t.job is not None:
+            self.placed_jobs.append((t, w))
             actions.append(SendExecute(key=t.key, worker=w.address, spec=t.spec,
                                    resources=t.resources, priority=t.priority,
-                                   job=self.on_job_placed(t, w)))
+                                   job=t.job.payload()))
         elif t.deps:
             who_has = {d.key: tuple(d.who_has or ()) for d in t.deps}
             out.counters["fetched"] += sum(w.address not in held for held in who_has.values())
@@ -249,42 +235,47 @@ class Placer(WorkerChoice):
                                    resources=t.resources, priority=t.priority,
                                    who_has=NO_INPUTS, nbytes=NO_INPUTS))
 
-    def _book(self, t: Task, w: WorkerInfo, empty: bool) -> None:
-        t.state = PROCESSING
+    def _book(self, t: Task, w: WorkerInfo, q: Shape) -> None:
+        t.move("start")
         t.processing_on = w.address
         t.started = self.out.now
         if len(w.processing) + len(w.stopping) >= w.nthreads:
             t.prefetched = True
             w.prefetched += 1
             self.prefetching[w.address] = w
+            self._count_ahead(t.priority, 1)
         w.processing[t.key] = t
-        if empty:
-            self.index.update(w, False)
-        else:
-            w.free, w.free_units = self._arithmetic.take(w.free, t.resources)
-            self.index.update(w)
+        self.index.update(w, self.fit.take(t, q, w))
         w.version += 1
 
     def release_slot(self, w: WorkerInfo, t: Task) -> None:
         """``t`` left ``w`` (ended, stopped or moved): give back its thread and resources."""
-        resources = t.resources
-        if resources:
-            w.free, w.free_units = self._arithmetic.give(w.free, resources)
+        changed = self.fit.give(t, w)
         if t.prefetched:
             t.prefetched = False
             w.prefetched -= 1
+            self._count_ahead(t.priority, -1)
         elif w.prefetched:  # the worker starts the first of the highest priority it holds
             held = [h for h in (*w.processing.values(), *w.stopping.values()) if h.prefetched]
             first = max(held, key=lambda h: h.priority)  # max keeps the first of equals
             first.prefetched = False
             first.started = self.out.now
             w.prefetched -= 1
+            self._count_ahead(first.priority, -1)
         if not w.prefetched:
             self.prefetching.pop(w.address, None)
         t.processing_on = None
-        self.index.update(w, bool(resources))
+        self.index.update(w, changed)
         w.version += 1
         self._dirty[w.address] = w
+
+    def _count_ahead(self, priority: int, n: int) -> None:
+        ahead = self.ahead
+        left = ahead.get(priority, 0) + n
+        if left:
+            ahead[priority] = left
+        else:
+            del ahead[priority]
 
     def stop(self, t: Task) -> None:
         """Nobody needs ``t`` any more: stop it where it runs. It keeps its thread and

@@ -17,37 +17,28 @@ from heapq import heappop, heappush
 from typing import Iterator
 
 from ..resources import EMPTY, Resources
-from .task import QUEUED, Task
+from .fit import Shape, could_host
+from .task import Task
 
 ShapeKey = tuple  # (Resources, frozenset[str] | None)
 
 
-def placed_best_fit(name: str) -> bool:
-    """Demands of scarce devices are placed best-fit, to keep whole workers free for big
-    requests: any name that starts with GPU, in any case (``GPU``, ``gpu0``, ``GPU_A100``)."""
-    return name[:3].upper() == "GPU"
-
-
-class ShapeQueue:
-    """Queued tasks of one shape, and what the scheduler knows about that shape.
-
-    ``reason`` says why no connected worker can ever run them (None: some worker can);
-    ``primary`` is the demanded name the worker index is searched by (a GPU name first, then
-    the one the fewest workers offer), ``best_fit`` whether to search it smallest-first.
+class ShapeQueue(Shape):
+    """Queued tasks of one shape (what they demand: ``Shape``), and what the scheduler knows
+    about that shape: ``reason`` says why no connected worker can ever run them (None: some
+    worker can).
     """
 
     __slots__ = (
-        "qid", "key", "resources", "restrict", "heap", "live", "jobs", "reason", "reason_kind",
-        "unrunnable_since", "fifo", "head_order", "primary", "primary_units", "best_fit",
-        "empty", "multi", "names", "passed_head", "passed",
+        "qid", "key", "heap", "live", "jobs", "reason", "reason_kind", "unrunnable_since",
+        "fifo", "head_order", "passed_head", "passed",
     )
 
     def __init__(self, qid: int, key: ShapeKey, offered: dict[str, int]):
         resources, restrict = key
+        super().__init__(resources, restrict, offered)
         self.qid = qid
         self.key = key
-        self.resources: Resources = resources
-        self.restrict: frozenset[str] | None = restrict
         self.heap: list[tuple[int, Task]] = []
         self.live = 0
         self.jobs = 0  # of ``live``, the job attempts (not counted among tasks in views)
@@ -56,18 +47,6 @@ class ShapeQueue:
         self.unrunnable_since = 0.0
         self.fifo: deque[Task] | None = None
         self.head_order: int | None = None
-        self.names = tuple(sorted(resources.names()))
-        self.empty = not self.names
-        self.multi = len(self.names) > 1
-        gpus = [n for n in self.names if placed_best_fit(n)]
-        if gpus:
-            self.primary = gpus[0]
-        elif self.names:
-            self.primary = min(self.names, key=lambda n: (offered.get(n, 0), n))
-        else:
-            self.primary = ""
-        self.best_fit = bool(gpus)
-        self.primary_units = resources.get(self.primary, 0) if self.primary else 0
         #: The head another task was placed in front of, and how many times (``groups.py``).
         self.passed_head: Task | None = None
         self.passed = 0
@@ -122,10 +101,7 @@ class ReadyQueue:
                 return False
             if q.empty or q.reason is not None:
                 continue
-            restrict = q.restrict
-            if restrict is not None and w.name not in restrict and w.address not in restrict:
-                continue
-            if q.resources.fits(w.total_units):
+            if could_host(q, w):
                 return True
         return False
 
@@ -143,7 +119,6 @@ class ReadyQueue:
                 self.resource_free.add(q.qid)
         heappush(q.heap, (t.order, t))
         t.queue = q
-        t.state = QUEUED
         q.live += 1
         if t.job is not None:
             q.jobs += 1

@@ -7,7 +7,8 @@ a resource than the largest worker offers; or a combination no single worker off
 queue carries its reason while it has one; its clients are told when it changes, and
 ``no_worker_timeout`` fails the tasks that waited with a reason for too long. Each reason
 also has a kind, one short fixed name (``REASON_KINDS``), kept on the queue beside the words,
-for job reasons, metrics labels and filters.
+for job reasons, metrics labels and filters. Whether a worker could ever start a task is the
+fit's (``fit.py``); this module says why none can.
 
 Pure: no I/O, no clock.
 """
@@ -15,15 +16,15 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Mapping
 
 from ..resources import demand_error, format_units
 from .actions import INFO
-from .queue import ShapeQueue
+from .fit import allowed_workers, holds
+from .outbox import Outbox
+from .queue import ReadyQueue, ShapeQueue
 from .task import Task
-
-if TYPE_CHECKING:
-    from .placer import Placer
+from .worker import WorkerIndex, WorkerInfo
 
 
 #: The kinds of reason, in the order ``Reasons.of`` looks for them.
@@ -32,11 +33,16 @@ REASON_KINDS = ("invalid_request", "no_workers", "all_draining", "restricted",
 
 
 class Reasons:
-    """The reasons of one placer's queues. ``unrunnable`` holds the queues that have one."""
+    """The reasons of the queues of the ready ``queue`` (it sets them there, and marks the
+    queues that can run again). ``unrunnable`` holds the queues that have one. It reads the
+    connected ``workers`` and their ``index``; it tells clients and logs through ``out``."""
 
-    def __init__(self, placer: Placer):
-        self.placer = placer
-        self.out = placer.out
+    def __init__(self, queue: ReadyQueue, index: WorkerIndex,
+                 workers: Mapping[str, WorkerInfo], out: Outbox):
+        self.queue = queue
+        self.index = index
+        self.workers = workers
+        self.out = out
         self.unrunnable: dict[int, ShapeQueue] = {}
 
     def of(self, q: ShapeQueue) -> tuple[str, str] | None:
@@ -46,18 +52,17 @@ class Reasons:
         error = demand_error(demand)
         if error:
             return "invalid_request", error
-        placer = self.placer
-        index = placer.index
+        index = self.index
         if not index.by_name:
             return "no_workers", "no workers connected yet"
         if not index.totals:
             return "all_draining", "every connected worker is draining"
         where = ""
         if q.restrict is not None:
-            allowed = placer.restricted(q.restrict)
+            allowed = allowed_workers(q.restrict, self.workers, index.by_name)
             if not allowed:
                 names = ", ".join(sorted(q.restrict))
-                if any(index.by_name.get(n, n) in placer.workers for n in q.restrict):
+                if any(index.by_name.get(n, n) in self.workers for n in q.restrict):
                     return "restricted", f"restricted to workers {names}, which are draining"
                 return "restricted", (f"restricted to workers {names}, and none of them is "
                                       "connected")
@@ -65,7 +70,7 @@ class Reasons:
             where = " among the allowed workers"
         else:
             totals = list(index.totals)
-        if q.empty or any(demand.fits(total) for total in totals):
+        if q.empty or any(holds(q, total) for total in totals):
             return None
         offered = set().union(*(total.names() for total in totals))
         missing = demand.missing_names(offered)
@@ -86,7 +91,7 @@ class Reasons:
 
     def refresh(self) -> None:
         """The workers changed: look at every queue's reason again."""
-        for q in list(self.placer.queue.queues.values()):
+        for q in list(self.queue.queues.values()):
             self.set(q, self.of(q))
 
     def set(self, q: ShapeQueue, judged: tuple[str, str] | None) -> None:
@@ -101,10 +106,10 @@ class Reasons:
         if reason is None:
             q.fifo = None
             self.unrunnable.pop(q.qid, None)
-            self.placer.queue.dirty.add(q.qid)
+            self.queue.dirty.add(q.qid)
             self.out.log(INFO, "Tasks needing %s can run again", q.resources or "nothing")
         else:
-            self.placer.queue.moved(q)  # it holds nothing back from being sent ahead now
+            self.queue.moved(q)  # it holds nothing back from being sent ahead now
             if old is None:
                 q.unrunnable_since = self.out.now
                 q.fifo = deque(sorted(q.tasks(), key=lambda t: t.queued_at))
@@ -119,7 +124,7 @@ class Reasons:
     def expired(self, timeout: float) -> list[tuple[Task, str]]:
         """The tasks that waited with a reason for ``timeout`` seconds, and what to say."""
         now = self.out.now
-        by_id = self.placer.queue.by_id
+        by_id = self.queue.by_id
         ended = []
         for qid, q in list(self.unrunnable.items()):
             if by_id.get(qid) is not q or q.fifo is None:

@@ -4,7 +4,14 @@ Every decision is ``SchedulerState``'s. This module accepts connections, decodes
 worker or client sends (``protocol.ops``: a malformed one closes that connection, with the
 reason), turns it into an event stamped with the loop's monotonic clock through a table,
 hands it to ``state.handle`` and carries out the returned actions in order, through another
-table, behind the journal commit they wait for (``commits.py``). It also ticks the clock for timeouts and drains on request.
+table, behind the journal commit they wait for (``commits.py``). It also ticks the clock for
+timeouts and drains on request.
+
+The ticker, the journal's commits and one handler per connection run in one task group, which
+the scheduler owns from ``start`` to ``close``. A connection that ends, however its peer ended
+it (closed, vanished, sent a bad op), ends its handler only; an exception that escapes any of
+them is a bug and stops the scheduler with the reason (``fatal``; the program exits 1), as the
+worker stops, and the group cancels the rest.
 """
 
 from __future__ import annotations
@@ -14,12 +21,13 @@ import gc
 import itertools
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
 from ..comm import Comm, Listener, listen
 from ..comm.addresses import reachable_host
 from ..errors import CommClosedError, RemoteProtocolError
 from ..jobs import JobSpec, JobSpecError
+from ..policy import SchedulerPolicy
 from ..protocol import ops
 from ..protocol.messages import any_out_of_band
 from ..resources import ResourceSpecError
@@ -73,6 +81,7 @@ CLIENT_OPS: dict[type, Callable[[Any, str, float], Any]] = {
     ops.ReleaseJobs: lambda o, c, now: ev.JobsReleased(client=c, request=o.id, jobs=o.jobs,
                                                        now=now),
     ops.WatchJobs: lambda o, c, now: ev.JobsWatched(client=c, jobs=o.jobs, now=now),
+    ops.WatchWorkers: lambda o, c, now: ev.WorkersWatched(client=c, now=now),
 }
 
 
@@ -109,24 +118,22 @@ TO_CLIENTS: dict[type, Callable[[Any], Any]] = {
     act.TellCancelled: lambda a: ops.FutureCancelled(key=a.key, reason=a.reason),
     act.TellWaiting: lambda a: ops.FutureWaiting(keys=a.keys, reason=a.reason),
     act.TellJobEnded: lambda a: ops.JobEnded(job=a.job),
+    act.TellWorkerCount: lambda a: ops.WorkerCount(count=a.count),
 }
 
 
 class Scheduler:
-    """The daemon around one ``SchedulerState``: ``start()``, then serve until ``drain()``."""
+    """The daemon around one ``SchedulerState``: ``start()``, then serve until ``drain()`` or
+    ``close()``."""
 
     def __init__(self, config: SchedulerConfig, comm: CommConfig, *, token: str,
                  ssl: Any = None, journal: Journal | None = None):
         self.config, self.comm_config, self.token, self.ssl = config, comm, token, ssl
-        self.state = SchedulerState(allowed_failures=config.allowed_failures,
-                                    max_rejections=config.max_rejections,
-                                    no_worker_timeout=config.no_worker_timeout,
-                                    heartbeat_timeout=config.heartbeat_timeout,
-                                    prefetch=config.prefetch,
-                                    lease_margin=config.lease_margin,
-                                    recovery_timeout=config.recovery_timeout)
+        self.state = SchedulerState(SchedulerPolicy.from_config(config))
         self.journal = journal
-        self.commits = GroupCommit(journal, self._carry_out, self._fail, self._committed)
+        self.commits = GroupCommit(
+            journal, self._carry_out, self._fail, self._committed,
+            spawn=lambda commit: self._spawn(commit, "carrying out a journal commit"))
         self._log = PacedLog(logger)
         #: Set, with the reason, when the scheduler cannot go on (the journal failed).
         self.fatal: asyncio.Future | None = None
@@ -138,6 +145,10 @@ class Scheduler:
         self.draining = False
         self._client_ids = itertools.count(1)
         self._ticker: asyncio.Task | None = None
+        #: The task that owns the task group (``_supervise``), from ``start`` to ``close``.
+        self._supervisor: asyncio.Task | None = None
+        self._group: asyncio.TaskGroup | None = None
+        self._stop = asyncio.Event()  # set by close: the group ends
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Why the scheduler takes no work now, by who says so ("starting" until it listens,
         #: "draining" once it drains; other parts may add theirs): readyz answers 503 meanwhile.
@@ -185,23 +196,92 @@ class Scheduler:
             self.not_ready.pop("recovering", None)
 
     async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self.fatal = self._loop.create_future()
+        """Start the task group and the ticker, then listen (OSError when it cannot: nothing
+        is left running then)."""
+        loop = self._loop = asyncio.get_running_loop()
+        self.fatal = loop.create_future()
+        entered = loop.create_future()
+        self._supervisor = loop.create_task(self._supervise(entered), name="dsched-scheduler")
+        await entered
         config, comm = self.config, self.comm_config
-        self.listener = await listen(config.host, config.port, self._serve, token=self.token,
-                                     ssl=self.ssl, role="scheduler", name="scheduler",
-                                     accept_roles={"worker", "client"},
-                                     handshake_timeout=comm.handshake_timeout, **comm.limits())
-        self._ticker = asyncio.ensure_future(self._tick())
+        try:
+            self.listener = await listen(
+                config.host, config.port, self._serve, token=self.token, ssl=self.ssl,
+                role="scheduler", name="scheduler", accept_roles={"worker", "client"},
+                handshake_timeout=comm.handshake_timeout, **comm.limits(),
+                spawn=lambda handler: self._spawn(handler, "serving a connection"))
+        except BaseException:
+            await self._end_group()
+            raise
         self.not_ready.pop("starting", None)
         logger.info("Scheduler listening at %s", self.address)
 
     async def close(self, reason: str = "scheduler shutting down") -> None:
+        """Stop ticking, close every connection with ``reason`` (their handlers end, or are
+        cancelled after the close timeout), let a journal commit in flight end, and return
+        once no task of the scheduler is left."""
         if self._ticker is not None:
             self._ticker.cancel()
         self._log.tick(self.now(), stopping=True)
         if self.listener is not None:
-            await self.listener.close(reason)
+            await self.listener.close(reason, timeout=self.comm_config.close_timeout)
+        await self._end_group()
+        self.commits.close()
+
+    async def _end_group(self) -> None:
+        self._stop.set()
+        if self._supervisor is not None:
+            await self._supervisor
+
+    async def _supervise(self, entered: asyncio.Future) -> None:
+        """Own the task group from ``start`` until ``close``: the ticker, the commits and the
+        connections' handlers. One that raises has stopped the scheduler (``_guarded``) and
+        the group cancels the others; at close, a commit still in flight may end, for up to
+        the close timeout."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(None) as limit:
+                async with asyncio.TaskGroup() as group:
+                    self._group = group
+                    entered.set_result(None)
+                    self._ticker = self._spawn(self._tick(), "the scheduler's tick")
+                    await self._stop.wait()
+                    if self._ticker is not None:
+                        self._ticker.cancel()
+                    limit.reschedule(loop.time() + self.comm_config.close_timeout)
+        except TimeoutError:
+            logger.warning("A journal commit had not ended %g s after closing; cancelled",
+                           self.comm_config.close_timeout)
+        except Exception as error:  # the activity that raised has said why
+            self._fail(f"the scheduler failed: {type(error).__name__}: {error}", error)
+        finally:
+            self._group = None
+            if not entered.done():
+                entered.set_result(None)
+
+    def _spawn(self, coroutine: Coroutine, what: str) -> asyncio.Task | None:
+        """Run ``coroutine`` in the task group (``what`` names it, should it fail); None, and it
+        never runs, once the scheduler is stopping."""
+        if self._supervisor is None:
+            coroutine.close()
+            raise RuntimeError(f"{what}: the scheduler is not started")
+        if self._group is not None and not self._stop.is_set():
+            guarded = self._guarded(coroutine, what)
+            try:
+                return self._group.create_task(guarded)
+            except RuntimeError:  # the group is shutting down, after a failure
+                guarded.close()
+        coroutine.close()
+        return None
+
+    async def _guarded(self, coroutine: Coroutine, what: str) -> None:
+        """One activity of the group. An exception that escapes it is a bug: the scheduler
+        stops with the reason (nothing more is carried out), then the group cancels the rest."""
+        try:
+            await coroutine
+        except Exception as error:
+            self._fail(f"{what} failed: {type(error).__name__}: {error}", error)
+            raise
 
     async def drain(self, deadline: float) -> None:
         """Stop taking work, wait up to ``deadline`` seconds for running tasks, then close."""
@@ -360,9 +440,11 @@ class Scheduler:
         if self.on_commit is not None:
             self.on_commit(seconds, rows)
 
-    def _fail(self, reason: str) -> None:
-        logger.critical("Stopping: %s", reason)
+    def _fail(self, reason: str, error: BaseException | None = None) -> None:
+        """Stop with ``reason`` (the first one given stands): nothing more is carried out."""
         self.commits.stop()
+        if self.fatal is None or not self.fatal.done():
+            logger.critical("Stopping: %s", reason, exc_info=error)
         if self.fatal is not None and not self.fatal.done():
             self.fatal.set_result(reason)
 
@@ -411,12 +493,7 @@ class Scheduler:
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(self.config.tick_interval)
-            try:
-                self._handle(ev.Tick(now=self.now()))
-                self._log.tick(self.now())
-                if "recovering" in self.not_ready:
-                    self._note_recovery()
-            except Exception as error:  # a bug: crash-only, as everywhere
-                logger.error("The scheduler's tick failed", exc_info=error)
-                self._fail(f"the scheduler's tick failed: {type(error).__name__}: {error}")
-                return
+            self._handle(ev.Tick(now=self.now()))
+            self._log.tick(self.now())
+            if "recovering" in self.not_ready:
+                self._note_recovery()

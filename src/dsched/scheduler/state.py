@@ -15,19 +15,21 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..policy import SchedulerPolicy
 from . import events as ev
 from .actions import WARNING, JobsReply, Refused
+from .budget import LOST, RAISED, REFUSED
 from .graph import TaskGraph
 from .jobbook import JobBook
 from .jobrecovery import JobRecovery
 from .membership import Membership
 from .outbox import Outbox
 from .placer import Placer
-from .task import ACTIVE, Task
+from .task import Task
 from .worker import WorkerInfo
 
-#: Seconds a task a worker refused waits before it is queued again; doubles each refusal.
-REJECTION_BACKOFF = 0.5
+#: The weight of the newest duration in each per-prefix average.
+DURATION_WEIGHT = 0.5
 
 
 #: Why a draining scheduler refuses a submission.
@@ -35,44 +37,24 @@ DRAINING = "the scheduler is draining and takes no work"
 
 
 class SchedulerState:
-    """The scheduler's state and decisions.
+    """The scheduler's state and decisions, by ``policy`` (the scheduler's settings that
+    decide: allowed failures, refusals, timeouts, prefetch, job leases' margin; the defaults
+    are the daemon's)."""
 
-    ``allowed_failures``: how many workers may die while a task runs before it fails (it
-    fails on the ``allowed_failures + 1``-th). ``no_worker_timeout``: seconds a task may wait
-    with no connected worker able to run it before it fails (None: forever).
-    ``heartbeat_timeout``: seconds without a heartbeat after which a worker is removed on a
-    Tick (None: never). ``prefetch``: extra resource-free tasks a worker may hold beyond its
-    threads. ``duration_weight``: weight of the newest duration in the per-prefix average.
-    ``max_rejections``: times workers may refuse a task (each refusal waits longer before the
-    next try) before it fails with the last worker's reason. ``lease_margin`` and
-    ``recovery_timeout``: see ``JobRecovery``.
-    """
-
-    def __init__(
-        self, *, allowed_failures: int = 3, no_worker_timeout: float | None = None,
-        heartbeat_timeout: float | None = None, prefetch: int = 0,
-        duration_weight: float = 0.5, max_rejections: int = 5, lease_margin: float = 60.0,
-        recovery_timeout: float = 60.0,
-    ):
-        if allowed_failures < 0 or prefetch < 0 or max_rejections < 0:
-            raise ValueError("allowed_failures, prefetch and max_rejections must not be negative")
-        self.allowed_failures = allowed_failures
-        self.max_rejections = max_rejections
-        self.no_worker_timeout = no_worker_timeout
-        self.prefetch = prefetch
+    def __init__(self, policy: SchedulerPolicy = SchedulerPolicy()):
+        self.policy = policy
         self.out = Outbox()
         self.workers: dict[str, WorkerInfo] = {}
-        self.placer = Placer(self.workers, self.out, prefetch=prefetch,
-                             duration_weight=duration_weight)
-        self.graph = TaskGraph(self.workers, self.placer, self.out)
-        self.jobs = JobBook(self.workers, self.placer, self.graph, self.out,
-                            max_rejections=max_rejections)
-        self.recovery = JobRecovery(self.jobs, self.out, lease_margin=lease_margin,
-                                    recovery_timeout=recovery_timeout)
+        self.placer = Placer(self.workers, self.out, prefetch=policy.prefetch,
+                             duration_weight=DURATION_WEIGHT)
+        self.graph = TaskGraph(self.workers, self.placer, self.out,
+                               allowed_failures=policy.allowed_failures,
+                               max_rejections=policy.max_rejections)
+        self.jobs = JobBook(self.workers, self.placer, self.graph, self.out)
+        self.recovery = JobRecovery(self.jobs, self.out, lease_margin=policy.lease_margin,
+                                    recovery_timeout=policy.recovery_timeout)
         self.membership = Membership(self.workers, self.placer, self.graph, self.recovery,
-                                     self.out,
-                                     allowed_failures=allowed_failures,
-                                     heartbeat_timeout=heartbeat_timeout)
+                                     self.out, heartbeat_timeout=policy.heartbeat_timeout)
         # Read by the shell, the views and the tests.
         self.tasks = self.graph.tasks
         self.clients = self.graph.clients
@@ -100,12 +82,18 @@ class SchedulerState:
             if self.graph.release_work:
                 self.graph.drain_releases()
             self.placer.schedule()
+            if self.placer.placed_jobs:  # the job book records the attempts placed
+                for t, w in self.placer.take_placed_jobs():
+                    self.jobs.placed(t, w)
             if self.membership.draining:
                 self.membership.retire_idle()
+            if self.membership.watchers:
+                self.membership.tell_count()
         except BaseException:
             # A bug: nothing of this event is carried out, and the state is no longer to be
             # trusted (the shell stops; the journal makes a restart safe).
             out.discard()
+            self.placer.take_placed_jobs()
             raise
         return out.take()
 
@@ -157,14 +145,7 @@ class SchedulerState:
         if ended is None:
             return
         w, t = ended
-        t.exceptions += 1
-        if t.retries > 0:
-            t.retries -= 1
-            self.out.log_failure(t.prefix, e.text, "Task %s raised on %s; retrying (%d "
-                                 "retries left)", t.key, w.name, t.retries)
-            self.graph.compute(t)
-        else:
-            self.graph.fail(t, "exception", e.text, e.exception)
+        self.graph.attempt_failed(t, RAISED, e.text, w.name, exception=e.exception)
 
     def _on_cancel_confirmed(self, e: ev.WorkerTaskStopped) -> None:
         w = self.workers.get(e.worker)
@@ -190,22 +171,11 @@ class SchedulerState:
             self.jobs.stopped(e.worker, e.key)
             return
         w, t = ended
+        # A draining worker's refusal is not the task's fault: it goes elsewhere at once.
+        delay, words = self.graph.attempt_failed(t, REFUSED, e.reason, w.name,
+                                                 counted=not w.draining)
         if t.job is not None:
-            self.jobs.rejected(t, w, e.reason)
-            return
-        if w.draining:  # not the task's fault: it goes elsewhere at once
-            self.graph.compute(t)
-            return
-        t.rejections += 1
-        self.counters["rejected"] += 1
-        if t.rejections > self.max_rejections:
-            self.graph.fail(t, "rejected", f"workers refused this task {t.rejections} times; "
-                            f"the last, {w.name}, said: {e.reason}")
-            return
-        delay = REJECTION_BACKOFF * 2 ** (t.rejections - 1)
-        self.out.log(WARNING, "Worker %s refused task %s (%s); trying again in %g s",
-                     w.name, t.key, e.reason, delay)
-        self.graph.retry_later(t, e.reason, self.now + delay)
+            self.jobs.refused(t, w, e.reason, delay, words)
 
     def _on_missing_data(self, e: ev.WorkerMissingData) -> None:
         graph = self.graph
@@ -224,16 +194,10 @@ class SchedulerState:
                     if holder is not None:
                         holder.has_what.pop(d.key, None)
             if not d.who_has:
-                d.losses += 1
-                graph.lose(d)
-                if d.losses > self.allowed_failures and d.state in ACTIVE:
-                    # Computed again and again, yet no worker could ever hand it over (the
-                    # holder vanished each time): stop the loop with a reason.
-                    cause = e.reason or "the workers holding it were gone"
-                    graph.fail(d, "unfetchable", (
-                        f"no worker could send the result of {d.key} to the workers that "
-                        f"needed it, {d.losses} times (the last tried: {', '.join(e.tried)}): "
-                        f"{cause}"))
+                # Computed again, unless no worker could ever hand it over (the holder
+                # vanished each time): its budget stops the loop with a reason.
+                graph.attempt_failed(d, LOST, e.reason or "the workers holding it were gone",
+                                     ", ".join(e.tried))
         ended = self._ended_on(e.worker, e.key, holds_result=False)
         if ended is not None:
             graph.compute(ended[1])
@@ -270,13 +234,15 @@ class SchedulerState:
             self.graph.unwant(key, e.client)
         self.clients.pop(e.client, None)
         self.jobs.forget_client(e.client)
+        self.membership.watchers.pop(e.client, None)
 
     # -- the clock ----------------------------------------------------------------------------
 
     def _on_tick(self, e: ev.Tick) -> None:
         self.membership.check_heartbeats()
-        if self.no_worker_timeout is not None:
-            for t, text in self.placer.reasons.expired(self.no_worker_timeout):
+        timeout = self.policy.no_worker_timeout
+        if timeout is not None:
+            for t, text in self.placer.reasons.expired(timeout):
                 if t.job is None:  # a job waits for a worker that may join, as long as it takes
                     self.graph.fail(t, "no_worker", text)
         if self.graph.retrying:
@@ -303,6 +269,7 @@ class SchedulerState:
         ev.JobsCancelled: lambda s, e: s.jobs.cancel(e.client, e.request, e.jobs),
         ev.JobsReleased: lambda s, e: s.jobs.release(e.client, e.request, e.jobs),
         ev.JobsWatched: lambda s, e: s.jobs.watch(e.client, e.jobs),
+        ev.WorkersWatched: lambda s, e: s.membership.watch(e.client),
         ev.JobsLoaded: lambda s, e: s.recovery.load(e.rows, e.next_id),
         ev.TasksSubmitted: _on_submitted,
         ev.CancelRequested: _on_cancel_requested,

@@ -1,7 +1,9 @@
-"""Tasks as the scheduler sees them: the TaskState enum and the Task record.
+"""Tasks as the scheduler sees them: the TaskState enum, its transitions and the Task record.
 
 A Task is mutable and owned by SchedulerState; the shell and the dashboard read it. Links to
-other tasks are Task objects (an incarnation), kept in dicts for a stable order.
+other tasks are Task objects (an incarnation), kept in dicts for a stable order. Its state
+changes only through the named transitions of ``TRANSITIONS`` (``Task.move``), from which the
+state diagram in docs/architecture.md is drawn (``mermaid``).
 
 Pure: no I/O, no clock.
 """
@@ -38,6 +40,57 @@ ERRED = TaskState.erred
 #: States of a task that has still to run (or is running).
 ACTIVE = frozenset((WAITING, QUEUED, PROCESSING))
 
+#: Every change of a task's state: (from, to, name, why). A name leads to one state, from any
+#: of the states its rows give; ``None`` is where a task starts. Changes of state go through
+#: ``Task.move(name)`` and nowhere else.
+TRANSITIONS: tuple[tuple[TaskState | None, TaskState, str, str], ...] = (
+    (None, WAITING, "submit", "a client submitted it, or a job queued an attempt"),
+    (WAITING, QUEUED, "queue", "its inputs are in memory, or its back-off is over"),
+    (QUEUED, PROCESSING, "start", "sent to a worker that can start it now"),
+    (WAITING, PROCESSING, "start", "a job's attempt, running on a worker that came back"),
+    (PROCESSING, MEMORY, "finish", "its worker holds the result"),
+    (QUEUED, MEMORY, "finish", "a worker that came back kept its result"),
+    (PROCESSING, WAITING, "wait", "failed within its budget, or by no fault of its own"),
+    (PROCESSING, WAITING, "back_off", "refused by a worker, within its budget"),
+    (QUEUED, WAITING, "wait", "the result of an input was lost"),
+    (RELEASED, WAITING, "wait", "wanted again, or needed to compute a lost result again"),
+    (WAITING, ERRED, "fail", "a dependency failed, or its result was lost too often"),
+    (QUEUED, ERRED, "fail", "a dependency failed, or no worker could run it in time"),
+    (PROCESSING, ERRED, "fail", "out of budget, or its input cannot be sent"),
+    (WAITING, RELEASED, "release", "nobody wants it any more"),
+    (QUEUED, RELEASED, "release", "nobody wants it any more"),
+    (PROCESSING, RELEASED, "release",
+     "nobody wants it, stopped where it runs, or a job's attempt ended"),
+    (MEMORY, RELEASED, "release", "nobody wants it and no dependent waits, its result freed"),
+    (MEMORY, RELEASED, "lose", "no worker holds its result any more"),
+)
+
+
+def _moves() -> dict[str, tuple[frozenset[TaskState], TaskState]]:
+    """Each transition's name -> the states it may be taken from, and the state it leads to."""
+    moves: dict[str, tuple[frozenset[TaskState], TaskState]] = {}
+    for source, target, name, _ in TRANSITIONS:
+        sources, to = moves.get(name, (frozenset(), target))
+        if to is not target:
+            raise ValueError(f"transition {name!r} leads to {to} and to {target}")
+        moves[name] = (sources | {source} if source is not None else sources, target)
+    return moves
+
+
+_MOVES = _moves()
+
+
+class IllegalTransition(RuntimeError):
+    """A task was moved in a way ``TRANSITIONS`` does not have: a bug of the scheduler."""
+
+
+def mermaid() -> str:
+    """The state diagram of a scheduler task, drawn from ``TRANSITIONS`` (Mermaid)."""
+    lines = ["stateDiagram-v2"]
+    for source, target, name, why in TRANSITIONS:
+        lines.append(f"    {source or '[*]'} --> {target}: {name} ({why})")
+    return "\n".join(lines) + "\n"
+
 
 class Task:
     """One task (one incarnation of a key).
@@ -47,8 +100,10 @@ class Task:
     memory (state ``waiting``). ``order`` sorts the ready queue: higher priority first, then
     submission order. ``deaths`` counts workers that died while it ran (``death_causes`` says
     how, where known), ``exceptions`` the times it raised, ``rejections`` the times a worker
-    refused it; ``retries`` is what is left of ``retries=``. ``retry_at``: the time a refused
-    task waits for (state ``waiting`` without ``waiting_on``) before it is queued again.
+    refused it, ``losses`` the times its result could not be fetched from any holder: each
+    against its budget (``budget.py``), which for ``exceptions`` is ``retries`` (its
+    ``retries=``). ``retry_at``: the time a refused task waits for (state ``waiting``
+    without ``waiting_on``) before it is queued again.
     ``job``: the shell-command job this task is an attempt of (None for a Python task).
     """
 
@@ -76,7 +131,7 @@ class Task:
         self.retries = retries
         self.exceptions = 0
         self.deaths = 0
-        self.losses = 0  # times its result could not be fetched from any holder
+        self.losses = 0
         self.rejections = 0
         self.retry_at: float | None = None
         self.death_causes: tuple[str, ...] = ()
@@ -96,6 +151,15 @@ class Task:
         self.queued_at = 0.0
         self.reported = False
         self.job = None  # the Job (``job.py``) whose attempt this task is, if any
+
+    def move(self, name: str) -> None:
+        """Take the transition ``name`` of ``TRANSITIONS``; one the table does not have from
+        the task's state raises ``IllegalTransition``."""
+        sources, target = _MOVES[name]
+        if self.state not in sources:
+            raise IllegalTransition(f"task {self.key!r} cannot {name} from {self.state} "
+                                    f"(to {target})")
+        self.state = target
 
     @property
     def dependencies(self) -> tuple[str, ...]:

@@ -148,7 +148,7 @@ def pending(state: "SchedulerState", counts: dict[str, int],
                        "resources": str(q.resources) if q.resources else "",
                        "workers": sorted(q.restrict) if q.restrict is not None else None,
                        "unrunnable_for": since})
-    retrying = len(state.graph.retrying)
+    retrying = sum(t.job is None for t in state.graph.retrying)
     dependencies = counts.get(TaskState.waiting.value, 0) - retrying
     for kind, n in (("dependencies", dependencies), ("retry_backoff", retrying)):
         if n > 0:
@@ -238,6 +238,9 @@ def job_view(state: "SchedulerState", job) -> dict[str, Any]:
         view["reason"], view["detail"] = queued_reason(state, t)
         if job.detail:  # what happened to its last attempt
             view["detail"] += f" ({job.detail})"
+    elif t is not None and t.retry_at is not None:  # refused: waits out a back-off
+        view["reason"] = Reason.refused.value
+        view["detail"] = f"{job.detail}; trying again shortly"
     elif job.cancelling and job.state in (JobState.assigned, JobState.running):
         view["detail"] = f"{job.detail}; stopping on {job.worker}"
     elif job.state is JobState.assigned and view["reason"] is None:
@@ -333,6 +336,8 @@ def job_table(state: "SchedulerState", ended_rows: dict | None = None) -> dict[s
                 if found is None:
                     found = by_queue[t.queue.qid] = queued_reason(state, t)
                 reason, detail = found
+        elif t is not None and t.retry_at is not None:
+            reason, detail = names[Reason.refused], f"{detail}; trying again shortly"
         if job_state in _WAITING and reason is not None:
             waiting[reason] += 1
         resources = needs.get(spec.resources)

@@ -10,6 +10,7 @@ from bisect import bisect_left, insort
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..resources import Resources
+from .fit import Room
 
 if TYPE_CHECKING:
     from .task import Task
@@ -18,27 +19,27 @@ if TYPE_CHECKING:
 class WorkerInfo:
     """One connected worker.
 
-    ``resources`` is its total and ``free`` what its assigned tasks leave (``total_units``
-    and ``free_units`` are the same as plain dicts, for fast ``Resources.fits``); ``processing``
-    holds the tasks sent to it, ``stopping`` those it was told to stop and has not yet
-    confirmed stopped (they keep their thread and resources). ``prefetched`` counts assigned
-    resource-free tasks that wait on the worker for a thread. ``version`` changes whenever its
-    load does. A ``draining`` worker takes no new tasks (it is out of the index); ``evacuating``
-    maps each result it alone holds and is copying away to the worker copying it, and
-    ``retired`` says it has been told it may leave. ``job_lease``: how long it lets its jobs
-    run when cut off from the scheduler; ``containment``: how it kills what they start (shown).
+    ``resources`` is its total and ``room`` what its assigned tasks leave of it (``fit.py``
+    keeps it; ``free`` is its free resources); ``processing`` holds the tasks sent to it,
+    ``stopping`` those it was told to stop and has not yet confirmed stopped (they keep their
+    thread and resources). ``prefetched`` counts assigned resource-free tasks that wait on the
+    worker for a thread. ``version`` changes whenever its load does. A ``draining`` worker
+    takes no new tasks (it is out of the index); ``evacuating`` maps each result it alone
+    holds and is copying away to the worker copying it, and ``retired`` says it has been told
+    it may leave. ``job_lease``: how long it lets its jobs run when cut off from the
+    scheduler; ``containment``: how it kills what they start (shown).
     """
 
     __slots__ = (
-        "address", "name", "nthreads", "resources", "gpus", "last_seen", "metrics", "free",
-        "total_units", "free_units", "processing", "stopping", "has_what", "prefetched",
-        "slot_key", "free_keys", "thread_free", "version", "draining", "evacuating",
-        "retired", "job_lease", "containment",
+        "address", "name", "nthreads", "resources", "gpus", "last_seen", "metrics", "room",
+        "processing", "stopping", "has_what", "prefetched", "slot_key", "free_keys",
+        "thread_free", "version", "draining", "evacuating", "retired", "job_lease",
+        "containment",
     )
 
     def __init__(
         self, address: str, name: str, nthreads: int, resources: Resources,
-        gpus: tuple[Mapping[str, Any], ...], now: float, job_lease: float = 1800.0,
+        gpus: tuple[Mapping[str, Any], ...], now: float, job_lease: float,
         containment: str = "",
     ):
         self.address = address
@@ -48,9 +49,7 @@ class WorkerInfo:
         self.gpus = gpus
         self.last_seen = now
         self.metrics: Mapping[str, Any] | None = None
-        self.free = resources
-        self.total_units = resources.to_wire()
-        self.free_units = resources.to_wire()
+        self.room = Room(resources)
         self.processing: dict[str, Task] = {}
         self.stopping: dict[str, Task] = {}
         self.has_what: dict[str, None] = {}
@@ -66,8 +65,12 @@ class WorkerInfo:
         self.containment = containment
 
     @property
+    def free(self) -> Resources:
+        return self.room.free
+
+    @property
     def used(self) -> Resources:
-        return self.resources - self.free
+        return self.resources - self.room.free
 
     @property
     def assigned(self) -> int:
@@ -76,44 +79,6 @@ class WorkerInfo:
 
     def __repr__(self) -> str:
         return f"<WorkerInfo {self.name!r} {self.address} {self.assigned}/{self.nthreads}>"
-
-
-class FreeArithmetic:
-    """Memoised ``free - demand`` and ``free + demand`` (done by Resources, exactly).
-
-    A worker's free vector takes few distinct values, so the same few sums recur. Entries
-    are keyed by the operands' ids and hold the operands, so an id cannot be reused while
-    its entry exists. Results are interned, so the next lookup hits again; each comes with
-    its units as a plain dict (read-only, shared) for fast ``Resources.fits``.
-    """
-
-    LIMIT = 100_000
-
-    def __init__(self) -> None:
-        self._memo: dict[tuple[int, int, bool], tuple] = {}
-        self._canon: dict[Resources, tuple[Resources, dict[str, int]]] = {}
-
-    def take(self, free: Resources, demand: Resources) -> tuple[Resources, dict[str, int]]:
-        hit = self._memo.get((id(free), id(demand), False))
-        if hit is None:
-            hit = self._remember(free, demand, False, free - demand)
-        return hit[0], hit[1]
-
-    def give(self, free: Resources, demand: Resources) -> tuple[Resources, dict[str, int]]:
-        hit = self._memo.get((id(free), id(demand), True))
-        if hit is None:
-            hit = self._remember(free, demand, True, free + demand)
-        return hit[0], hit[1]
-
-    def _remember(self, free: Resources, demand: Resources, add: bool, result: Resources):
-        if len(self._memo) >= self.LIMIT:
-            self._memo.clear()
-            self._canon.clear()
-        canon = self._canon.get(result)
-        if canon is None:
-            canon = self._canon[result] = (result, result.to_wire())
-        hit = self._memo[(id(free), id(demand), add)] = (*canon, free, demand)
-        return hit
 
 
 class Buckets:
@@ -235,7 +200,7 @@ class WorkerIndex:
         if not resources_changed and thread_free is w.thread_free:
             return
         w.thread_free = thread_free
-        free = w.free_units
+        free = w.room.units
         for name, old in free_keys.items():
             units = free.get(name, 0) if thread_free else 0
             if units != old:

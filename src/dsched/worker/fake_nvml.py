@@ -26,7 +26,6 @@ from typing import Any, Mapping
 
 import pynvml  # for its exception classes and error codes only
 
-ENV = "SCHED_FAKE_NVML"
 GIB = 1024**3
 
 _INIT_ERRORS = {

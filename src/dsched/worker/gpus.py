@@ -20,13 +20,13 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence, TypeVar
 
+from ..environ import CUDA_VISIBLE_DEVICES_ENV, FAKE_NVML_ENV
 from ..errors import ConfigError, ResourceSpecError
 from ..resources import SCALE, Resources, device_index, format_units, named_devices
 from .ledger import GPU
 
 logger = logging.getLogger(__name__)
 
-FAKE_NVML_ENV = "SCHED_FAKE_NVML"
 _FROM_ENV: Any = object()  # default of ``visible``: read CUDA_VISIBLE_DEVICES at call time
 T = TypeVar("T")
 
@@ -90,7 +90,7 @@ def detect_gpus(
     when ``announce`` (a nanny's process, whose nanny said it, logs it at DEBUG).
     """
     if visible is _FROM_ENV:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        visible = os.environ.get(CUDA_VISIBLE_DEVICES_ENV)
     wanted = parse_gpus_option(select)
     if wanted == ():
         return _found((), "GPUs are turned off (--gpus none)", announce)

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 
+from ..environ import JOB_ATTEMPT_ENV, JOB_ID_ENV, PATH_ENV, WORKER_NAME_ENV
 from ..gpu_ids import task_environment
 from ..jobs import parse_job_key
 from ..protocol.ops import AttemptEnded, AttemptStarted
@@ -46,10 +47,6 @@ from . import containment
 from .jobrecords import read_record, write_record
 from .lifeline import Lifeline, describe_exit, hold_group
 
-#: Variables a job sees beyond the worker's environment, its own and its GPUs.
-JOB_ID_ENV = "SCHED_JOB_ID"
-JOB_ATTEMPT_ENV = "SCHED_JOB_ATTEMPT"
-WORKER_NAME_ENV = "SCHED_WORKER_NAME"
 #: Seconds between looks at the command where no pidfd tells of its exit.
 _POLL_INTERVAL = 0.05
 
@@ -90,7 +87,7 @@ def start_problem(command: list[str], cwd: str | None, env: dict[str, str]) -> s
         if not os.access(path, os.X_OK):
             return f"{program}: permission denied"
         return ""
-    if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+    if shutil.which(program, path=env.get(PATH_ENV, os.defpath)) is None:
         return f"{program}: command not found"
     return ""
 

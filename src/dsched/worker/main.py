@@ -5,7 +5,7 @@ Everything that would make every worker process fail alike is checked once, befo
 the token, the TLS files, the resources against the GPUs. GPUs are found once, here, before a
 worker process hides them from itself, and said once: a nanny divides them among its processes
 and starts each as ``sched-worker --no-nanny --gpus <its share> --name <its name>``, with the
-nanny's merged settings in its environment and ``NANNY_ENV`` naming the nanny. That variable
+nanny's merged settings in its environment and ``NANNY_PID_ENV`` naming the nanny. That variable
 tells a process that it dies with the nanny, that the nanny has already said which GPUs there
 are, and that the nanny owns "a second signal stops at once". A process keeps its name when
 the nanny starts it again, so that it finds the job records it left.
@@ -29,18 +29,15 @@ from typing import Any
 import psutil
 
 from ..daemon import ServiceNotifier
+from ..environ import NANNY_PID_ENV, PREVIOUS_EXIT_ENV, setting_variable
 from ..errors import ConfigError, ResourceSpecError
 from ..resources import Resources
 from .gpus import (GpuDevice, check_division, detect_gpus, gpus_option, ledger_devices,
                    resources_with_gpus, split_gpus)
 from .lifeline import die_with_parent
-from .nanny import PREVIOUS_EXIT_ENV
 from ..settings import CommConfig, WorkerConfig, build
 
 logger = logging.getLogger("dsched.worker")
-
-#: Set (to the nanny's pid) in the environment of the worker processes a nanny starts.
-NANNY_ENV = "SCHED_NANNY_PID"
 
 
 def gpus_text(value) -> str:
@@ -75,7 +72,7 @@ def run_worker(cfg: dict) -> int:
     w = build(WorkerConfig, cfg["worker"])
     setup_logging(w.log_level)
     # Read once, and kept from the tasks, which inherit this process's environment.
-    nanny = os.environ.pop(NANNY_ENV, None)
+    nanny = os.environ.pop(NANNY_PID_ENV, None)
     previous_exit = os.environ.pop(PREVIOUS_EXIT_ENV, None) or None
     service = ServiceNotifier.from_environment()
     if nanny:
@@ -195,13 +192,13 @@ def process_commands(w: WorkerConfig, cfg: dict,
     check_division(resources, devices, shares)
     for share in shares:  # each process's share: a device named gpu<N> is in one of them
         ledger_devices(resources_with_gpus(resources, share), share, detected=bool(devices))
-    env = {**os.environ, **_settings_env(cfg), NANNY_ENV: str(os.getpid())}
+    env = {**os.environ, **_settings_env(cfg), NANNY_PID_ENV: str(os.getpid())}
     limit = memory_limit(w.memory_limit, n)
     commands = []
     for i, share in enumerate(shares):
         name = process_name(w.name, n, i)
         if w.job_directory and n > 1:  # one job directory per process: each locks its own
-            env = {**env, "SCHED_WORKER__JOB_DIRECTORY": _literal(
+            env = {**env, setting_variable("worker.job_directory"): _literal(
                 os.path.join(w.job_directory, name))}
         command = [sys.executable, "-m", "dsched.cli.worker", w.scheduler_address,
                    "--no-nanny", "--gpus", gpus_option(share),
@@ -239,9 +236,9 @@ def _settings_env(cfg: dict) -> dict[str, str]:
     The nanny's config may come from a ``--config`` file that the processes it starts would
     not read; handing them the merged values keeps every process on the nanny's config.
     """
-    env = {f"SCHED_WORKER__{key.upper()}": _literal(value)
+    env = {setting_variable(f"worker.{key}"): _literal(value)
            for key, value in cfg["worker"].items() if key not in _AS_OPTIONS}
-    env.update({f"SCHED_COMM__{key.upper()}": _literal(value)
+    env.update({setting_variable(f"comm.{key}"): _literal(value)
                 for key, value in cfg["comm"].items()})
     return env
 

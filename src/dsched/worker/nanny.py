@@ -35,13 +35,11 @@ from typing import Mapping, Sequence
 
 import psutil
 
-from ..daemon import EXIT_CONFIG, NOTIFY_SOCKET_ENV, ServiceNotifier
+from ..daemon import EXIT_CONFIG, ServiceNotifier
+from ..environ import NOTIFY_SOCKET_ENV, PREVIOUS_EXIT_ENV
 from .lifeline import describe_exit
 
 logger = logging.getLogger(__name__)
-
-#: How the previous process of a worker ended, in words, in the environment of the next one.
-PREVIOUS_EXIT_ENV = "SCHED_PREVIOUS_EXIT"
 
 
 @dataclass

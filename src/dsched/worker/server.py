@@ -32,8 +32,10 @@ import psutil
 from .. import serialize
 from ..comm import listen
 from ..comm.addresses import WILDCARD_HOSTS, parse_address
-from ..gpu_ids import TASK_GPUS_ENV
+from ..environ import (CUDA_VISIBLE_DEVICES_ENV, LOCAL_DIRECTORY_ENV, TASK_GPUS_ENV,
+                       WORKER_NAME_ENV)
 from ..peers import PeerPool
+from ..policy import WorkerPolicy
 from ..protocol import ops
 from ..resources import Resources
 from ..settings import CommConfig, WorkerConfig
@@ -49,11 +51,6 @@ from .session import SchedulerSession
 from .state import WorkerState
 
 logger = logging.getLogger("dsched.worker")
-
-#: Names the worker a task runs on, inside the task's process.
-WORKER_NAME_ENV = "SCHED_WORKER_NAME"
-#: The worker's scratch directory (under --local-directory), inside the task's process.
-LOCAL_DIRECTORY_ENV = "SCHED_LOCAL_DIRECTORY"
 
 #: The ops the scheduler sends that the state takes as they are.
 _TO_STATE = frozenset((ops.Execute, ops.StopTask, ops.Free, ops.Replicate, ops.Lease,
@@ -86,12 +83,12 @@ class Worker:
         self.config, self.comm_config, self.setup = config, comm, setup
         s = setup
         self.state = WorkerState(s.nthreads, s.resources, gpus=s.ledger_indices,
-                                 job_lease=config.job_lease)
+                                 policy=WorkerPolicy.from_config(config))
         self.threads = ThreadRunner(s.nthreads)
         self.name = config.name or ""
         self.local_directory = ""
         # A task granted no GPU sees none; one granted some is told its own on top of this.
-        self._told = {"CUDA_VISIBLE_DEVICES": "", TASK_GPUS_ENV: ""}
+        self._told = {CUDA_VISIBLE_DEVICES_ENV: "", TASK_GPUS_ENV: ""}
         #: The environment the worker's child processes start from: the one it was given, and
         #: what every task is told (``task_variables``; complete once started).
         self.task_env = {**os.environ, **self._told}
@@ -282,7 +279,7 @@ class Worker:
             memory_limit=s.memory_limit, held=dict(snapshot.results),
             running=tuple(task.key for task in snapshot.running), previous_exit=previous_exit,
             attempts=tuple(attempt.to_wire() for attempt in snapshot.attempts),
-            job_lease=self.config.job_lease, containment=self.containment.mode)
+            job_lease=self.state.policy.job_lease, containment=self.containment.mode)
 
     def _session_opened(self) -> None:
         self._handle(ev.SessionOpened(self._register_sent))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ..policy import WorkerPolicy
 from ..protocol import ops
 from ..resources import EMPTY, Resources
 from . import events as ev
@@ -48,17 +49,19 @@ class WorkerState:
         resources: Resources = EMPTY,
         gpus: Iterable[int] | None = None,
         address: str = "",
-        job_lease: float = 1800.0,
+        policy: WorkerPolicy = WorkerPolicy(),
     ):
         """``gpus``: the NVML indices behind the ``GPU`` resource; ``None`` maps an abstract
         ``GPU=N`` to ``0..N-1``. ``address``: this worker's own, never fetched from.
-        ``job_lease``: seconds jobs may run after the scheduler was last heard."""
+        ``policy``: the worker's settings that decide (the job lease: seconds jobs may run
+        after the scheduler was last heard); the defaults are the daemon's."""
+        self.policy = policy
         self.slots = Slots(nthreads, resources, gpus)
         self.holdings = Holdings(address)
         self.closing = False
         self.tasks: dict[str, WorkerTask] = {}
         self._seq = 0
-        self.attempts = AttemptBook(job_lease)
+        self.attempts = AttemptBook(policy.job_lease)
         self._handlers = {
             ops.Execute: self._execute,
             ev.DependencyFetched: self._fetched,

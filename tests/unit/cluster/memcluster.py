@@ -73,6 +73,7 @@ from typing import Any, Iterable, get_args
 import msgpack
 
 from dsched.jobs import JobSpec
+from dsched.policy import SchedulerPolicy, WorkerPolicy
 from dsched.protocol import decode_ops, ops
 from dsched.protocol.messages import Payload
 from dsched.resources import EMPTY, Resources
@@ -81,6 +82,7 @@ from dsched.scheduler.server import CLIENT_OPS, TO_CLIENTS, TO_WORKER, WORKER_OP
 from dsched.scheduler.state import SchedulerState
 from dsched.scheduler.task import PROCESSING, QUEUED, WAITING
 from dsched.scheduler.views import jobs_view, task_counts, who_has, worker_info
+from dsched.settings import default_of
 from dsched.worker import actions as wact, events as wev
 from dsched.worker.server import _TO_STATE
 from dsched.worker.state import WorkerState
@@ -315,16 +317,22 @@ def task(key: str, resources: str | None = None, dependencies: Iterable[str] = (
 class MemCluster:
     """One scheduler core and its workers' cores, joined by a queue of messages the test
     controls; see the module docstring. ``validate``: check every invariant of the core that
-    handled each event, after each (slower; ``check()`` checks everything when called)."""
+    handled each event, after each (slower; ``check()`` checks everything when called).
 
-    def __init__(self, *workers: WorkerSpec | str, heartbeat_interval: float = 1.0,
-                 tick_interval: float = 1.0, job_lease: float = 30.0, validate: bool = True,
+    Both sides run as the daemons do with no configuration: the intervals, the job lease and
+    the scheduler's policy default to the settings' defaults; ``scheduler_options`` are the
+    fields of the ``SchedulerPolicy`` a test changes."""
+
+    def __init__(self, *workers: WorkerSpec | str,
+                 heartbeat_interval: float = default_of("worker.heartbeat_interval"),
+                 tick_interval: float = default_of("scheduler.tick_interval"),
+                 job_lease: float = default_of("worker.job_lease"), validate: bool = True,
                  **scheduler_options: Any):
         self.now = 0.0
         self.heartbeat_interval, self.tick_interval = heartbeat_interval, tick_interval
-        self.job_lease = job_lease
+        self.worker_policy = WorkerPolicy(job_lease=job_lease)
         self.validate = validate
-        self.scheduler = SchedulerState(**scheduler_options)
+        self.scheduler = SchedulerState(SchedulerPolicy(**scheduler_options))
         self.queue: list[Message | Chore] = []
         self.nodes: dict[str, Node] = {}
         self.journal: dict[int, dict] = {}
@@ -795,7 +803,7 @@ class MemCluster:
     def _start(self, node: Node) -> None:
         spec = node.spec
         node.state = WorkerState(spec.nthreads, node.resources, gpus=spec.gpus,
-                                 address=node.address, job_lease=self.job_lease)
+                                 address=node.address, policy=self.worker_policy)
         node.alive, node.processes = True, node.processes + 1
         node.link, node.registered, node.unsent = None, False, []
         node.executing, node.store, node.jobs = {}, {}, {}
@@ -832,7 +840,7 @@ class MemCluster:
             held=dict(snapshot.results), running=tuple(t.key for t in snapshot.running),
             previous_exit=previous_exit,
             attempts=tuple(attempt.to_wire() for attempt in snapshot.attempts),
-            job_lease=self.job_lease, containment="subreaper"))
+            job_lease=self.worker_policy.job_lease, containment="subreaper"))
 
     def _to_worker(self, node: Node, link: Link, m: Message) -> None:
         if not node.alive or node.link is not link:

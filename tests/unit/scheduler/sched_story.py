@@ -5,6 +5,7 @@ Every event goes through ``SchedulerState.handle`` and is followed by ``validate
 
 from __future__ import annotations
 
+from dsched.policy import SchedulerPolicy
 from dsched.resources import Resources
 from dsched.scheduler import SchedulerState, actions as act, events as ev
 
@@ -27,8 +28,11 @@ def without_logs(actions: list) -> list:
 
 
 class Story:
+    """A scheduler core as the daemon runs it, unless ``options`` (fields of its
+    ``SchedulerPolicy``) say otherwise."""
+
     def __init__(self, **options):
-        self.state = SchedulerState(**options)
+        self.state = SchedulerState(SchedulerPolicy(**options))
         self.now = 0.0
         self.log: list = []
 
@@ -82,6 +86,14 @@ class Story:
 
     def tick(self) -> list:
         return self(ev.Tick(now=self.now))
+
+    def heartbeat(self, *names: str) -> list:
+        """Each worker of ``names`` is heard from: a story that skips ahead past the heartbeat
+        timeout keeps the workers it wants alive this way, as their heartbeats would."""
+        actions = []
+        for name in names:
+            actions += self(ev.WorkerHeartbeat(address=addr(name), now=self.now))
+        return actions
 
     def state_of(self, key: str) -> str:
         return self.state.tasks[key].state.value

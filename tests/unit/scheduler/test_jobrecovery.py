@@ -65,8 +65,10 @@ def test_with_requeue_a_lost_job_runs_again_but_only_after_the_lease_and_margin(
     s = story_with_running_job(requeue=True)
     s.worker("w2")
     s.leave("w1")
-    assert started(s.at(109).tick()) == []
-    assert started(s.at(111).tick()) == [("job-1.2", "w2")]
+    s.at(109).heartbeat("w2")
+    assert started(s.tick()) == []
+    s.at(111).heartbeat("w2")
+    assert started(s.tick()) == [("job-1.2", "w2")]
 
 
 def test_a_worker_that_returns_without_a_started_job_loses_it_and_one_never_started_is_requeued():

@@ -15,6 +15,7 @@ from hypothesis.stateful import (
 )
 
 from dsched.jobs import JobSpec, parse_job_key
+from dsched.policy import SchedulerPolicy
 from dsched.protocol import ops
 from dsched.resources import Resources
 from dsched.scheduler import SchedulerState, actions as act, events as ev
@@ -43,7 +44,7 @@ class SimWorker:
 class JobsMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
-        self.state = SchedulerState(**OPTIONS)
+        self.state = SchedulerState(SchedulerPolicy(**OPTIONS))
         self.now = 0.0
         self.submitted = 0
         self.workers = {name: SimWorker(name) for name in WORKERS}
@@ -203,13 +204,15 @@ class JobsMachine(RuleBasedStateMachine):
                 for key in list(w.running):
                     self.later = []
                     self._end(w, key, "lost")
+            elif w.connected:  # one still there was heard from meanwhile (a cut-off is a rule)
+                self.send(ev.WorkerHeartbeat(address=w.address, now=self.now))
         self.send(ev.Tick(now=self.now))
 
     @precondition(lambda self: self.submitted)
     @rule()
     def restart(self):
         rows = tuple(job.to_row() for job in self.state.jobs.jobs.values())
-        self.state = SchedulerState(**OPTIONS)
+        self.state = SchedulerState(SchedulerPolicy(**OPTIONS))
         for w in self.workers.values():
             if w.connected:
                 w.connected, w.away_since = False, self.now

@@ -172,7 +172,10 @@ def test_what_a_draining_worker_finishes_is_copied_too_and_what_cannot_be_is_rec
     s.worker("a")
     s.worker("b")
     s.submit(task("x", workers=("a",)), task("y", workers=("a",)))
-    s(ev.WorkerDraining(address=addr("a"), now=0))  # x runs; y waits for a thread there
+    assert s.state.tasks["y"].prefetched  # x runs; y waits for a thread there
+    s(ev.WorkerDraining(address=addr("a"), now=0))
+    # ... which the draining worker gives back, as its core does with all it has not started
+    s(ev.WorkerTaskRejected(key="y", worker=addr("a"), reason="the worker is closing", now=0))
     assert s.state_of("y") == "queued"
     actions = s.finish("x", worker="a")
     assert of(act.SendReplicate, actions) == [act.SendReplicate(worker=addr("b"), key="x", source=addr("a"))]

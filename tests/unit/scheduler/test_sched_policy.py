@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from sched_story import Story, started, task
 
 from dsched.resources import Resources
@@ -148,8 +149,8 @@ def test_a_queue_of_unplaceable_tasks_does_not_slow_other_shapes():
     gpu_tasks = [task(f"g{i}", "GPU=1") for i in range(500)]
     state.handle(ev.TasksSubmitted(client="c", tasks=tuple(gpu_tasks), now=0))
     looked_at = []
-    find = state.placer.find
-    state.placer.find = lambda t, *rest: looked_at.append(t.key) or find(t, *rest)
+    find = state.placer.choice.find
+    state.placer.choice.find = lambda t, *rest: looked_at.append(t.key) or find(t, *rest)
     actions = state.handle(ev.TasksSubmitted(client="c", tasks=(task("cpu"),), now=0))
     assert started(actions) == [("cpu", "w")]
     assert looked_at == ["cpu"]  # the GPU queue's head was not even looked at again
@@ -199,7 +200,7 @@ def test_a_free_worker_takes_a_task_whose_group_is_elsewhere_when_nothing_else_w
 
 
 def test_a_worker_looks_past_the_head_only_among_tasks_of_the_same_priority():
-    s = Story()
+    s = Story(prefetch=0)  # a worker is full at its threads, with no slot beyond them
     s.worker("a", nthreads=2)
     s.worker("b")
     actions = s.submit(*reduction(groups=1, width=3), *(task(f"low{i}", priority=-1)
@@ -238,7 +239,7 @@ def run_on(s: Story, name: str, count: int) -> list[str]:
 
 
 def test_a_head_is_not_passed_over_for_tasks_without_a_group():
-    s = Story()
+    s = Story(prefetch=0)  # a worker is full at its threads, with no slot beyond them
     held_on_a_busy_worker(s)
     s.submit(task("blocker"))  # b is busy while the rest is queued
     s.submit(task("r"), task("p", dependencies=("r", "h")))  # r's group is on a
@@ -247,7 +248,7 @@ def test_a_head_is_not_passed_over_for_tasks_without_a_group():
 
 
 def test_a_head_is_passed_over_at_most_a_few_times():
-    s = Story()
+    s = Story(prefetch=0)  # a worker is full at its threads, with no slot beyond them
     held_on_a_busy_worker(s)
     s.submit(task("blocker"))
     s.submit(task("r"), task("p", dependencies=("r", "h")))
@@ -257,7 +258,7 @@ def test_a_head_is_passed_over_at_most_a_few_times():
 
 
 def test_a_worker_does_not_take_a_task_still_stopping_there_in_front_of_the_head():
-    s = Story()
+    s = Story(prefetch=0)  # a worker is full at its threads, with no slot beyond them
     s.worker("a")
     s.worker("b", nthreads=2)
     s.submit(task("u"), task("v"), task("pu", dependencies=("u", "v")))
@@ -346,3 +347,15 @@ def test_a_higher_priority_task_arriving_later_goes_ahead_of_a_prefetched_one():
     assert not s.state.tasks["y"].prefetched and s.state.tasks["x"].prefetched
     s.finish("y")
     assert not s.state.tasks["x"].prefetched
+
+
+def test_a_task_with_resources_is_not_sent_ahead_behind_one_the_worker_starts_first():
+    s = Story()  # prefetch 2, the daemon's default
+    s.worker("w", resources="GPU=1")
+    s.worker("v")
+    s.submit(task("busy", workers=("w",)), task("d", workers=("v",)))
+    s.submit(task("g", "GPU=1", dependencies=("d",)))
+    assert started(s.submit(task("x", workers=("w",)))) == [("x", "w")]  # waits there
+    s.finish("d")
+    s.finish("busy")  # x takes w's thread: g must not be left waiting there with the GPU
+    assert s.state.tasks["g"].state.value == "queued" or not s.state.tasks["g"].prefetched

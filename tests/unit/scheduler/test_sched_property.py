@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
+from dsched.policy import SchedulerPolicy
 from dsched.resources import Resources
 from dsched.scheduler import SchedulerState, actions as act, events as ev
 
@@ -23,7 +24,7 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        self.state = SchedulerState(**self.options)
+        self.state = SchedulerState(SchedulerPolicy(**self.options))
         self.now = 0.0
         self.count = 0
         self.workers: list[str] = []

@@ -64,16 +64,18 @@ def test_ten_tasks_of_a_tenth_gpu_fill_one_gpu_and_free_it_exactly():
     assert w.processing == {}
 
 
-def test_a_worker_never_runs_more_tasks_than_threads():
-    s = Story()
+def test_a_worker_is_sent_no_more_tasks_than_its_threads_and_prefetch():
+    s = Story()  # prefetch 2, as the daemon's default
     s.worker("w", nthreads=2)
-    actions = s.submit(task("a"), task("b"), task("c"))
-    assert started(actions) == [("a", "w"), ("b", "w")]
-    assert started(s.finish("a")) == [("c", "w")]
+    actions = s.submit(*map(task, "abcde"))
+    assert started(actions) == [("a", "w"), ("b", "w"), ("c", "w"), ("d", "w")]
+    assert [k for k, t in s.state.workers[addr("w")].processing.items() if t.prefetched] == [
+        "c", "d"]  # they wait there for a thread
+    assert started(s.finish("a")) == [("e", "w")]
 
 
 def test_higher_priority_first_then_submission_order():
-    s = Story()
+    s = Story(prefetch=0)  # the queue's own order, which tasks sent ahead would hide
     s.worker("w", nthreads=1)
     s.submit(task("busy"))
     s.submit(task("low1"), task("low2"))
@@ -89,8 +91,9 @@ def test_priority_holds_across_resource_shapes():
     s = Story()
     s.worker("w", nthreads=1, resources="GPU=1")
     s.submit(task("busy"))
-    s.submit(task("cpu"), task("gpu", "GPU=1", priority=5))
-    assert started(s.finish("busy")) == [("gpu", "w")]
+    # cpu could wait on w for its thread, but it is not sent ahead of gpu, which waits for it
+    assert started(s.submit(task("cpu"), task("gpu", "GPU=1", priority=5))) == []
+    assert started(s.finish("busy")) == [("gpu", "w"), ("cpu", "w")]
 
 
 def test_validate_catches_broken_accounting():
@@ -98,7 +101,7 @@ def test_validate_catches_broken_accounting():
     s.worker("w", resources="GPU=1")
     s.submit(task("a", "GPU=1"))
     w = s.state.workers[addr("w")]
-    w.free = Resources.parse("GPU=1")  # as if the GPU had been given back twice
+    w.room.free = Resources.parse("GPU=1")  # as if the GPU had been given back twice
     with pytest.raises(AssertionError, match="accounting"):
         s.state.validate()
 
@@ -120,14 +123,15 @@ def test_restrictions_by_name_or_address():
     s.worker("a", nthreads=4)
     s.worker("b", nthreads=1)
     actions = s.submit(task("x", workers=("b",)), task("y", workers=(addr("b"),)))
-    assert started(actions) == [("x", "b")]
-    assert started(s.finish("x")) == [("y", "b")]
+    assert started(actions) == [("x", "b"), ("y", "b")]  # y waits there; a idles
+    assert s.state.tasks["y"].prefetched
+    assert started(s.finish("x")) == []
 
 
 def test_cancel_a_queued_task_reports_it_at_once():
     s = Story()
-    s.worker("w")
-    s.submit(task("a"), task("b"))
+    s.worker("w", resources="GPU=1")
+    s.submit(task("a", "GPU=1"), task("b", "GPU=1"))  # b waits in the queue for the GPU
     assert s.cancel("b") == [act.TellCancelled(key="b", clients=("c",),
                                              reason="cancelled by client c")]
     assert "b" not in s.state.tasks  # nobody wants it: forgotten
@@ -205,9 +209,11 @@ def test_a_disconnected_client_releases_its_work():
     s.submit(task("a"), task("b"))
     actions = s.disconnect()
     assert act.SendStopTask(key="a", worker=addr("w")) in actions
+    assert act.SendStopTask(key="b", worker=addr("w")) in actions  # sent ahead: there too
     assert s.state.tasks == {} and s.state.clients == {}
-    assert s.state.workers[addr("w")].assigned == 1  # until the worker confirms
+    assert s.state.workers[addr("w")].assigned == 2  # until the worker confirms
     s.confirm("a", "w")
+    s.confirm("b", "w")
     assert s.state.workers[addr("w")].assigned == 0
 
 

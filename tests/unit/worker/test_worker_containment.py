@@ -53,9 +53,10 @@ def test_the_setting_takes_auto_cgroup_or_subreaper_only():
 
 
 def test_register_carries_the_mode_and_leaves_it_off_when_unknown():
-    register = ops.Register(name="w1", address="a:1", nthreads=1, containment="cgroup")
+    register = ops.Register(name="w1", address="a:1", nthreads=1, job_lease=60.0,
+                            containment="cgroup")
     assert ops.decode(register.to_wire()).containment == "cgroup"
-    older = ops.Register(name="w1", address="a:1", nthreads=1).to_wire()
+    older = ops.Register(name="w1", address="a:1", nthreads=1, job_lease=60.0).to_wire()
     assert "containment" not in older and ops.decode(older).containment == ""
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dsched.environ import FAKE_NVML_ENV
 from dsched.errors import ConfigError, ResourceSpecError
 from dsched.gpu_ids import task_environment
 from dsched.resources import Resources
@@ -14,7 +15,7 @@ from dsched.worker.actions import StartTask
 from dsched.protocol.ops import Execute
 from dsched.worker.fake_nvml import GIB, FakeNvml
 from dsched.worker.gpus import (
-    FAKE_NVML_ENV, GpuDevice, check_division, detect_gpus, gpu_usage, gpus_option,
+    GpuDevice, check_division, detect_gpus, gpu_usage, gpus_option,
     ledger_devices, resources_with_gpus, split_gpus,
 )
 from dsched.worker.state import WorkerState

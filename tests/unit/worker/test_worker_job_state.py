@@ -5,6 +5,7 @@ validate() after every event."""
 
 import pytest
 
+from dsched.policy import WorkerPolicy
 from dsched.protocol.ops import (
     AttemptAck, AttemptEnded, AttemptStarted, Execute, Lease, StopTask, TaskFinished, TaskRejected,
 )
@@ -33,7 +34,7 @@ def handle(state: WorkerState, *events, now: float = NOW):
 
 def registered(nthreads=2, resources=None, **kwargs) -> WorkerState:
     """A worker whose session opened at time 10 (its monotonic clock)."""
-    state = WorkerState(nthreads, R(resources), job_lease=LEASE, **kwargs)
+    state = WorkerState(nthreads, R(resources), policy=WorkerPolicy(job_lease=LEASE), **kwargs)
     assert handle(state, SessionOpened(10.0)) == []  # no job runs yet: no lease to extend
     return state
 
@@ -78,7 +79,7 @@ def test_jobs_take_task_slots_and_one_that_does_not_fit_holds_back_none_behind_i
 
 
 def test_a_job_waits_while_no_session_is_up():
-    state = WorkerState(1, job_lease=LEASE)
+    state = WorkerState(1, policy=WorkerPolicy(job_lease=LEASE))
     assert handle(state, job("job-1.1")) == []
     assert state.state_of("job-1.1") is WorkerTaskState.READY
     actions = handle(state, SessionOpened(50.0))
@@ -176,7 +177,7 @@ def test_draining_hands_back_unstarted_jobs_and_shuts_running_ones_down_at_the_d
 
 
 def test_attempts_an_earlier_process_left_are_listed_and_answer_their_execute():
-    state = WorkerState(1, job_lease=LEASE)
+    state = WorkerState(1, policy=WorkerPolicy(job_lease=LEASE))
     lost = AttemptEnded("job-5.2", "lost", None, "its worker process ended while it ran")
     handle(state, AttemptsRecovered((lost,)), SessionOpened(0.0))
     assert state.snapshot().attempts == (lost,)

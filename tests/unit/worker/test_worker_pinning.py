@@ -3,7 +3,8 @@ tests/integration/test_worker_gpu_detection.py)."""
 
 import pytest
 
-from dsched.gpu_ids import TASK_GPUS_ENV, get_gpu_ids, task_environment
+from dsched.environ import TASK_GPUS_ENV
+from dsched.gpu_ids import get_gpu_ids, task_environment
 
 
 def test_a_gpu_task_sees_exactly_its_devices_in_pci_order():
