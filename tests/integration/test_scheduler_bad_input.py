@@ -10,6 +10,7 @@ import pytest
 from dsched import Client
 from dsched.comm import connect
 from dsched.errors import CommClosedError
+from dsched.settings import default_of
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -48,7 +49,8 @@ def test_a_malformed_client_op_closes_that_connection_with_the_reason(daemons):
 
 def test_a_bad_register_is_refused_with_a_reason(daemons):
     address = daemons.scheduler()
-    register = {"op": "register", "name": "bad", "address": "127.0.0.1:1", "nthreads": 0}
+    register = {"op": "register", "name": "bad", "address": "127.0.0.1:1", "nthreads": 0,
+                "job_lease": default_of("worker.job_lease")}
     with pytest.raises(CommClosedError, match="refused: a worker needs at least one thread"):
         asyncio.run(exchange(address, daemons.token, "worker", register))
     with pytest.raises(CommClosedError, match="a register op: expected an int"):

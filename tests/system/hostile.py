@@ -28,6 +28,7 @@ from dsched.protocol import (HEADER, INITIATOR, KIND_BUFFER, KIND_OPS, MAGIC, Ha
                              MessageDecoder)
 from dsched.protocol.handshake import preamble
 from dsched.protocol.messages import encode_ops
+from dsched.settings import default_of
 
 #: Seconds a daemon has to hang up on a stranger or answer an insider.
 PATIENCE = 20.0
@@ -185,8 +186,13 @@ def bad_client_op(rng: random.Random, n: int) -> dict:
     ])
 
 
+#: What a worker says its job lease is, in every register op it sends.
+JOB_LEASE = default_of("worker.job_lease")
+
+
 def bad_register(rng: random.Random, n: int) -> dict:
-    good = {"op": "register", "name": f"fake-{n}", "address": f"127.0.0.1:{n}", "nthreads": 1}
+    good = {"op": "register", "name": f"fake-{n}", "address": f"127.0.0.1:{n}", "nthreads": 1,
+            "job_lease": JOB_LEASE}
     defect = rng.choice([
         {"nthreads": 0}, {"nthreads": -1}, {"nthreads": "4"}, {"nthreads": None},
         {"resources": {"GPU": "x"}}, {"resources": {"GPU": -1}}, {"resources": 5},

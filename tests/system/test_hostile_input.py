@@ -18,9 +18,9 @@ import cloudpickle
 import pytest
 
 from deadline import wait_until
-from hostile import (GOODBYE, STRANGERS, UNREGISTER, Marks, Tally, bad_client_op, bad_data_op,
-                     bad_register, bad_worker_op, impostor, insider, one_bad_op, stranger,
-                     worse_worker_op)
+from hostile import (GOODBYE, JOB_LEASE, STRANGERS, UNREGISTER, Marks, Tally, bad_client_op,
+                     bad_data_op, bad_register, bad_worker_op, impostor, insider, one_bad_op,
+                     stranger, worse_worker_op)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -87,7 +87,7 @@ async def attack(scheduler_port: int, worker_port: int, token: str, marks: Marks
     for n in range(WORKER_INSIDERS):
         # An address in TEST-NET: nothing holds a result there, so nothing connects to it.
         register = {"op": "register", "name": f"insider-{n}", "address": f"192.0.2.1:{n + 1}",
-                    "nthreads": 1}
+                    "nthreads": 1, "job_lease": JOB_LEASE}
         jobs.append(lambda op=bad_worker_op(rng, n), first=register:
                     insider(scheduler_port, token, "worker", op, tally, first=first))
     for n in range(BAD_REGISTERS):
@@ -95,7 +95,7 @@ async def attack(scheduler_port: int, worker_port: int, token: str, marks: Marks
                     one_bad_op(scheduler_port, token, "worker", op, tally, last=UNREGISTER))
     for n in range(WORSE_WORKER_OPS):
         register = {"op": "register", "name": f"worse-{n}", "address": f"192.0.2.2:{n + 1}",
-                    "nthreads": 1}
+                    "nthreads": 1, "job_lease": JOB_LEASE}
         jobs.append(lambda op=worse_worker_op(rng, n), first=register:
                     one_bad_op(scheduler_port, token, "worker", op, tally, first=first,
                                last=UNREGISTER))
