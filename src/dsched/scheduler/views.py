@@ -225,7 +225,9 @@ def jobs_view(state: "SchedulerState", ids=(), states=(), offset: int = 0,
         if wanted:
             chosen = (j for j in chosen if j.state.value in wanted)
         total = sum(counts.get(s, 0) for s in wanted) if wanted else len(book)
-    page = islice(chosen, max(0, offset), max(0, offset) + max(0, limit))
+    # Any integer may come over the wire; islice takes those below sys.maxsize only.
+    start = min(max(0, offset), total)
+    page = islice(chosen, start, start + min(max(0, limit), total))
     return {"jobs": [job_view(state, j) for j in page], "total": total,
             "counts": dict(counts), "recovering": state.jobs.recovering}
 

@@ -76,7 +76,15 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
             if not data:  # the worker is gone; its supervisors see their own stdin end
                 return
             args = json.loads(data)
-            pid = os.fork()
+            try:
+                if len(fds) != FDS_PER_REQUEST:
+                    raise OSError(f"{len(fds)} descriptors came with the request")
+                pid = os.fork()
+            except OSError as error:  # nothing started: the worker may try otherwise
+                for fd in fds:
+                    os.close(fd)
+                sock.send(json.dumps({"key": args[0], "error": str(error)}).encode())
+                continue
             if pid == 0:  # the supervisor
                 code = 1
                 try:
@@ -126,8 +134,8 @@ def main(argv: list[str]) -> None:
     sock = socket.socket(fileno=int(argv[0]))
     try:
         serve(sock, int(argv[1]))
-    except (KeyboardInterrupt, OSError):  # the worker is gone (it may never have needed us)
-        pass
+    except (KeyboardInterrupt, BrokenPipeError, ConnectionResetError):
+        pass  # the worker is gone (it may never have needed us)
 
 
 # -- the worker's side ------------------------------------------------------------------------
@@ -231,7 +239,14 @@ class Spawner:
         transport, protocol = await loop.connect_write_pipe(
             asyncio.streams.FlowControlMixin, os.fdopen(orders_w, "wb", buffering=0))
         stdin = asyncio.StreamWriter(transport, protocol, None, loop)
-        pid = await waiting
+        try:
+            pid = await waiting
+        except OSError:  # it could not fork: nothing started
+            transport.close()
+            raise
+        except asyncio.CancelledError:  # its stdin ends: a supervisor, if started, ends its job
+            transport.close()
+            raise
         if pid is None:
             ended = loop.create_future()
             ended.set_result(None)
@@ -256,10 +271,16 @@ class Spawner:
             if "ready" in message:
                 if self._ready is not None and not self._ready.done():
                     self._ready.set_result(True)
-            elif "pid" in message:
+            elif "pid" in message or "error" in message:
+                pid = message.get("pid")
+                if pid is not None:  # its end is awaited from now, even if the spawner goes
+                    self._ends.setdefault(pid, asyncio.get_running_loop().create_future())
                 waiting = self._pids.pop(message["key"], None)
                 if waiting is not None and not waiting.done():
-                    waiting.set_result(message["pid"])
+                    if pid is None:
+                        waiting.set_exception(OSError(message["error"]))
+                    else:
+                        waiting.set_result(pid)
             else:
                 loop = asyncio.get_running_loop()
                 ended = self._ends.setdefault(message["exited"], loop.create_future())

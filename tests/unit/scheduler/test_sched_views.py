@@ -124,3 +124,17 @@ def test_job_attempts_are_jobs_not_tasks_in_the_task_counts():
     s.finish("t")
     s.jobs(*(job() for _ in range(5)), request=2)
     assert [v["id"] for v in jobs_view(s.state, limit=3)["jobs"]] == [1, 7, 6]
+
+
+def test_a_page_of_jobs_takes_any_integer_the_wire_can_carry():
+    from sched_story import JobStory, job
+
+    from dsched.scheduler.views import jobs_view
+
+    s = JobStory()
+    s.jobs(job(), job())
+    huge = 2**63  # beyond what islice takes; a client asking it must not stop the scheduler
+    assert jobs_view(s.state, offset=huge)["jobs"] == []
+    assert [v["id"] for v in jobs_view(s.state, limit=huge)["jobs"]] == [2, 1]
+    assert [v["id"] for v in jobs_view(s.state, states=("queued",), limit=huge)["jobs"]] == [2, 1]
+    assert jobs_view(s.state, offset=-huge, limit=-huge)["jobs"] == []

@@ -1,0 +1,50 @@
+"""The worker's job spawner on its own: a request it cannot carry out is answered with the
+reason and starts nothing (the worker then starts a supervisor as a program), and the end of
+a supervisor it forked is known even when the spawner is gone by then."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from dsched.worker.jobspawner import Spawner
+
+
+@pytest.fixture
+async def spawner():
+    s = Spawner()
+    assert await s.start() and await s.ready()
+    yield s
+    await s.close()
+
+
+async def test_a_request_it_cannot_carry_out_is_refused_with_the_reason(spawner, monkeypatch,
+                                                                        tmp_path):
+    real = socket.send_fds
+
+    def short(sock, buffers, fds, *rest):  # one descriptor missing
+        return real(sock, buffers, fds[:2], *rest)
+
+    monkeypatch.setattr(socket, "send_fds", short)
+    lock = os.open(tmp_path / "log", os.O_CREAT | os.O_WRONLY)
+    try:
+        with pytest.raises(OSError, match="2 descriptors came with the request"):
+            await spawner.spawn([str(tmp_path / "record"), str(lock), "1.0", "0.0", ""], lock)
+    finally:
+        os.close(lock)
+    assert spawner._sock is not None  # and it goes on serving
+
+
+async def test_the_end_of_a_supervisor_is_known_after_the_spawner_is_gone(spawner, tmp_path):
+    lock = os.open(tmp_path / "log", os.O_CREAT | os.O_WRONLY)
+    try:  # no record there: the supervisor fails at once, after the spawner said its pid
+        spawned = await spawner.spawn([str(tmp_path / "missing"), str(lock), "1.0", "0.0", ""],
+                                      lock)
+    finally:
+        os.close(lock)
+    spawner._process.kill()
+    await spawner._process.wait()
+    assert await spawned.stdout.read() == b""
+    assert await spawned.wait() in (1, None)  # said by the spawner, or unknown: never hangs
