@@ -31,21 +31,22 @@ def check(s: SchedulerState) -> None:
 def _check_workers(s: SchedulerState) -> None:
     ahead: dict[int, int] = {}
     for w in s.workers.values():
-        for t in (*w.processing.values(), *w.stopping.values()):
-            if t.prefetched:
-                ahead[t.priority] = ahead.get(t.priority, 0) + 1
+        assert w.stopped_ahead <= w.stopping.keys(), w
+        for t in w.sent_ahead():
+            ahead[t.priority] = ahead.get(t.priority, 0) + 1
     assert s.placer.ahead == ahead, (s.placer.ahead, ahead)
     for address, w in s.workers.items():
         assert w.address == address, (address, w)
         held = (*w.processing.values(), *w.stopping.values())
         assigned = len(held)
         assert assigned <= w.nthreads + s.policy.prefetch, f"{w} holds {assigned} tasks"
-        assert sum(t.prefetched for t in held) == w.prefetched, w
+        assert not any(t.prefetched for t in w.stopping.values()), w
+        waiting = w.sent_ahead()
+        assert len(waiting) == w.prefetched, w
         assert assigned - w.prefetched <= w.nthreads, f"{w} runs more than its threads"
         assert (address in s.placer.prefetching) == bool(w.prefetched), w
-        for t in held:  # a task with resources waits there only behind one of lower priority
-            assert not (t.prefetched and t.resources) or any(
-                h.prefetched and h.priority < t.priority for h in held), (w, t)
+        for t in waiting:  # a task with resources waits there only behind one of lower priority
+            assert not t.resources or any(h.priority < t.priority for h in waiting), (w, t)
         used = EMPTY
         for t in held:
             used = used + t.resources

@@ -72,9 +72,8 @@ class Placer:
     def remove_worker(self, w: WorkerInfo) -> None:
         self.index.remove(w)
         if self.prefetching.pop(w.address, None) is not None:
-            for h in (*w.processing.values(), *w.stopping.values()):
-                if h.prefetched:
-                    self._count_ahead(h.priority, -1)
+            for h in w.sent_ahead():
+                self._count_ahead(h.priority, -1)
         self._dirty.pop(w.address, None)
         self.backfill.forget_worker(w)
 
@@ -251,15 +250,22 @@ class Placer:
     def release_slot(self, w: WorkerInfo, t: Task) -> None:
         """``t`` left ``w`` (ended, stopped or moved): give back its thread and resources."""
         changed = self.fit.give(t, w)
-        if t.prefetched:
+        stopped_ahead = w.stopped_ahead
+        if t.key in stopped_ahead:  # stopped before it started here: it held no thread
+            stopped_ahead.discard(t.key)
+            w.prefetched -= 1
+            self._count_ahead(t.priority, -1)
+        elif t.prefetched:
             t.prefetched = False
             w.prefetched -= 1
             self._count_ahead(t.priority, -1)
         elif w.prefetched:  # the worker starts the first of the highest priority it holds
-            held = [h for h in (*w.processing.values(), *w.stopping.values()) if h.prefetched]
-            first = max(held, key=lambda h: h.priority)  # max keeps the first of equals
-            first.prefetched = False
-            first.started = self.out.now
+            first = max(w.sent_ahead(), key=lambda h: h.priority)  # the first of equals
+            if first.key in stopped_ahead and w.stopping.get(first.key) is first:
+                stopped_ahead.discard(first.key)
+            else:
+                first.prefetched = False
+                first.started = self.out.now
             w.prefetched -= 1
             self._count_ahead(first.priority, -1)
         if not w.prefetched:
@@ -283,6 +289,9 @@ class Placer:
         expects them back at once, which may let a blocked task start: ``w`` is looked at."""
         w = self.workers[t.processing_on]
         w.stopping[t.key] = w.processing.pop(t.key)
+        if t.prefetched:  # the flag is the Task's, which may be placed elsewhere meanwhile:
+            t.prefetched = False  # here, that it waits unstarted is kept by key
+            w.stopped_ahead.add(t.key)
         t.processing_on = None
         w.version += 1
         self._dirty[w.address] = w

@@ -22,8 +22,10 @@ class WorkerInfo:
     ``resources`` is its total and ``room`` what its assigned tasks leave of it (``fit.py``
     keeps it; ``free`` is its free resources); ``processing`` holds the tasks sent to it,
     ``stopping`` those it was told to stop and has not yet confirmed stopped (they keep their
-    thread and resources). ``prefetched`` counts assigned resource-free tasks that wait on the
-    worker for a thread. ``version`` changes whenever its load does. A ``draining`` worker
+    thread and resources). ``prefetched`` counts the tasks sent ahead to it that wait there for a
+    thread (``sent_ahead``): those in ``processing`` flagged ``prefetched``, and those in
+    ``stopping`` whose keys are in ``stopped_ahead`` (the flag is on the Task, which may be
+    placed on another worker before this one confirms the stop, so there it is this worker's). ``version`` changes whenever its load does. A ``draining`` worker
     takes no new tasks (it is out of the index); ``evacuating`` maps each result it alone
     holds and is copying away to the worker copying it, and ``retired`` says it has been told
     it may leave. ``job_lease``: how long it lets its jobs run when cut off from the
@@ -32,7 +34,7 @@ class WorkerInfo:
 
     __slots__ = (
         "address", "name", "nthreads", "resources", "gpus", "last_seen", "metrics", "room",
-        "processing", "stopping", "has_what", "prefetched", "slot_key", "free_keys",
+        "processing", "stopping", "has_what", "prefetched", "stopped_ahead", "slot_key", "free_keys",
         "thread_free", "version", "draining", "evacuating", "retired", "job_lease",
         "containment",
     )
@@ -54,6 +56,7 @@ class WorkerInfo:
         self.stopping: dict[str, Task] = {}
         self.has_what: dict[str, None] = {}
         self.prefetched = 0
+        self.stopped_ahead: set[str] = set()
         self.slot_key = 0
         self.free_keys: dict[str, int] = {n: 0 for n in sorted(resources.names())}
         self.thread_free = False
@@ -63,6 +66,11 @@ class WorkerInfo:
         self.retired = False
         self.job_lease = job_lease
         self.containment = containment
+
+    def sent_ahead(self) -> list[Task]:
+        """The tasks held here that wait for a thread, in the order the worker holds them."""
+        return [*(t for t in self.processing.values() if t.prefetched),
+                *(t for key, t in self.stopping.items() if key in self.stopped_ahead)]
 
     @property
     def free(self) -> Resources:

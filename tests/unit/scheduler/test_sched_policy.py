@@ -359,3 +359,27 @@ def test_a_task_with_resources_is_not_sent_ahead_behind_one_the_worker_starts_fi
     s.finish("d")
     s.finish("busy")  # x takes w's thread: g must not be left waiting there with the GPU
     assert s.state.tasks["g"].state.value == "queued" or not s.state.tasks["g"].prefetched
+
+
+def test_a_task_stopped_while_sent_ahead_may_run_elsewhere_before_that_worker_confirms():
+    """Whether a task waits unstarted on a worker is that worker's: the task, stopped there
+    while sent ahead, is wanted again and runs on another worker, which ends it, before the
+    first confirms the stop. Each worker's books stay right (the invariants are checked after
+    every event), and the core does not fail."""
+    s = Story()  # prefetch 2
+    X = dict(workers=("h", "a", "b"))
+    s.worker("h")
+    s.submit(task("x", **X), task("y", dependencies=("x",), workers=("g",)))
+    s.finish("x", "h")
+    s.worker("g")
+    s.finish("y", "g")  # x is kept for its dependent, held on h alone
+    s.worker("a")
+    s.submit(task("p", workers=("a",)))  # a is busy
+    s.leave("h")  # x, lost, is computed again: sent ahead to a, behind p
+    assert s.where("x") == "a" and s.state.tasks["x"].prefetched
+    s.cancel("x")  # a is told to stop it
+    s.submit(task("x", **X))  # wanted again
+    assert started(s.worker("b")) == [("x", "b")]  # and it starts on b at once
+    s.finish("x", "b")
+    s.confirm("x", "a")
+    assert s.state.workers["tcp://a"].prefetched == 0 and s.state.placer.ahead == {}
