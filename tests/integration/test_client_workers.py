@@ -60,10 +60,7 @@ async def test_it_returns_as_a_worker_joins_having_asked_only_once():
         first = await join(scheduler.address, "a")
         second = await join(scheduler.address, "b")
         try:
-            loop = asyncio.get_running_loop()
-            joined = loop.time()
-            await asyncio.wait_for(waiting, 5)
-            assert loop.time() - joined < 1
+            await asyncio.wait_for(waiting, 5)  # told, not found by asking again
             await client.wait_for_workers(2, timeout=0)  # known already: at once
             assert client.sent == ["watch-workers"]
         finally:
