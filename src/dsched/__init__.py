@@ -6,14 +6,37 @@ as_completed, progress, get_gpu_ids and config; shell-command jobs through
 ``dsched.dask`` (the ``dask`` extra); importing dsched never imports Dask.
 """
 
-from . import config
-from .client import (ALL_COMPLETED, FIRST_COMPLETED, AsyncClient, CancelledError, Client, Future,
-                     JobFailed, JobFuture, JobResult, LocalCluster, SchedulerLostError,
-                     TaskFailedError, annotate, as_completed, progress, wait)
-from .dask.requires import requires
-from .errors import ResourceSpecError, SchedError, TaskExit
-from .gpu_ids import get_gpu_ids
-from .resources import Resources, parse_resources
+import importlib
+from typing import Any
+
+#: Where each public name lives. Importing dsched loads none of them: a program that needs
+#: only a part (``sched --version``, a job's supervisor, a worker) pays for that part alone.
+_PUBLIC = {
+    "config": ".config",
+    **dict.fromkeys(("ALL_COMPLETED", "FIRST_COMPLETED", "AsyncClient", "CancelledError",
+                     "Client", "Future", "JobFailed", "JobFuture", "JobResult", "LocalCluster",
+                     "SchedulerLostError", "TaskFailedError", "annotate", "as_completed",
+                     "progress", "wait"), ".client"),
+    "requires": ".dask.requires",
+    **dict.fromkeys(("ResourceSpecError", "SchedError", "TaskExit"), ".errors"),
+    "get_gpu_ids": ".gpu_ids",
+    **dict.fromkeys(("Resources", "parse_resources"), ".resources"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _PUBLIC.get(name)
+    if where is None:
+        raise AttributeError(f"module 'dsched' has no attribute {name!r}")
+    module = importlib.import_module(where, __name__)
+    value = module if name == "config" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})
+
 
 __version__ = "0.1.0"
 

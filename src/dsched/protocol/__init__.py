@@ -38,7 +38,17 @@ from .messages import (
     decode_ops,
     encode_ops,
 )
-from . import ops  # noqa: E402 - the typed ops build on the messages above
+
+
+def __getattr__(name: str):
+    """``ops`` is loaded when first used (it builds a class and its checks for every op, which
+    a program that only reads a setting need not pay for)."""
+    if name == "ops":
+        import importlib
+
+        return importlib.import_module(".ops", __name__)
+    raise AttributeError(f"module 'dsched.protocol' has no attribute {name!r}")
+
 
 __all__ = [
     "ACCEPTOR",
