@@ -28,10 +28,12 @@ async def test_a_request_it_cannot_carry_out_is_refused_with_the_reason(spawner,
         return real(sock, buffers, fds[:2], *rest)
 
     monkeypatch.setattr(socket, "send_fds", short)
+    opened: list = []
     lock = os.open(tmp_path / "log", os.O_CREAT | os.O_WRONLY)
     try:
         with pytest.raises(OSError, match="2 descriptors came with the request"):
-            await spawner.spawn([str(tmp_path / "record"), str(lock), "1.0", "0.0", ""], lock)
+            await spawner.spawn([str(tmp_path / "record"), str(lock), "1.0", "0.0", ""], lock,
+                                opened.append)
     finally:
         os.close(lock)
     assert spawner._sock is not None  # and it goes on serving
@@ -41,7 +43,7 @@ async def test_the_end_of_a_supervisor_is_known_after_the_spawner_is_gone(spawne
     lock = os.open(tmp_path / "log", os.O_CREAT | os.O_WRONLY)
     try:  # no record there: the supervisor fails at once, after the spawner said its pid
         spawned = await spawner.spawn([str(tmp_path / "missing"), str(lock), "1.0", "0.0", ""],
-                                      lock)
+                                      lock, lambda handle: None)
     finally:
         os.close(lock)
     spawner._process.kill()

@@ -310,3 +310,14 @@ async def test_when_the_spawner_dies_its_attempts_end_as_they_would_and_new_ones
     assert (await cluster.told(ops.AttemptEnded, "job-10.1")).outcome == "completed"
     starts = [op.key for op in cluster.received if type(op) is ops.AttemptStarted]
     assert starts == ["job-9.1", "job-10.1"]  # each started once
+
+
+async def test_a_stop_given_while_its_supervisor_is_being_forked_keeps_the_job_from_starting(
+        cluster):
+    await cluster.start()
+    for n in range(5):  # the stop arrives while the attempt is recorded and its supervisor forked
+        key = f"job-{20 + n}.1"
+        cluster.send(job(key, "true"), ops.StopTask(key))
+        ended = await cluster.told(ops.AttemptEnded, key)
+        assert (ended.outcome, ended.error) == ("cancelled", "cancelled before it started")
+    assert not [op for op in cluster.received if type(op) is ops.AttemptStarted]

@@ -79,8 +79,14 @@ def test_job_numbers_are_never_given_twice_even_after_the_journal_loses_its_wal(
     state = tmp_path / "state-dir"
     daemons.scheduler("--state-dir", str(state))
     client = daemons.client()
-    futures = [client.submit_command("true", hold=True) for _ in range(150)]
-    acknowledged = [future.job_id(timeout=30) for future in futures]
+    acknowledged = []
+    # Two waves: the first job's commit reserves numbers up to 101 in the mark; the second
+    # wave crosses them, and the mark, written again, records how far the journal reached.
+    # Had one commit held all 150 (the client batches), the mark would know of no commit,
+    # and the loss could not be told from numbers reserved and never used.
+    for wave in (1, 149):
+        futures = [client.submit_command("true", hold=True) for _ in range(wave)]
+        acknowledged += [future.job_id(timeout=30) for future in futures]
     assert acknowledged == list(range(1, 151))
     daemons.scheduler_process.kill()
     daemons.scheduler_process.wait()

@@ -95,9 +95,9 @@ class JobRunner:
                 try:
                     process = await self._spawner.spawn(
                         [record, str(lock_fd), repr(self.kill_grace), repr(self.lease_until),
-                         cgroup], lock_fd)
-                except OSError:  # not sent, so nothing started: the spawner just went
-                    pass
+                         cgroup], lock_fd, lambda spawned: self._opened(key, spawned))
+                except OSError:  # not sent, or not forked: nothing started
+                    self._supervisors.pop(key, None)
             if process is None:  # a fresh interpreter: a tenth of a second or more
                 process = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "dsched.worker.jobsupervisor", record, str(lock_fd),
@@ -129,6 +129,13 @@ class JobRunner:
             await asyncio.to_thread(containment.remove_cgroup, cgroup)
         if not ended:
             self._tell_state(await asyncio.to_thread(self._supervisor_died, key, record, code))
+
+    def _opened(self, key: str, spawned: Any) -> None:
+        """A supervisor is about to be forked with this stdin: a stop given from now on goes
+        there at once (and one given before is there already when it first looks)."""
+        self._supervisors[key] = spawned
+        if key in self._orders:  # kept until the fork is known to have happened
+            self._tell(key, self._orders[key])
 
     def _record(self, record: str, log: str, start: StartJob) -> int:
         write_record(record, new_record(start.key, dict(start.job), start.gpus, log,
@@ -194,8 +201,10 @@ class JobRunner:
 
     def kill(self, key: str, why: str) -> None:
         order = "shutdown" if why == SHUTDOWN else "kill"
-        if not self._tell(key, order):
-            self._orders[key] = order  # its supervisor is being started: told once it is
+        process = self._supervisors.get(key)
+        if process is None or process.pid is None:  # being started: kept, and told again
+            self._orders[key] = order  # once it is known to run (or to its replacement)
+        self._tell(key, order)
 
     def _tell(self, key: str, line: str) -> bool:
         process = self._supervisors.get(key)

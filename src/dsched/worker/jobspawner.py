@@ -30,7 +30,7 @@ import signal
 import socket
 import sys
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 logger = logging.getLogger("dsched.worker")
 
@@ -144,13 +144,16 @@ def main(argv: list[str]) -> None:
 class Spawned:
     """A supervisor the spawner forked: its pid, its pipes as streams, and its end."""
 
-    def __init__(self, pid: int | None, stdin: asyncio.StreamWriter,
-                 stdout: asyncio.StreamReader, ended: asyncio.Future):
-        self.pid, self.stdin, self.stdout, self._ended = pid, stdin, stdout, ended
+    def __init__(self, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader):
+        self.stdin, self.stdout = stdin, stdout
+        self.pid: int | None = None  # once the spawner says it
+        self._ended: asyncio.Future | None = None
         self.returncode: int | None = None
 
     async def wait(self) -> int | None:
         """Its exit status; None when the spawner went before it could say."""
+        if self._ended is None:  # never forked, or the spawner went before it said
+            return None
         # shielded: one waiter cancelled (its task group closing) must not cancel the end
         # another waits for (the runner's close)
         self.returncode = await asyncio.shield(self._ended)
@@ -209,12 +212,15 @@ class Spawner:
             return False
         return await asyncio.shield(self._ready)
 
-    async def spawn(self, args: list[str], lock_fd: int) -> Spawned:
+    async def spawn(self, args: list[str], lock_fd: int,
+                    opened: Callable[[Spawned], None]) -> Spawned:
         """Fork a supervisor with the arguments of ``jobsupervisor``'s command line (``args``:
-        RECORD LOCK_FD KILL_GRACE LEASE_UNTIL CGROUP). OSError when the request could not be
-        sent (nothing was started). Once sent, the supervisor may run even if the spawner goes
-        before it says its pid (then None): its reports still come on its pipe, so an attempt
-        is never started twice."""
+        RECORD LOCK_FD KILL_GRACE LEASE_UNTIL CGROUP). ``opened`` gets its handle before the
+        request is sent: what is written to its stdin from then on (a stop) is there before the
+        supervisor looks, so a stop given while it is being forked is never missed. OSError
+        when the request could not be sent or forked (nothing was started). Once sent, the
+        supervisor may run even if the spawner goes before it says its pid (then None): its
+        reports still come on its pipe, so an attempt is never started twice."""
         sock = self._sock
         if sock is None:
             raise OSError("the job spawner is not running")
@@ -222,23 +228,23 @@ class Spawner:
         key = args[0]
         orders_r, orders_w = os.pipe()
         reports_r, reports_w = os.pipe()
-        waiting = self._pids[key] = loop.create_future()
-        try:
-            socket.send_fds(sock, [json.dumps(args).encode()], [orders_r, reports_w, lock_fd])
-        except OSError:
-            del self._pids[key]
-            os.close(orders_w)
-            os.close(reports_r)
-            raise
-        finally:
-            os.close(orders_r)
-            os.close(reports_w)
         stdout = asyncio.StreamReader()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout),
                                      os.fdopen(reports_r, "rb", buffering=0))
         transport, protocol = await loop.connect_write_pipe(
             asyncio.streams.FlowControlMixin, os.fdopen(orders_w, "wb", buffering=0))
-        stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+        spawned = Spawned(asyncio.StreamWriter(transport, protocol, None, loop), stdout)
+        opened(spawned)
+        waiting = self._pids[key] = loop.create_future()
+        try:
+            socket.send_fds(sock, [json.dumps(args).encode()], [orders_r, reports_w, lock_fd])
+        except OSError:
+            del self._pids[key]
+            transport.close()
+            raise
+        finally:
+            os.close(orders_r)
+            os.close(reports_w)
         try:
             pid = await waiting
         except OSError:  # it could not fork: nothing started
@@ -247,12 +253,10 @@ class Spawner:
         except asyncio.CancelledError:  # its stdin ends: a supervisor, if started, ends its job
             transport.close()
             raise
-        if pid is None:
-            ended = loop.create_future()
-            ended.set_result(None)
-        else:
-            ended = self._ends.setdefault(pid, loop.create_future())
-        return Spawned(pid, stdin, stdout, ended)
+        if pid is not None:
+            spawned.pid = pid
+            spawned._ended = self._ends.setdefault(pid, loop.create_future())
+        return spawned
 
     def _read(self) -> None:
         sock = self._sock
