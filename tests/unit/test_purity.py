@@ -21,8 +21,8 @@ SANS_IO_FORBIDDEN = {"asyncio", "socket", "select", "selectors", "subprocess", "
                      "time", "tornado", "sqlite3"}
 SCHEDULER_CORE = [
     "__init__", "actions", "backfill", "budget", "choice", "events", "fit", "graph", "invariants",
-    "job", "jobbook", "jobrecovery", "membership", "outbox", "placer", "queue", "reasons",
-    "reconcile", "state", "submission", "task", "views", "worker",
+    "job", "jobbook", "jobrecovery", "membership", "optables", "outbox", "placer", "queue",
+    "reasons", "reconcile", "state", "submission", "task", "views", "worker",
 ]
 WORKER_CORE = ["actions", "attempts", "events", "holdings", "invariants", "ledger", "slots",
                "state", "task"]

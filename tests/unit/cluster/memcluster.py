@@ -3,7 +3,7 @@ them, at unit-test speed, with no socket, thread, process or real clock.
 
 What crosses between the cores goes through the shells' own tables, never a second
 translation: a worker's op becomes a scheduler event through ``WORKER_OPS`` (and a worker's
-``register`` through the shell's ``_joined``), a client's through ``CLIENT_OPS``; a scheduler
+``register`` through the shell's ``joined``), a client's through ``CLIENT_OPS``; a scheduler
 action becomes an op through ``TO_WORKER`` or ``TO_CLIENTS``; an op the scheduler sends a worker
 goes to its core as it is when its type is in the worker shell's ``_TO_STATE``, and a report the
 worker core returns is sent as it is. Every op is encoded as it leaves (``to_wire``, then
@@ -78,7 +78,7 @@ from dsched.protocol import decode_ops, ops
 from dsched.protocol.messages import Payload
 from dsched.resources import EMPTY, Resources
 from dsched.scheduler import actions as sact, events as sev
-from dsched.scheduler.server import CLIENT_OPS, TO_CLIENTS, TO_WORKER, WORKER_OPS, _joined
+from dsched.scheduler.optables import CLIENT_OPS, TO_CLIENTS, TO_WORKER, WORKER_OPS, joined
 from dsched.scheduler.state import SchedulerState
 from dsched.scheduler.task import PROCESSING, QUEUED, WAITING
 from dsched.scheduler.views import jobs_view, task_counts, who_has, worker_info
@@ -767,7 +767,7 @@ class MemCluster:
         if old is not None:  # the same worker again: the new connection replaces the old one
             self._scheduler_closes(old, "the worker registered again")
         self._worker_links[address] = link
-        self._scheduler_handle(_joined(op, self.now))  # WorkerAccepted: Registered, first
+        self._scheduler_handle(joined(op, self.now))  # WorkerAccepted: Registered, first
 
     def _to_scheduler_from_client(self, link: Link, m: Message) -> None:
         cid = next((c for c, lk in self._client_links.items() if lk is link), None)
