@@ -228,20 +228,22 @@ class Spawner:
         key = args[0]
         orders_r, orders_w = os.pipe()
         reports_r, reports_w = os.pipe()
-        stdout = asyncio.StreamReader()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout),
-                                     os.fdopen(reports_r, "rb", buffering=0))
-        transport, protocol = await loop.connect_write_pipe(
-            asyncio.streams.FlowControlMixin, os.fdopen(orders_w, "wb", buffering=0))
-        spawned = Spawned(asyncio.StreamWriter(transport, protocol, None, loop), stdout)
-        opened(spawned)
-        waiting = self._pids[key] = loop.create_future()
-        try:
-            socket.send_fds(sock, [json.dumps(args).encode()], [orders_r, reports_w, lock_fd])
-        except OSError:
-            del self._pids[key]
-            transport.close()
-            raise
+        try:  # the supervisor's ends go with the request (or nowhere); ours become streams
+            stdout = asyncio.StreamReader()
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout),
+                                         os.fdopen(reports_r, "rb", buffering=0))
+            transport, protocol = await loop.connect_write_pipe(
+                asyncio.streams.FlowControlMixin, os.fdopen(orders_w, "wb", buffering=0))
+            spawned = Spawned(asyncio.StreamWriter(transport, protocol, None, loop), stdout)
+            opened(spawned)
+            waiting = self._pids[key] = loop.create_future()
+            try:
+                socket.send_fds(sock, [json.dumps(args).encode()],
+                                [orders_r, reports_w, lock_fd])
+            except OSError:
+                del self._pids[key]
+                transport.close()
+                raise
         finally:
             os.close(orders_r)
             os.close(reports_w)
