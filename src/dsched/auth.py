@@ -12,13 +12,15 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import ssl
 import stat
 from pathlib import Path
-from typing import Mapping, Union
+from typing import TYPE_CHECKING, Mapping, Union
 
 from .environ import HOME_ENV, TOKEN_ENV, XDG_STATE_HOME_ENV
 from .errors import ConfigError
+
+if TYPE_CHECKING:  # ssl is imported where a context is made: a program without TLS (most
+    import ssl     # sched commands) does not pay for loading it
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +172,8 @@ def server_ssl_context(
 ) -> ssl.SSLContext:
     """A server context from PEM files; with ``require_client_cert``, clients must present a
     certificate signed by ``ca``."""
+    import ssl
+
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     _load(context.load_cert_chain, cert, key)
@@ -191,6 +195,8 @@ def client_ssl_context(
 ) -> ssl.SSLContext:
     """A client context that checks the server against ``ca`` (the system CAs when None) and
     presents ``cert`` when given."""
+    import ssl
+
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if ca is not None:
@@ -202,6 +208,8 @@ def client_ssl_context(
 
 
 def _load(method, *paths: PathLike | None) -> None:
+    import ssl
+
     try:
         method(*(os.fspath(path) if path is not None else None for path in paths))
     except (OSError, ssl.SSLError) as error:

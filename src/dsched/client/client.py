@@ -140,16 +140,16 @@ class AsyncClient(JobRequests):
         return self
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> Comm:
-        from .cluster import LocalCluster
-
         address = self.address
         if address is None:
             address = config.get("client.scheduler_address")
+        if not isinstance(address, str):  # LocalCluster loads a worker: only when one is used
+            from .cluster import LocalCluster
         if address is None:
             kwargs = self._cluster_kwargs
             address = await loop.run_in_executor(None, lambda: LocalCluster(**kwargs))
             self._owns_cluster = True
-        if isinstance(address, LocalCluster):
+        if not isinstance(address, str) and isinstance(address, LocalCluster):
             self.cluster, self._token, address = address, address.token, address.address
         self.address = address
         self._token = resolve_token(self._token, self._token_file)

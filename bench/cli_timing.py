@@ -1,0 +1,122 @@
+"""How long the ``sched`` command takes from a shell: prints one JSON line.
+
+1. ``sched submit --hold -- true``, N times from one bash loop (what a script that queues a
+   parameter sweep does): milliseconds a call, the whole process each time (interpreter start,
+   imports, config, connect, submit, close). Target: at most 50 ms.
+2. ``sched status`` with 2,000 jobs in the queue (held, topped up from a Python client),
+   its output to /dev/null: the median of a few runs, in milliseconds. Target: at most 150 ms.
+
+Both are measured as a person sees them, from bash, so the figures include bash's fork and
+exec of each process. ``cli_timings(address, token, n)`` measures a scheduler that is already
+running (bench/jobs.py calls it); run alone, it starts one of its own:
+
+    python bench/cli_timing.py [--calls 50] [--status-runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+#: The number of jobs in the queue while ``sched status`` is timed.
+STATUS_JOBS = 2000
+
+
+def sched_command() -> list[str]:
+    """The ``sched`` of this interpreter's environment: its console script when installed
+    (as a user runs it), else the module."""
+    script = Path(sys.executable).parent / "sched"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "dsched.cli.sched"]
+
+
+def _bash_seconds(script: str, env: dict) -> float:
+    """Seconds that ``bash -c script`` takes; it must succeed."""
+    started = time.perf_counter()
+    subprocess.run(["bash", "-c", script], env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def _queue_up_to(address: str, token: str, total: int) -> None:
+    """Held jobs from a Python client until the scheduler holds ``total`` jobs (none if it
+    holds more already)."""
+    from dsched import Client
+
+    with Client(address, token=token, set_as_default=False) as client:
+        missing = total - client.jobs(limit=1)["total"]
+        futures = [client.submit_command(["true"], hold=True, name=f"cli-timing-{i}")
+                   for i in range(missing)]
+        for future in futures:  # each acknowledged: its row is committed, status shows it
+            future.job_id()
+
+
+def cli_timings(address: str, token: str, n: int = 50, status_runs: int = 5) -> dict:
+    """``sched submit --hold`` milliseconds a call over an ``n``-call bash loop, then ``sched
+    status`` milliseconds (median of ``status_runs``) with 2,000 jobs queued, against the
+    scheduler at ``address``. Leaves the jobs it made held in that scheduler's queue."""
+    sched = " ".join(map(_quote, sched_command()))
+    env = {**os.environ, "SCHED_TOKEN": token}
+    loop = (f"for i in $(seq {n}); do {sched} -s {_quote(address)} submit --hold "
+            "--name cli-timing -- true || exit 1; done")
+    submit_ms = _bash_seconds(loop, env) * 1000 / n
+    _queue_up_to(address, token, STATUS_JOBS)
+    status = f"{sched} -s {_quote(address)} status"
+    status_ms = statistics.median(_bash_seconds(status, env) * 1000 for _ in range(status_runs))
+    return {"sched_submit_ms_per_call": round(submit_ms, 1),
+            "sched_status_2000_ms": round(status_ms, 1)}
+
+
+def _quote(word: str) -> str:
+    import shlex
+
+    return shlex.quote(word)
+
+
+def _start_scheduler(state_dir: str, token: str) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dsched.cli.scheduler", "--host", "127.0.0.1", "--port", "0",
+         "--state-dir", state_dir, "--log-level", "warning", "--no-dashboard"],
+        env={**os.environ, "SCHED_TOKEN": token}, stdout=subprocess.PIPE, text=True)
+    for line in process.stdout:
+        match = re.search(r"listening at (\S+)", line)
+        if match:
+            return process, match.group(1)
+    process.wait()
+    raise SystemExit("the scheduler did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=50, help="sched submit calls in the loop")
+    parser.add_argument("--status-runs", type=int, default=5, help="sched status runs timed")
+    args = parser.parse_args()
+    from dsched.auth import generate_token
+
+    token = generate_token()
+    state_dir = tempfile.mkdtemp(prefix="sched-cli-timing-")
+    process = None
+    try:
+        process, address = _start_scheduler(state_dir, token)
+        result = cli_timings(address, token, args.calls, args.status_runs)
+    finally:
+        if process is not None:
+            process.kill()
+            process.wait()
+        shutil.rmtree(state_dir, ignore_errors=True)
+    print(json.dumps({"bench": "cli_timing", "calls": args.calls, "python": platform.python_version(),
+                      "cpus": os.cpu_count(), **result}))
+
+
+if __name__ == "__main__":
+    main()
