@@ -83,15 +83,18 @@ def new_record(key: str, job: dict, gpus: tuple[int, ...], log: str, worker: str
             "pid": None, "started": None, "ended": None}
 
 
-def write_record(path: str, record: dict) -> None:
-    """Replace the record at ``path`` durably and atomically."""
+def write_record(path: str, record: dict, durable: bool = True) -> None:
+    """Replace the record at ``path`` atomically; ``durable``: on the disk when it returns
+    (it survives the machine), else in the page cache (it survives this process, and every
+    process of the worker, but not a power loss)."""
     directory = os.path.dirname(path)
     fd, temporary = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w") as file:
             json.dump(record, file)
-            file.flush()
-            os.fsync(file.fileno())
+            if durable:
+                file.flush()
+                os.fsync(file.fileno())
         os.replace(temporary, path)
     except BaseException:
         try:
@@ -99,7 +102,8 @@ def write_record(path: str, record: dict) -> None:
         except OSError:
             pass
         raise
-    _sync_directory(directory)
+    if durable:
+        _sync_directory(directory)
 
 
 def read_record(path: str) -> dict:
@@ -112,12 +116,13 @@ def read_record(path: str) -> dict:
 
 
 def remove_record(directory: str, key: str) -> None:
-    """Forget an attempt the scheduler has acknowledged (its log stays)."""
+    """Forget an attempt the scheduler has acknowledged (its log stays). Not synced to the
+    disk: a record that comes back after a power loss is reported again, and the scheduler,
+    which has its end already, acknowledges it again."""
     try:
         os.unlink(record_path(directory, key))
     except FileNotFoundError:
         return
-    _sync_directory(directory)
 
 
 def ended_of(record: dict) -> AttemptEnded | None:

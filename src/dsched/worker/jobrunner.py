@@ -138,6 +138,9 @@ class JobRunner:
             self._tell(key, self._orders[key])
 
     def _record(self, record: str, log: str, start: StartJob) -> int:
+        # On the disk before the spawn: after a power loss of this host the worker finds it,
+        # and the scheduler then knows the attempt may have run (lost, never run again), where
+        # a record in the page cache only would be gone and the attempt queued again.
         write_record(record, new_record(start.key, dict(start.job), start.gpus, log,
                                         self.worker_name))
         return open_locked_log(log)

@@ -151,7 +151,9 @@ class Supervision:
             self._release()
         started = time.time()
         self.record.update(pid=self.process.pid, started=started)
-        write_record(self.path, self.record)
+        # For a worker process that starts again (the job is then lost, with its start time):
+        # in the page cache is enough, as for the first record. The outcome, below, is synced.
+        write_record(self.path, self.record, durable=False)
         self._tell(AttemptStarted(self.key, self.process.pid, self.log,
                                   tuple(self.record["gpus"]), started))
         returncode = self._watch(time.monotonic())
@@ -194,7 +196,10 @@ class Supervision:
                     poller.unregister(0)
                 elif fd == orphans:
                     os.read(orphans, 4096)
-                    containment.reap(spare={process.pid})
+                    # Once the leader has ended, the sweep below reaps them all; reaping now
+                    # would walk /proc to pass over the leader's unreaped end.
+                    if not self._leader_exited():
+                        containment.reap(spare={process.pid})
             now = time.monotonic()
             if self.ending is None:
                 if limit_at is not None and now >= limit_at:
@@ -206,10 +211,13 @@ class Supervision:
                 self._kill_group(signal.SIGKILL)
                 self.kill_at = None
         # Whatever the leader left goes with it: its group, killed while the leader, not yet
-        # reaped, still holds the group's number; then every descendant and its cgroup, until
-        # none is left, before the outcome is said (its GPUs are then free).
-        self._kill_group(signal.SIGKILL)
-        left = containment.sweep(os.getpid(), self.cgroup, spare={process.pid})
+        # reaped, still holds the group's number, and its cgroup; then, the leader reaped,
+        # every descendant and the cgroup again, until none is left, before the outcome is
+        # said (its GPUs are then free). Usually nothing is left, and the kernel says so
+        # without a walk of /proc (``containment.sweep``).
+        self._kill_group(signal.SIGKILL, tree=False)
+        returncode = process.wait()
+        left = containment.sweep(os.getpid(), self.cgroup)
         if left:
             self._note(f"{self.key}: processes {', '.join(map(str, left))} it started did not "
                        f"die within {containment.SWEEP_TIMEOUT:g} s of SIGKILL")
@@ -217,7 +225,7 @@ class Supervision:
         signal.set_wakeup_fd(-1)
         for fd in (orphans, wake) + ((exit_fd,) if exit_fd is not None else ()):
             os.close(fd)
-        return process.wait()
+        return returncode
 
     def _take_orders(self) -> bool:
         """Carry out what the worker has said on stdin (without waiting for more); False once
@@ -258,15 +266,19 @@ class Supervision:
         return os.waitid(os.P_PID, self.process.pid,
                          os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
-    def _kill_group(self, signum: int) -> None:
-        """Signal the job: its group, and its descendants and cgroup wherever their sessions."""
+    def _kill_group(self, signum: int, tree: bool = True) -> None:
+        """Signal the job: its group, and its descendants and cgroup wherever their sessions
+        (``tree``; else only the group, and the cgroup with SIGKILL)."""
         if self.process is None:  # not spawned (yet): there is no group
             return
         try:
             os.killpg(self.process.pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
-        containment.signal_tree(os.getpid(), signum, self.cgroup, spare={self.process.pid})
+        if tree:
+            containment.signal_tree(os.getpid(), signum, self.cgroup, spare={self.process.pid})
+        elif self.cgroup and signum == signal.SIGKILL:
+            containment.kill_cgroup(self.cgroup)
 
     def _make_cgroup(self) -> None:
         if not self.cgroup:
