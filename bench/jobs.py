@@ -7,8 +7,19 @@
 2. The reload of a journal of 100,000 jobs (mostly ended, some queued and held): reading the
    rows and rebuilding the job book, in this process; then a scheduler daemon's start on that
    journal, until it listens. Target: under 5 s.
+3. Jobs at the speed of the machine, through a scheduler and one worker (``--no-nanny``), both
+   daemons on 127.0.0.1: ``true_jobs_per_s``, 2,000 jobs of ``true`` on 4 slots, from the
+   first submission to the last end; ``slot_handoff_ms``, 200 jobs of ``sleep 0.05`` on one
+   slot: each job's start minus the previous one's end, from the job views' ``started`` and
+   ``ended`` (the worker's wall clock: ``ended`` stamped by the supervisor once the command
+   and all it started are gone, ``started`` once the next command is spawned), median and
+   p99; ``gpu_handoff_ms``, the same on a worker offering ``gpu0=1`` to jobs asking
+   ``gpu0=1``. Each figure is ``{"value": ..., "target": ..., "met": ...}``.
+4. Where Debian's task-spooler (``tsp``) is on PATH: the same shapes through it, on a private
+   socket, and dsched's figure over its (``vs_tsp``). Its times are whole seconds, so the
+   handoff of both is also given as the mean gap, ``(wall time - the jobs' run times) / n``.
 
-    python bench/jobs.py [--jobs 1000] [--journal 100000]
+    python bench/jobs.py [--jobs 1000] [--journal 100000] [--true-jobs 2000] [--handoffs 200]
 """
 
 from __future__ import annotations
@@ -20,6 +31,8 @@ import json
 import os
 import platform
 import re
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -107,10 +120,119 @@ def reload_in_process(path: str) -> tuple[float, int]:
     return time.perf_counter() - started, len(state.jobs.jobs)
 
 
+def figure(value: float, target: str) -> dict:
+    """A figure beside its target (``">= 500"``, ``"<= 5"``) and whether it meets it."""
+    sign, bound = target.split()
+    met = value >= float(bound) if sign == ">=" else value <= float(bound)
+    return {"value": value, "target": target, "met": met}
+
+
+def start_worker(address: str, token: str, directory: str, nthreads: int,
+                 resources: str | None = None) -> subprocess.Popen:
+    """One worker process (no nanny) with its job directory under ``directory``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "dsched.cli.worker", address, "--no-nanny", "--host", "127.0.0.1",
+         "--port", "0", "--nthreads", str(nthreads), "--gpus", "none", "--name", "bench",
+         "--local-directory", directory, "--log-level", "warning",
+         *(["--resources", resources] if resources else [])],
+        env={**os.environ, "SCHED_TOKEN": token}, stdout=subprocess.DEVNULL)
+
+
+async def run_jobs(address: str, token: str, command: list[str], n: int,
+                   resources: str | None) -> tuple[float, list]:
+    """``n`` jobs of ``command`` submitted at once, after one to warm up; the seconds from the
+    first submission to the last end, and the results."""
+    async with AsyncClient(address, token=token) as client:
+        await client.wait_for_workers(1, 60)
+        await client.submit_command(command, resources=resources).result(60)
+        started = time.perf_counter()
+        futures = [client.submit_command(command, resources=resources) for _ in range(n)]
+        results = await asyncio.gather(*(future.result(600) for future in futures))
+        return time.perf_counter() - started, results
+
+
+def with_cluster(tmp: str, token: str, nthreads: int, resources: str | None, command: list[str],
+                 n: int) -> tuple[float, list]:
+    """A fresh scheduler and worker, ``n`` jobs through them, both stopped after."""
+    os.makedirs(tmp)
+    scheduler, address, _ = start_scheduler(os.path.join(tmp, "state"), token)
+    worker = start_worker(address, token, os.path.join(tmp, "worker"), nthreads, resources)
+    try:
+        return asyncio.run(run_jobs(address, token, command, n, resources))
+    finally:
+        for process in (worker, scheduler):  # the worker first: it leaves without reconnecting
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                stop(process)
+
+
+def handoffs(results: list) -> list[float]:
+    """Milliseconds from each job's end to the next one's start, in the order they ran."""
+    ran = sorted(results, key=lambda r: r.started)
+    return sorted((b.started - a.ended) * 1000 for a, b in zip(ran, ran[1:]))
+
+
+def handoff_figures(tmp: str, token: str, n: int, resources: str | None) -> dict:
+    wall, results = with_cluster(tmp, token, 1, resources, ["sleep", "0.05"], n)
+    gaps = handoffs(results)
+    ran = sum(r.ended - r.started for r in results)
+    return {"median": figure(round(statistics.median(gaps), 2), "<= 5"),
+            "p99": figure(round(gaps[max(0, round(0.99 * len(gaps)) - 1)], 2), "<= 25"),
+            "mean_gap_ms": round((wall - ran) * 1000 / n, 2)}
+
+
+def dsched_job_figures(tmp: str, token: str, true_jobs: int, n_handoffs: int) -> dict:
+    wall, results = with_cluster(os.path.join(tmp, "true"), token, 4, None, ["true"],
+                                 true_jobs)
+    assert all(r.ok for r in results), "a job of true did not complete"
+    return {"true_jobs": true_jobs,
+            "true_jobs_per_s": figure(round(true_jobs / wall), ">= 500"),
+            "slot_handoff_ms": handoff_figures(os.path.join(tmp, "slot"), token, n_handoffs,
+                                               None),
+            "gpu_handoff_ms": handoff_figures(os.path.join(tmp, "gpu"), token, n_handoffs,
+                                              "gpu0=1")}
+
+
+def tsp_figures(tmp: str, true_jobs: int, n_handoffs: int) -> dict | None:
+    """The same shapes through task-spooler, on a socket of its own; None without it."""
+    tsp = shutil.which("tsp") or shutil.which("ts")
+    if tsp is None:
+        return None
+    env = {**os.environ, "TS_SOCKET": os.path.join(tmp, "tsp.socket"), "TS_MAXFINISHED": "100000",
+           "TMPDIR": tmp}
+
+    def call(*args: str) -> str:
+        return subprocess.run([tsp, *args], env=env, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    def run(slots: int, command: list[str], n: int) -> tuple[float, list[str]]:
+        call("-K") if os.path.exists(env["TS_SOCKET"]) else None
+        call("-S", str(slots))
+        started = time.perf_counter()
+        ids = [call(*command) for _ in range(n)]
+        # A job that needs every slot starts once all before it have ended.
+        call("-w", call("-N", str(slots), "true"))
+        return time.perf_counter() - started, ids
+
+    try:
+        wall, _ = run(4, ["true"], true_jobs)
+        per_s = true_jobs / wall
+        wall, ids = run(1, ["sleep", "0.05"], n_handoffs)
+        ran = sum(float(re.search(r"Time run: ([0-9.]+)s", call("-i", i)).group(1)) for i in ids)
+        return {"true_jobs_per_s": round(per_s), "mean_gap_ms": round((wall - ran) * 1000 /
+                                                                      n_handoffs, 2)}
+    finally:
+        subprocess.run([tsp, "-K"], env=env, capture_output=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--journal", type=int, default=100_000)
+    parser.add_argument("--true-jobs", type=int, default=2000)
+    parser.add_argument("--handoffs", type=int, default=200)
     args = parser.parse_args()
     token = generate_token()
     result: dict = {"bench": "jobs", "python": platform.python_version(), "cpus": os.cpu_count()}
@@ -134,6 +256,17 @@ def main() -> None:
         stop(process)
         result.update(journal_jobs=loaded, journal_mb=round(os.path.getsize(path) / 1e6, 1),
                       reload_s=round(reload_s, 3), daemon_start_with_journal_s=round(start_s, 3))
+        result["submit_at_once_s"] = figure(result["submit_at_once_s"], "<= 0.1")
+        jobs = dsched_job_figures(os.path.join(tmp, "c"), token, args.true_jobs, args.handoffs)
+        result.update(jobs)
+        spooler = tsp_figures(tmp, args.true_jobs, args.handoffs)
+        if spooler is not None:
+            result["tsp"] = spooler
+            result["vs_tsp"] = {
+                "true_jobs_per_s": round(jobs["true_jobs_per_s"]["value"] /
+                                         spooler["true_jobs_per_s"], 2),
+                "mean_gap_ms": round(jobs["slot_handoff_ms"]["mean_gap_ms"] /
+                                     spooler["mean_gap_ms"], 2)}
     print(json.dumps(result))
 
 

@@ -57,6 +57,12 @@ TASK_GPUS_ENV = _variable("SCHED_TASK_GPUS", "Set in every task and job: the GPU
                           "CUDA_VISIBLE_DEVICES")
 JOB_ID_ENV = _variable("SCHED_JOB_ID", "Set in a job's command: its job id")
 JOB_ATTEMPT_ENV = _variable("SCHED_JOB_ATTEMPT", "Set in a job's command: its attempt number")
+ARRAY_ID_ENV = _variable("SCHED_ARRAY_ID", "Set in an array element's command: the array's "
+                         "job id (the 12 of 12_3)")
+ARRAY_INDEX_ENV = _variable("SCHED_ARRAY_INDEX", "Set in an array element's command: its index "
+                            "(the 3 of 12_3; the line number from 0 for --array-file)")
+ARRAY_SIZE_ENV = _variable("SCHED_ARRAY_SIZE", "Set in an array element's command: how many "
+                           "elements the array has")
 CUDA_VISIBLE_DEVICES_ENV = _variable("CUDA_VISIBLE_DEVICES", "Set in every task and job: "
                                      "exactly the GPUs it holds (empty for none); read by a "
                                      "worker as it starts: the GPUs it may use")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Mapping
 
+from .environ import ARRAY_ID_ENV, ARRAY_INDEX_ENV, ARRAY_SIZE_ENV
 from .errors import SchedError
 from .protocol.fields import checked_ids, checked_int
 from .resources import EMPTY, Resources
@@ -84,6 +85,8 @@ class JobSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
     requeue: bool = False
+    #: An array job: one element per index (``ArraySpec``); None for a single job.
+    array: "ArraySpec | None" = None
 
     def __post_init__(self) -> None:
         if not self.command or not all(isinstance(part, str) for part in self.command):
@@ -105,6 +108,7 @@ class JobSpec:
         wire["resources"] = self.resources.to_wire()
         wire["after_ok"], wire["after_any"] = list(self.after_ok), list(self.after_any)
         wire["env"] = dict(self.env)
+        wire["array"] = self.array.to_wire() if self.array is not None else None
         return wire
 
     @classmethod
@@ -121,7 +125,8 @@ class JobSpec:
                 after_any=tuple(map(_int, wire.get("after_any", ()))),
                 time_limit=_number(wire.get("time_limit")), hold=bool(wire.get("hold", False)),
                 env=dict(wire.get("env") or {}), cwd=wire.get("cwd"),
-                requeue=bool(wire.get("requeue", False)))
+                requeue=bool(wire.get("requeue", False)),
+                array=ArraySpec.from_wire(wire["array"]) if wire.get("array") else None)
         except SchedError:  # said already: JobSpecError, ResourceSpecError
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as error:  # a peer's shapes
@@ -140,7 +145,155 @@ class JobSpec:
         put(spec, "after_ok", tuple(wire["after_ok"]))
         put(spec, "after_any", tuple(wire["after_any"]))
         put(spec, "resources", resources)
+        array = wire.get("array")
+        put(spec, "array", ArraySpec.from_wire(array) if array else None)
         return spec
+
+    def element(self, array_id: int, position: int) -> "JobSpec":
+        """The job that element ``position`` of this array (job ``array_id``) runs: its value
+        in place of each ``{}`` in the command, and its index, the array's id and size in the
+        environment."""
+        array = self.array
+        assert array is not None
+        value = array.value(position)
+        env = {**self.env, ARRAY_ID_ENV: str(array_id),
+               ARRAY_INDEX_ENV: str(array.index(position)), ARRAY_SIZE_ENV: str(array.size)}
+        spec = object.__new__(JobSpec)
+        for name, field_value in self.__dict__.items():
+            object.__setattr__(spec, name, field_value)
+        put = object.__setattr__
+        put(spec, "submission", f"{self.submission}/{position}")
+        put(spec, "command", tuple(part.replace("{}", value) for part in self.command))
+        put(spec, "env", env)
+        put(spec, "after_ok", ())
+        put(spec, "after_any", ())
+        put(spec, "hold", False)
+        put(spec, "array", None)
+        return spec
+
+
+#: The most elements one array may have.
+MAX_ARRAY = 10_000_000
+_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?$")
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """The elements of an array job: index values (``ranges``, from ``--array 0-999%8``), or
+    lines (``--array-file``: element i has index i, and its line replaces ``{}``); ``limit``:
+    at most this many run at once (None: no limit). Element ``position`` (0, 1, ...) is job
+    ``array id + 1 + position``: an array's ids are taken in one block when it is submitted,
+    so an element has its number before it runs. Queued elements cost nothing but this."""
+
+    ranges: tuple[range, ...] = ()
+    lines: tuple[str, ...] = ()
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.ranges) == bool(self.lines):
+            raise JobSpecError("an array has index ranges or lines, one of the two")
+        if not 0 < self.size <= MAX_ARRAY:
+            raise JobSpecError(f"an array has 1 to {MAX_ARRAY:,} elements, not {self.size:,}")
+        if self.limit is not None and not 0 < self.limit <= MAX_ARRAY:
+            raise JobSpecError(f"an array's limit (%N) must be positive, not {self.limit}")
+        if not all(isinstance(line, str) for line in self.lines):
+            raise JobSpecError("the lines of an array are strings")
+        ends = sorted((r.start, r[-1]) for r in self.ranges)
+        for (_, end), (start, _) in zip(ends, ends[1:]):
+            if start <= end:
+                raise JobSpecError(f"index {start} is given twice in the array")
+        starts, total = [], 0
+        for r in self.ranges:
+            starts.append(total)
+            total += len(r)
+        object.__setattr__(self, "_starts", tuple(starts))
+
+    @classmethod
+    def parse(cls, text: str) -> "ArraySpec":
+        """``0-999``, ``1,3,5-7``, ``0-30:10`` (every 10th), each with an optional ``%N``."""
+        spec, percent, limit = text.strip().partition("%")
+        ranges = []
+        for part in spec.split(","):
+            match = _RANGE.match(part.strip())
+            if not match:
+                raise JobSpecError(f"invalid array {text!r}: use indices and ranges such as "
+                                   "0-999, 1,3,5-7 or 0-30:10, with %N to run at most N at once")
+            first, last, step = match.groups()
+            last_index = int(last) if last is not None else int(first)
+            if last_index < int(first) or (step is not None and int(step) < 1):
+                raise JobSpecError(f"invalid array range {part.strip()!r}")
+            ranges.append(range(int(first), last_index + 1, int(step or 1)))
+        if percent and not limit.strip().isdigit():
+            raise JobSpecError(f"invalid array limit {limit!r}: %N takes a whole number")
+        return cls(ranges=tuple(ranges), limit=int(limit) if percent else None)
+
+    @classmethod
+    def of_lines(cls, lines: Any, limit: int | None = None) -> "ArraySpec":
+        """One element per line (blank lines and lines starting with ``#`` skipped)."""
+        kept = tuple(line.strip() for line in lines
+                     if line.strip() and not line.lstrip().startswith("#"))
+        if not kept:
+            raise JobSpecError("an array file needs at least one line")
+        return cls(lines=kept, limit=limit)
+
+    @property
+    def size(self) -> int:
+        return len(self.lines) if self.lines else sum(len(r) for r in self.ranges)
+
+    def index(self, position: int) -> int:
+        """The index of element ``position`` (what ``SCHED_ARRAY_INDEX`` says)."""
+        if self.lines:
+            return position
+        from bisect import bisect_right
+
+        i = bisect_right(self._starts, position) - 1  # type: ignore[attr-defined]
+        return self.ranges[i][position - self._starts[i]]  # type: ignore[attr-defined]
+
+    def value(self, position: int) -> str:
+        """What replaces ``{}`` in element ``position``'s command."""
+        return self.lines[position] if self.lines else str(self.index(position))
+
+    def position(self, index: int) -> int | None:
+        """The element with index ``index`` (the 3 of ``12_3``), or None."""
+        if self.lines:
+            return index if 0 <= index < len(self.lines) else None
+        for start, r in zip(self._starts, self.ranges):  # type: ignore[attr-defined]
+            if index in r:
+                return start + r.index(index)
+        return None
+
+    def text(self) -> str:
+        """The indices as ``--array`` takes them (``lines`` for an array of lines)."""
+        if self.lines:
+            indices = f"0-{len(self.lines) - 1}"
+        else:
+            indices = ",".join(
+                str(r.start) if len(r) == 1 else
+                f"{r.start}-{r[-1]}" + (f":{r.step}" if r.step != 1 else "") for r in self.ranges)
+        return indices + (f"%{self.limit}" if self.limit is not None else "")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"indices": self.text() if self.ranges else None, "lines": list(self.lines),
+                "limit": self.limit}
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> "ArraySpec":
+        limit = wire.get("limit")
+        if limit is not None and type(limit) is not int:
+            raise JobSpecError(f"an array's limit is a whole number, not {limit!r:.40}")
+        if wire.get("indices"):
+            spec = cls.parse(_text(wire["indices"]))
+            return cls(ranges=spec.ranges, limit=limit)
+        return cls(lines=tuple(wire.get("lines") or ()), limit=limit)
+
+
+def parse_job_ref(text: str) -> int | tuple[int, int]:
+    """A job as a user names it: ``12`` (a job, or a whole array), or ``12_3`` (the element
+    of array 12 with index 3, as Slurm writes it)."""
+    first, underscore, second = text.strip().partition("_")
+    if first.isdigit() and (not underscore or second.isdigit()) and int(first) > 0:
+        return (int(first), int(second)) if underscore else int(first)
+    raise JobSpecError(f"invalid job {text!r}: a job number (12), or an array element (12_3)")
 
 
 def _text(v: Any) -> str:

@@ -17,7 +17,7 @@ from dsched.protocol import ops
 from dsched.scheduler.http import jobs, metrics
 from dsched.scheduler.http.joblog import LogReader, LogUnavailable, chunk
 from dsched.scheduler.http.observe import Observations
-from dsched.scheduler.views import JOB_ROW, WAITING_REASONS, job_table
+from dsched.scheduler.jobviews import JOB_ROW, WAITING_REASONS, job_table
 
 sys.path.insert(0, str(Path(__file__).parent / "scheduler"))
 from sched_story import JobStory, job, without_logs  # noqa: E402

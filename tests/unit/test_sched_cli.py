@@ -59,7 +59,17 @@ class StandIn:
         self.calls.append(("submit", command, options))
         return Acknowledged(7)
 
-    def jobs(self, ids=(), states=(), offset=0, limit=1000):
+    def resolve_jobs(self, refs):
+        """As the library does for an array whose indices start at 0: ``12_3`` is 16."""
+        numbers = []
+        for ref in refs:
+            if isinstance(ref, str):
+                array, index = map(int, ref.split("_"))
+                ref = array + 1 + index
+            numbers.append(ref)
+        return numbers
+
+    def jobs(self, ids=(), states=(), offset=0, limit=1000, expand=False):
         self.calls.append(("jobs", tuple(ids), tuple(states)))
         chosen = [v for i, v in sorted(self.views.items(), reverse=True) if not ids or i in ids]
         return {"jobs": chosen, "total": len(chosen), "counts": {}, "recovering": False}
@@ -136,7 +146,8 @@ def test_submit_passes_every_option_to_the_library_and_prints_the_job_number(cli
     assert str(options.pop("resources")) == "gpu0=1 gpu1=1"
     assert options == {"name": "train", "priority": 5, "retries": 2, "after_ok": [1, 2, 3],
                        "after_any": [4], "time_limit": 900.0, "hold": True,
-                       "env": {"A": "1", "B": "x=y"}, "cwd": "/data", "requeue": True}
+                       "env": {"A": "1", "B": "x=y"}, "cwd": "/data", "requeue": True,
+                       "array": None, "array_limit": None}
     assert client.configs[0]["client"]["scheduler_address"] == "h:1" and stand_in.closed
 
 
@@ -154,7 +165,9 @@ def test_submit_options_end_where_the_command_starts(client):
     ("--time", "soon", "invalid duration 'soon'"),
     ("--time", "0", "must be positive"),
     ("--env", "NOVALUE", "'NOVALUE' is not NAME=VALUE"),
-    ("--after-ok", "1,x", "not a list of job numbers"),
+    ("--after-ok", "1,x", "not a list of jobs such as 3,4 or 12_3"),
+    ("--array", "5-2", "invalid array range"),
+    ("--array", "0-9%x", "invalid array limit"),
     ("--after-ok", "99999999999999999999", "is not in the range 1<=x<="),
     ("--priority", "-99999999999999999999", "is not in the range -9223372036854775808<=x<="),
     ("--retries", str(2**64), "is not in the range 0<=x<="),

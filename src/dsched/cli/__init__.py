@@ -96,8 +96,22 @@ class EnvVar(click.ParamType):
         return name, text
 
 
+class JobRef(click.ParamType):
+    """A job as a user names it: its number (an int), or an array's element as ``12_3`` (the
+    text, which the client resolves: ``AsyncClient.resolve_jobs``)."""
+
+    name = "JOB"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int) or (isinstance(value, str) and "_" in value
+                                      and value.replace("_", "").isascii()
+                                      and value.replace("_", "").isdigit()):
+            return value if isinstance(value, int) else value.strip()
+        return _JOB_NUMBER.convert(value, param, ctx)
+
+
 class JobIds(click.ParamType):
-    """Job numbers separated by commas (``3,4``): a tuple of them."""
+    """Jobs separated by commas (``3,4`` or ``12_0,12_1``): a tuple of them (``JobRef``)."""
 
     name = "JOB[,JOB...]"
 
@@ -105,13 +119,14 @@ class JobIds(click.ParamType):
         if isinstance(value, tuple):
             return value
         parts = [part.strip() for part in value.split(",")]
-        if not all(part.isascii() and part.isdigit() for part in parts):
-            self.fail(f"{value!r} is not a list of job numbers such as 3,4", param, ctx)
+        if not all(part.isascii() and part.replace("_", "", 1).isdigit() for part in parts):
+            self.fail(f"{value!r} is not a list of jobs such as 3,4 or 12_3", param, ctx)
         return tuple(JOB_ID.convert(part, param, ctx) for part in parts)
 
 
 #: A job number, as far as the wire carries one.
-JOB_ID = click.IntRange(1, INT_MAX)
+_JOB_NUMBER = click.IntRange(1, INT_MAX)
+JOB_ID = JobRef()
 #: A priority, as far as the wire carries one.
 PRIORITY = click.IntRange(INT_MIN, INT_MAX)
 

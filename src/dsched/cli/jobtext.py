@@ -68,10 +68,28 @@ JOB_COLUMNS = ("ID", "NAME", "STATE", "RESOURCES", "WORKER", "GPUS", "SUBMITTED"
                "DURATION", "EXIT", "REASON")
 
 
+def job_label(view: View) -> str:
+    """How a job is named: ``12``, or ``12_3`` for the element of array 12 with index 3."""
+    if view.get("array_id") is not None:
+        return f"{view['array_id']}_{view['array_index']}"
+    return str(view["id"])
+
+
+def _id_cell(view: View) -> str:
+    """The ID column: an array shows its indices, as it was submitted (``12_[0-999%8]``)."""
+    array = view.get("array")
+    if array:
+        indices = array["indices"] or f"0-{array['size'] - 1}"  # an array of lines
+        limit = f"%{array['limit']}" if array["limit"] and "%" not in indices else ""
+        return f"{view['id']}_[{indices}{limit}]"
+    return job_label(view)
+
+
 def job_table(views: Sequence[View], now: float) -> list[str]:
-    """``sched status``: one row a job, its reason last (the widest)."""
+    """``sched status``: one row a job (an array is one row, its elements counted by state in
+    its reason), its reason last (the widest)."""
     return table(JOB_COLUMNS, ([
-        str(v["id"]), v["name"], v["state"], v["resources"], v["worker"],
+        _id_cell(v), v["name"], v["state"], v["resources"], v["worker"],
         ",".join(map(str, v["gpus"])), clock(v["submitted"], now), clock(v["started"], now),
         duration(elapsed(v, now)), "" if v["exit_code"] is None else str(v["exit_code"]),
         reason(v)] for v in views))
@@ -115,7 +133,7 @@ def ended_line(view: View) -> str:
     took = duration(view.get("duration"))
     after = f" after {took}" if took else ""
     why = reason(view)
-    return f"job {view['id']}{name} {view['state']}{after}" + (f": {why}" if why else "")
+    return f"job {job_label(view)}{name} {view['state']}{after}" + (f": {why}" if why else "")
 
 
 def _counts(views: Iterable[View], states: Sequence[str]) -> list[str]:

@@ -28,8 +28,9 @@ from typing import Any, Callable
 import click
 
 from .. import __version__
+from ..environ import ARRAY_INDEX_ENV
 from ..errors import SchedError, SchedulerLostError
-from ..jobs import JobSpecError, JobState, exit_status
+from ..jobs import ArraySpec, JobSpecError, JobState, exit_status
 from ..protocol.fields import INT_MAX
 from . import (CONTEXT_SETTINGS, JOB_ID, PRIORITY, ConfigValue, Duration, EnvVar, JobIds,
                ResourceSpec, address_problem, build_config, config_option)
@@ -168,6 +169,15 @@ def main(ctx: click.Context, scheduler_address: str | None, token_file: str | No
 @click.option("--requeue", is_flag=True,
               help="Queue it again if its worker is lost while it runs (it may then have run "
               "twice); without it such a job ends 'lost'.")
+@click.option("--array", "array_text", metavar="INDICES",
+              help="An array: one job per index, {} in COMMAND replaced by it, "
+              f"${ARRAY_INDEX_ENV} set to it (0-999, 1,3,5-7 or 0-30:10; %N: at most N at "
+              "once). Its elements are named 12_3 (array 12, index 3).")
+@click.option("--array-file", type=click.File("r"), metavar="FILE",
+              help="An array of one job per line of FILE (blank and # lines skipped), the "
+              "line in place of {} in COMMAND, its line number from 0 the index.")
+@click.option("--array-limit", type=click.IntRange(1, INT_MAX), metavar="N",
+              help="Run at most N elements of the array at once (the %N of --array).")
 @click.option("--wait", is_flag=True,
               help="Follow the job to its end and exit with its exit status (75: the "
               "scheduler was lost for longer than client.connect_timeout).")
@@ -176,15 +186,28 @@ def main(ctx: click.Context, scheduler_address: str | None, token_file: str | No
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def submit(ctx: click.Context, command: tuple[str, ...], after_ok: tuple, after_any: tuple,
-           env: tuple, wait: bool, as_json: bool, **options: Any) -> None:
+           env: tuple, wait: bool, as_json: bool, array_text: str | None, array_file: Any,
+           array_limit: int | None, **options: Any) -> None:
     """Queue COMMAND as a job and print its number.
 
     Example: sched submit --resources "GPU=1" -- python train.py --lr 0.1
+
+    An array: sched submit --array 0-99%8 -- python train.py --seed {}
     """
-    options.update(after_ok=[j for jobs in after_ok for j in jobs], env=dict(env),
-                   after_any=[j for jobs in after_any for j in jobs])
+    if array_text is not None and array_file is not None:
+        raise click.UsageError("--array and --array-file: choose one")
+    try:
+        array = (ArraySpec.parse(array_text) if array_text is not None else
+                 ArraySpec.of_lines(array_file) if array_file is not None else None)
+    except JobSpecError as error:
+        raise click.BadParameter(str(error), param_hint="--array") from None
+    if array_limit is not None and array is None:
+        raise click.UsageError("--array-limit is for an array (--array or --array-file)")
+    options.update(env=dict(env), array=array, array_limit=array_limit)
 
     def work(client: Any) -> int:
+        options.update(after_ok=client.resolve_jobs(j for jobs in after_ok for j in jobs),
+                       after_any=client.resolve_jobs(j for jobs in after_any for j in jobs))
         job = client.submit_command(list(command), **options).job_id()
         if not wait:
             if as_json:
@@ -208,17 +231,20 @@ def submit(ctx: click.Context, command: tuple[str, ...], after_ok: tuple, after_
 @click.argument("job_ids", nargs=-1, type=JOB_ID, metavar="[JOB]...")
 @click.option("--state", "states", multiple=True, type=click.Choice(STATES),
               help="Only jobs in this state (repeatable).")
+@click.option("--expand", is_flag=True,
+              help="List the elements of each array, after it (an array is one line without).")
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON, for scripts.")
 @click.pass_context
 def status(ctx: click.Context, job_ids: tuple[int, ...], states: tuple[str, ...],
-           as_json: bool) -> None:
+           expand: bool, as_json: bool) -> None:
     """Show jobs and why each one waits.
 
     Jobs on workers come first, then those waiting, then those ended, each newest first;
     each one not running says why it is in its state. A last line counts them by state.
     """
     def work(client: Any) -> int:
-        found = client.jobs(job_ids, states)
+        numbers = client.resolve_jobs(job_ids)
+        found = client.jobs(numbers, states, expand=expand)
         views = found["jobs"]
         if as_json:
             _json(found)
@@ -230,9 +256,10 @@ def status(ctx: click.Context, job_ids: tuple[int, ...], states: tuple[str, ...]
         if found.get("recovering") and not as_json:
             click.echo("(the scheduler is recovering: queued jobs wait for the workers that "
                        "ran jobs to return)")
-        unknown = sorted(set(job_ids) - {view["id"] for view in views})
+        shown = {view["id"] for view in views}
+        unknown = [str(ref) for ref, n in zip(job_ids, numbers) if n not in shown]
         if unknown and not states:
-            return fail(f"no job {', '.join(map(str, unknown))}")
+            return fail(f"no job {', '.join(unknown)}")
         return 0
 
     _with_client(ctx, work)
@@ -272,7 +299,8 @@ def logs(ctx: click.Context, job_id: int, follow: bool) -> None:
 
     def work(client: Any) -> int:
         out = sys.stdout.buffer
-        for data in client.read_job_log(job_id, follow, on_wait=waiting):
+        [number] = client.resolve_jobs([job_id])
+        for data in client.read_job_log(number, follow, on_wait=waiting):
             out.write(data)
             out.flush()
         return 0
@@ -314,10 +342,11 @@ def wait(ctx: click.Context, job_ids: tuple[int, ...], timeout: float | None) ->
 
 def _answer(ctx: click.Context, job_ids: tuple[int, ...], ask: str, good: tuple[str, ...]) -> None:
     def work(client: Any) -> int:
-        answers = getattr(client, ask)(job_ids)
-        for job in job_ids:
-            click.echo(f"job {job}: {answers[str(job)]}")
-        return 0 if all(answers[str(job)] in good for job in job_ids) else 1
+        numbers = client.resolve_jobs(job_ids)
+        answers = getattr(client, ask)(numbers)
+        for job, number in zip(job_ids, numbers):
+            click.echo(f"job {job}: {answers[str(number)]}")
+        return 0 if all(answers[str(number)] in good for number in numbers) else 1
 
     _with_client(ctx, work)
 

@@ -10,16 +10,18 @@ AsyncClient's, run through the bridge.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from ..dask.default import set_as_default as become_dask_default, unset_default
 from ..errors import SchedError
 from .bridge import LoopThread
 from .client import AsyncClient
 from .settings import resolve_token
-from .cluster import LocalCluster
 from .future import Future
 from .jobs import JobFuture
+
+if TYPE_CHECKING:  # loaded where one is started (by the AsyncClient): it loads a worker
+    from .cluster import LocalCluster
 
 __all__ = ["Client", "resolve_token"]
 
@@ -114,16 +116,20 @@ class Client:
         """Futures of jobs submitted before (by any client), by number."""
         return self._run(self._async.watch_jobs(jobs))
 
-    def jobs(self, jobs: Iterable[int] = (), states: Iterable[str] = (), offset: int = 0,
-             limit: int = 1000) -> dict:
+    def jobs(self, jobs: Iterable[int | str] = (), states: Iterable[str] = (), offset: int = 0,
+             limit: int = 1000, expand: bool = False) -> dict:
         """Jobs by number and state, newest first; see :meth:`AsyncClient.jobs`."""
-        return self._run(self._async.jobs(jobs, states, offset, limit))
+        return self._run(self._async.jobs(jobs, states, offset, limit, expand))
 
-    def cancel_jobs(self, jobs: Iterable[int]) -> dict:
+    def resolve_jobs(self, jobs: Iterable[int | str]) -> list[int]:
+        """Job numbers of jobs as users name them (``"12_3"``: an array's element)."""
+        return self._run(self._async.resolve_jobs(jobs))
+
+    def cancel_jobs(self, jobs: Iterable[int | str]) -> dict:
         """Cancel jobs, queued or running; what became of each."""
         return self._run(self._async.cancel_jobs(jobs))
 
-    def release_jobs(self, jobs: Iterable[int]) -> dict:
+    def release_jobs(self, jobs: Iterable[int | str]) -> dict:
         """Let held jobs run; what became of each."""
         return self._run(self._async.release_jobs(jobs))
 

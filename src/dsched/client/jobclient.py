@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from ..errors import SchedError
+from ..jobs import ArraySpec, parse_job_ref
 from ..protocol import ops
 from ..protocol.fields import checked_ids, checked_int
 from .joblogs import JobLog, read_latest
@@ -26,34 +28,66 @@ class JobRequests:
         Options: ``resources``, ``name``, ``priority``, ``retries`` (reruns after a non-zero
         exit), ``after_ok``/``after_any`` (job numbers or JobFutures), ``time_limit``
         (seconds, or "2h"), ``hold``, ``env``, ``cwd`` (none: the worker's), ``requeue`` (run
-        it again if its worker is lost while it runs). The future's result is a JobResult."""
+        it again if its worker is lost while it runs), ``array`` (one job per index or line,
+        each with its value in place of ``{}``: ``"0-999%8"``, a range, or a list of strings;
+        ``array_limit``: at most this many at once). The future's result is a JobResult; an
+        array's is the array's, once every element has ended."""
         self._check_running()
         return self._jobs.submit(job_spec(command, **options))
 
     async def watch_jobs(self, jobs: Iterable[int]) -> list[JobFuture]:
         """Futures of jobs submitted before (by any client), by number."""
         self._check_running()
-        jobs = checked_ids("a job number", jobs)
+        jobs = checked_ids("a job number", await self.resolve_jobs(jobs))
         self._outbox.flush()
         return [self._jobs.watch(job) for job in jobs]
 
-    async def jobs(self, jobs: Iterable[int] = (), states: Iterable[str] = (), offset: int = 0,
-                   limit: int = 1000) -> dict:
+    async def jobs(self, jobs: Iterable[int | str] = (), states: Iterable[str] = (),
+                   offset: int = 0, limit: int = 1000, expand: bool = False) -> dict:
         """Jobs by number (none: all) and state (none: any), newest first: ``{"jobs": [each
-        as ``sched status --json`` shows it], "total": n, "counts": {state: n}}``."""
-        jobs = checked_ids("a job number", jobs)
+        as ``sched status --json`` shows it], "total": n, "counts": {state: n}}``; an array
+        is one job, followed by its elements when ``expand``."""
+        jobs = checked_ids("a job number", await self.resolve_jobs(jobs))
         offset, limit = checked_int("offset", offset, 0), checked_int("limit", limit, 0)
         return await self._request(lambda i: ops.QueryJobs(
-            id=i, jobs=jobs, states=tuple(states), offset=offset, limit=limit))
+            id=i, jobs=jobs, states=tuple(states), offset=offset, limit=limit,
+            expand=bool(expand)))
 
-    async def cancel_jobs(self, jobs: Iterable[int]) -> dict:
-        """Cancel jobs, queued or running; what became of each (by number, as text)."""
-        jobs = checked_ids("a job number", jobs)
+    async def resolve_jobs(self, jobs: Iterable[int | str]) -> list[int]:
+        """Job numbers of jobs as users name them: ``12`` (or 12), and ``"12_3"``, the
+        element of array 12 with index 3 (one question to the scheduler, for the arrays)."""
+        refs = [parse_job_ref(job) if isinstance(job, str) else job for job in jobs]
+        arrays = sorted({ref[0] for ref in refs if isinstance(ref, tuple)})
+        if not arrays:
+            return refs
+        found = {view["id"]: view for view in (await self._request(lambda i: ops.QueryJobs(
+            id=i, jobs=tuple(checked_ids("a job number", arrays)))))["jobs"]}
+        numbers = []
+        for ref in refs:
+            if isinstance(ref, tuple):
+                array_id, index = ref
+                view = found.get(array_id)
+                if view is None or not view.get("array"):
+                    raise SchedError(f"no array {array_id}" if view is None else
+                                     f"job {array_id} is not an array: name it as {array_id}")
+                indices = view["array"]["indices"]
+                position = (ArraySpec.parse(indices).position(index) if indices else
+                            index if index < view["array"]["size"] else None)
+                if position is None:
+                    raise SchedError(f"array {array_id} has no element {array_id}_{index}")
+                ref = array_id + 1 + position
+            numbers.append(ref)
+        return numbers
+
+    async def cancel_jobs(self, jobs: Iterable[int | str]) -> dict:
+        """Cancel jobs, queued or running (an array: every element not ended); what became
+        of each (by number, as text)."""
+        jobs = checked_ids("a job number", await self.resolve_jobs(jobs))
         return await self._request(lambda i: ops.CancelJobs(id=i, jobs=jobs))
 
-    async def release_jobs(self, jobs: Iterable[int]) -> dict:
-        """Let held jobs run; what became of each (by number, as text)."""
-        jobs = checked_ids("a job number", jobs)
+    async def release_jobs(self, jobs: Iterable[int | str]) -> dict:
+        """Let held jobs (or arrays) run; what became of each (by number, as text)."""
+        jobs = checked_ids("a job number", await self.resolve_jobs(jobs))
         return await self._request(lambda i: ops.ReleaseJobs(id=i, jobs=jobs))
 
     async def job_log(self, job: int, offset: int = 0, limit: int = 1 << 20) -> ops.Log:
@@ -75,7 +109,8 @@ class JobRequests:
                             timeout: float | None = None, interval: float = 1.0) -> list[dict]:
         """Wait until all ``jobs`` (by number) have ended; their views. ``on_update(views)``
         is called as they change, and at least every ``interval`` seconds."""
-        return await wait_for_jobs(self, jobs, on_update, timeout, interval)
+        return await wait_for_jobs(self, await self.resolve_jobs(jobs), on_update, timeout,
+                                   interval)
 
     async def workers(self) -> list[dict]:
         """The connected workers with their resources (total, used, free), GPUs and who

@@ -21,7 +21,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import SchedError
-from ..jobs import ENDED, job_key
+from ..jobs import ENDED, ArraySpec, job_key
 from ..protocol import ops
 from .jobwait import across_restarts
 
@@ -42,6 +42,11 @@ async def job_view(client: AsyncClient, job: int) -> Mapping[str, Any]:
     found = (await across_restarts(client, lambda: client.jobs([job])))["jobs"]
     if not found:
         raise SchedError(f"no job {job}")
+    array = found[0].get("array")
+    if array:  # each element has a log of its own
+        first = ArraySpec.parse(array["indices"]).index(0) if array["indices"] else 0
+        raise SchedError(f"job {job} is an array of {array['size']}: name one of its "
+                         f"elements, as {job}_{first}")
     return found[0]
 
 

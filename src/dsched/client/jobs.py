@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ..errors import SchedError
-from ..jobs import JobSpec, parse_duration
+from ..jobs import ArraySpec, JobSpec, parse_duration
 from ..protocol import ops
 from ..resources import Resources, check_demand
 from .future import CancelledError, FutureState, FutureStatus, Owner
@@ -220,10 +220,12 @@ def job_spec(command: Any, *, resources: Any = None, name: str = "", priority: i
              retries: int = 0, after_ok: Iterable[Any] = (), after_any: Iterable[Any] = (),
              time_limit: float | str | None = None, hold: bool = False,
              env: Mapping[str, str] | None = None, cwd: str | None = None,
-             requeue: bool = False) -> JobSpec:
+             requeue: bool = False, array: Any = None,
+             array_limit: int | None = None) -> JobSpec:
     """A JobSpec from ``submit_command``'s arguments, checked here (raises ValueError or
     ResourceSpecError, and nothing is sent). ``command``: a list of arguments, or a string
-    split as a shell would (no shell runs it: use ``["sh", "-c", "..."]`` for that)."""
+    split as a shell would (no shell runs it: use ``["sh", "-c", "..."]`` for that).
+    ``array``: see ``array_spec``."""
     if isinstance(command, str):
         command = shlex.split(command)
     demand = Resources.parse(resources)
@@ -234,7 +236,29 @@ def job_spec(command: Any, *, resources: Any = None, name: str = "", priority: i
                    name=name, priority=priority, retries=retries,
                    after_ok=tuple(_job_ids(after_ok)), after_any=tuple(_job_ids(after_any)),
                    time_limit=time_limit, hold=hold, env=dict(env or {}), cwd=cwd,
-                   requeue=requeue)
+                   requeue=requeue, array=array_spec(array, array_limit))
+
+
+def array_spec(array: Any, limit: int | None = None) -> ArraySpec | None:
+    """The elements of an array job: indices as ``--array`` takes them (``"0-999%8"``), a
+    ``range``, or a list of strings (one element each, the string in place of ``{}``, as
+    ``--array-file``'s lines); ``limit``: at most this many at once (or ``%N``)."""
+    if array is None:
+        return None
+    if isinstance(array, str):
+        spec = ArraySpec.parse(array)
+    elif isinstance(array, range):
+        spec = ArraySpec(ranges=(array,))
+    elif isinstance(array, ArraySpec):
+        spec = array
+    else:
+        lines = tuple(array)
+        if not all(isinstance(line, str) for line in lines):
+            raise TypeError("an array is index text (\"0-99%8\"), a range, or a list of strings")
+        spec = ArraySpec(lines=lines)
+    if limit is not None:
+        spec = ArraySpec(ranges=spec.ranges, lines=spec.lines, limit=limit)
+    return spec
 
 
 def _job_ids(jobs: Iterable[Any]) -> list[int]:

@@ -337,13 +337,15 @@ class SubmitJobs:
 @op("query-jobs")
 class QueryJobs:
     """Jobs by id (``jobs``; none: all) and state (``states``; none: any), newest first, from
-    ``offset``, at most ``limit``; answered by a Reply: ``{"jobs": [...], "total": n}``."""
+    ``offset``, at most ``limit``, each array followed by its elements if ``expand``; answered
+    by a Reply: ``{"jobs": [...], "total": n}``."""
 
     id: int
     jobs: tuple[int, ...] = ()
     states: tuple[str, ...] = ()
     offset: int = 0
     limit: int = 1000
+    expand: bool = False
 
 
 @op("cancel-jobs")

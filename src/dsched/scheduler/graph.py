@@ -345,3 +345,10 @@ class TaskGraph:
     def next_order(self, priority: int) -> int:
         self._seq += 1
         return (-priority << _ORDER_SHIFT) + self._seq
+
+    def reserve_orders(self, priority: int, n: int) -> int:
+        """Places for ``n`` tasks, one after another, after every task queued so far (an
+        array's elements): the first of them."""
+        first = self.next_order(priority)
+        self._seq += n - 1
+        return first

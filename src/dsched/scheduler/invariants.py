@@ -8,6 +8,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from ..resources import EMPTY
@@ -224,14 +225,40 @@ def _check_jobs(s: SchedulerState) -> None:
                     job.cancelling and job.key in w.stopping), job
         else:
             assert job_id not in book.limbo and job.deadline is None, job
-            assert not job.cancelling, job
+            # An array being cancelled waits for its elements on workers.
+            assert not job.cancelling or job.array is not None, job
         if job.state is JobState.queued and t is None:
-            assert job.wait is not None, f"{job} is queued, in no queue, with no reason"
+            # An array that is not waiting feeds its elements to the queue instead.
+            assert job.wait is not None or job.array is not None, (
+                f"{job} is queued, in no queue, with no reason")
         if job.ended or job.state is JobState.held:
             assert t is None, job
+        if job.array is not None:
+            _check_array(book, job)
+        if job.parent is not None:
+            array = job.parent.array
+            assert array.elements.get(job.position) is job, job
+            assert job.id == job.parent.id + 1 + job.position, job
+            assert (job.position in array.live) == (not job.ended and job.position < array.cursor
+                                                    and job.position not in array.waiting), job
     assert on_worker == {name: set(ids) for name, ids in book.on_worker.items()}, (
         on_worker, book.on_worker)
     assert not book.recovering or s.recovery.awaited, "recovering with nobody awaited"
     for key, t in s.tasks.items():
         if t.job is not None:
             assert t.job.task is t, t
+
+
+def _check_array(book, job) -> None:
+    """An array's counts agree with its elements, it runs no more than its limit, and the
+    elements it made wait in the queue, run, or have ended (``jobarray.py``)."""
+    array = job.array
+    assert job.task is None, job
+    ended = Counter(e.state for e in array.elements.values() if e.ended)
+    assert ended == +array.ended, (job, ended, array.ended)
+    assert len(array.live) <= array.limit, job
+    assert all(array.elements[p].state is JobState.queued and array.elements[p].task is None
+               for p in array.waiting), job
+    assert array.head is None or array.head.position in array.live, job
+    if job.ended:
+        assert not array.live and not array.waiting, job

@@ -15,6 +15,7 @@ from ..jobs import ENDED, JobSpec, JobState, Reason, job_key
 from ..resources import Resources
 
 if TYPE_CHECKING:
+    from .jobarray import JobArray
     from .task import Task
 
 QUEUED, HELD, ASSIGNED, RUNNING = JobState.queued, JobState.held, JobState.assigned, JobState.running
@@ -27,7 +28,7 @@ class Job:
     whether that attempt is known to have started. ``wait`` is the reason the book itself
     keeps a queued or held job out of the queue (held, dependency, recovering), or the reason
     an ended job carries (worker_lost); a job in the queue has a ``task``, and its reason is
-    the placer's (see ``views.job_reason``). ``worker`` is the name of the worker of its
+    the placer's (see ``jobviews.job_view``). ``worker`` is the name of the worker of its
     attempt; ``deadline`` is set while that worker is unreachable: the time after which the
     attempt is given up for lost. ``cancelling``: a cancel was asked while it was on a
     worker."""
@@ -36,7 +37,7 @@ class Job:
         "id", "spec", "state", "wait", "detail", "submitted", "attempt", "started", "worker",
         "address", "lease", "gpus", "pid", "log", "start_time", "end_time", "exit_code",
         "error", "retries_left", "rejections", "cancelling", "task", "deadline", "deps_left",
-        "order",
+        "order", "array", "parent", "position",
     )
 
     def __init__(self, id: int, spec: JobSpec, submitted: float):
@@ -66,6 +67,11 @@ class Job:
         self.task: Task | None = None
         self.deadline: float | None = None
         self.deps_left: dict[int, None] = {}
+        #: An array job's elements (``jobarray.JobArray``); None for any other job.
+        self.array: JobArray | None = None
+        #: An element's array job, and its place there (0, 1, ...); None for other jobs.
+        self.parent: Job | None = None
+        self.position = 0
 
     def payload(self) -> dict[str, Any]:
         """What a worker is told to run (the same for every attempt)."""
@@ -87,7 +93,7 @@ class Job:
 
     def view(self) -> dict[str, Any]:
         """The job as ``sched status --json`` shows it (a queued job's reason, when the
-        placer knows it, is added by ``views.job_view``)."""
+        placer knows it, is added by ``jobviews.job_view``)."""
         spec = self.spec
         start, end = self.start_time, self.end_time
         return {
@@ -103,6 +109,9 @@ class Job:
             "submitted": self.submitted, "started": start, "ended": end,
             "duration": (end - start) if start is not None and end is not None else None,
             "exit_code": self.exit_code, "error": self.error, "cancelling": self.cancelling,
+            "array_id": self.parent.id if self.parent is not None else None,
+            "array_index": (self.parent.spec.array.index(self.position)
+                            if self.parent is not None else None),
         }
 
     # -- the journal row ------------------------------------------------------------------
@@ -117,6 +126,10 @@ class Job:
         row["state"] = self.state.value
         row["wait"] = self.wait.value if self.wait is not None else None
         row["gpus"] = list(self.gpus)
+        if self.parent is not None:
+            row["parent"], row["position"] = self.parent.id, self.position
+        if self.array is not None:  # the numbers of its elements follow its own
+            row["block"] = self.array.size
         return row
 
     @classmethod

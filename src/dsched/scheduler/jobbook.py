@@ -31,6 +31,7 @@ from .actions import INFO, WARNING, SendAttemptAck, TellJobEnded, JobsReply, Sen
 from .budget import RAISED, next_try
 from .graph import TaskGraph
 from .job import ASSIGNED, HELD, ON_WORKER, QUEUED, RUNNING, Job
+from .jobarray import Arrays
 from .outbox import Outbox
 from .placer import Placer
 from .task import Task
@@ -65,6 +66,7 @@ class JobBook:
         self.recovering = False
         self.held_back: list[Job] = []
         self.next_id = 1
+        self.arrays = Arrays(self)
 
     # -- what clients ask ---------------------------------------------------------------------
 
@@ -73,7 +75,8 @@ class JobBook:
         specs = list(specs)
         for spec in specs:
             error = demand_error(spec.resources)
-            unknown = [d for d in (*spec.after_ok, *spec.after_any) if d not in self.jobs]
+            unknown = [d for d in (*spec.after_ok, *spec.after_any)
+                       if d not in self.jobs and self.arrays.containing(d) is None]
             if error or unknown:
                 what = f"job {spec.name!r}" if spec.name else "a job"
                 reason = (f"{what} asks for {spec.resources}: {error}" if error else
@@ -91,9 +94,13 @@ class JobBook:
             self.next_id += 1
             self.jobs[job.id] = job
             self.by_submission[spec.submission] = job.id
+            if spec.array is not None:  # its elements' numbers follow its own
+                self.next_id += spec.array.size
+                base = self.graph.reserve_orders(spec.priority, spec.array.size)
+                self.arrays.add(job, base)
             for dep in dict.fromkeys((*spec.after_ok, *spec.after_any)):
                 self.dependents.setdefault(dep, []).append(job.id)
-                if not self.jobs[dep].ended:
+                if not self.named(dep).ended:
                     job.deps_left[dep] = None
             if spec.hold:
                 job.state, job.wait = HELD, Reason.held
@@ -107,32 +114,48 @@ class JobBook:
     def cancel(self, client: str, request: int, ids: Iterable[int]) -> None:
         answers = {}
         for job_id in ids:
-            job = self.jobs.get(job_id)
+            job = self.named(job_id)
             if job is None:
                 answers[str(job_id)] = "unknown job"
             elif job.ended:
                 answers[str(job_id)] = f"already {job.state.value}"
-            elif job.state in ON_WORKER:
-                answers[str(job_id)] = "cancelling"
-                if not job.cancelling:
-                    job.cancelling = True
-                    job.detail = f"cancelled by {client}"  # the view says where it stops
-                    self.out.journal(job, "cancel")
-                    if job.task is not None:
-                        self.graph.drop(job.task)  # stopped there; its end settles the job
-                        job.task = None
+            elif job.array is not None:
+                answers[str(job_id)] = (
+                    "cancelling" if job.cancelling else self.arrays.cancel(job.array, client))
             else:
-                self._unqueue(job)
-                self.end(job, CANCELLED, detail=f"cancelled by {client}")
-                answers[str(job_id)] = "cancelled"
+                answers[str(job_id)] = self.cancel_one(job, client)
         self.out.actions.append(JobsReply(client=client, request=request, value=answers))
+
+    def cancel_one(self, job: Job, client: str) -> str:
+        """Cancel ``job`` (not ended, not an array): what became of it."""
+        if job.state in ON_WORKER:
+            if not job.cancelling:
+                job.cancelling = True
+                job.detail = f"cancelled by {client}"  # the view says where it stops
+                self.out.journal(job, "cancel")
+                if job.task is not None:
+                    self.graph.drop(job.task)  # stopped there; its end settles the job
+                    job.task = None
+            return "cancelling"
+        if job.task is not None:
+            self.graph.drop(job.task)
+            job.task = None
+        self.end(job, CANCELLED, detail=f"cancelled by {client}")
+        return "cancelled"
+
+    def named(self, job_id: int) -> Job | None:
+        """The job ``job_id`` as a user names it (an array's element not yet made is made)."""
+        job = self.jobs.get(job_id)
+        return job if job is not None else self.arrays.named(job_id)
 
     def release(self, client: str, request: int, ids: Iterable[int]) -> None:
         answers = {}
         for job_id in ids:
-            job = self.jobs.get(job_id)
+            job = self.named(job_id)
             if job is None:
                 answers[str(job_id)] = "unknown job"
+            elif job.parent is not None and job.parent.state is HELD:
+                answers[str(job_id)] = f"not held itself: release its array, {job.parent.id}"
             elif job.state is not HELD:
                 answers[str(job_id)] = f"not held ({job.state.value})"
             else:
@@ -145,7 +168,7 @@ class JobBook:
     def watch(self, client: str, ids: Iterable[int]) -> None:
         """Tell ``client`` when each job ends (at once for those that have)."""
         for job_id in ids:
-            job = self.jobs.get(job_id)
+            job = self.named(job_id)
             if job is None:
                 self.out.actions.append(TellJobEnded(clients=(client,), job={
                     "id": job_id, "state": None, "detail": "unknown job"}))
@@ -182,6 +205,9 @@ class JobBook:
         elif self.recovering:  # the view words it, from ``recovering``, while it lasts
             job.wait = Reason.recovering
             self.held_back.append(job)
+        elif job.array is not None:  # its elements are queued, one after another
+            job.wait = None
+            self.arrays.feed(job.array)
         else:
             job.wait = None
             job.attempt += 1
@@ -194,11 +220,6 @@ class JobBook:
                 self.graph.retry_later(t, job.detail, self.out.now + delay)
             else:
                 self.placer.enqueue(t)
-
-    def _unqueue(self, job: Job) -> None:
-        if job.task is not None:
-            self.graph.drop(job.task)
-            job.task = None
 
     def requeue(self, job: Job, detail: str, delay: float = 0.0) -> None:
         """The job's attempt is over without an end of the job: queue another (after
@@ -218,6 +239,8 @@ class JobBook:
         job.detail = ""
         self.on_worker.setdefault(w.name, {})[job.id] = None
         self.out.journal(job, "dispatch")
+        if job.parent is not None:
+            self.arrays.placed(job)
 
     # -- what workers report ----------------------------------------------------------------
 
@@ -363,6 +386,8 @@ class JobBook:
             if dep.state is QUEUED and dep.task is None and dep.wait in (
                     Reason.dependency, Reason.dependency_never_satisfied):
                 self.admit(dep)
+        if job.parent is not None:
+            self.arrays.ended(job)
 
     def resume(self) -> int:
         """The recovery is over: queue the jobs it held back, in order; how many."""

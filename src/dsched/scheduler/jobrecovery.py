@@ -150,16 +150,27 @@ class JobRecovery:
         book = self.book
         jobs = book.jobs
         shapes: dict = {}
+        elements = []
         for row in rows:
             job = Job.from_row(row, shapes)
             jobs[job.id] = job
             book.by_submission[job.spec.submission] = job.id
+            if job.spec.array is not None:
+                size = job.spec.array.size
+                book.arrays.add(job, book.graph.reserve_orders(job.spec.priority, size))
+                next_id = max(next_id, job.id + 1 + size)
+            elif "parent" in row:
+                job.position = row["position"]
+                elements.append((job, row["parent"]))
+        for job, parent in elements:  # an element's row follows its array's
+            book.arrays.adopt(job, jobs[parent])
         book.next_id = max(max(jobs, default=0) + 1, next_id)
         now = self.out.now
-        for job in jobs.values():
+        for job in list(jobs.values()):
             for dep in dict.fromkeys((*job.spec.after_ok, *job.spec.after_any)):
                 book.dependents.setdefault(dep, []).append(job.id)
-                if dep in jobs and not jobs[dep].ended:
+                named = book.named(dep)  # an element not yet made is made
+                if named is not None and not named.ended:
                     job.deps_left[dep] = None
             if job.state in ON_WORKER:
                 book.on_worker.setdefault(job.worker, {})[job.id] = None
@@ -172,9 +183,8 @@ class JobRecovery:
             self.out.log(INFO, "Recovering %d job(s) on %d worker(s): no job is dispatched "
                          "until they are back, or for up to %g s", len(book.limbo),
                          len(self.awaited), self.recovery_timeout)
-        for job in jobs.values():
-            if job.state is QUEUED:
-                book.admit(job)
+        for job in [job for job in jobs.values() if job.state is QUEUED]:
+            book.admit(job)  # an array's admission makes its next element: not in this list
 
     def _end(self, why: str) -> None:
         self.deadline = None

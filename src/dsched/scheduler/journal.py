@@ -127,14 +127,17 @@ class Journal:
         """Replace these jobs' rows, in one transaction that has reached the disk on return
         (the mark first, when a row is numbered at or above it). The error raised is the one
         that made the write fail."""
+        # An array's row holds the numbers of its elements too (``block``): the mark covers
+        # them, though the row's own number is the one that says what was committed.
+        last = max((row["id"] + row.get("block", 0) for row in rows), default=0)
         rows = [(row["id"], msgpack.packb(row)) for row in rows]
         top = max((job_id for job_id, _ in rows), default=0)
         with self._lock:
             db = self.db
             try:
-                if top >= self._reserved:
-                    self._write_mark(top + RESERVE, self._committed)
-                    self._reserved = top + RESERVE
+                if last >= self._reserved:
+                    self._write_mark(last + RESERVE, self._committed)
+                    self._reserved = last + RESERVE
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     db.executemany("INSERT OR REPLACE INTO jobs (id, row) VALUES (?, ?)", rows)

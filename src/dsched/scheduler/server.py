@@ -35,11 +35,12 @@ from ..settings import CommConfig, SchedulerConfig
 from . import actions as act
 from . import events as ev
 from .commits import GroupCommit
+from .jobviews import jobs_view
 from .journal import Journal
 from .optables import CLIENT_OPS, TO_CLIENTS, TO_WORKER, WORKER_OPS, joined
 from .pacedlog import PacedLog
 from .state import SchedulerState
-from .views import jobs_view, processing_count, task_counts, waiting, who_has, worker_info
+from .views import processing_count, task_counts, waiting, who_has, worker_info
 
 logger = logging.getLogger("dsched.scheduler")
 
@@ -305,7 +306,8 @@ class Scheduler:
         elif kind is ops.SubmitJobs:
             self._submit_jobs(client, comm, op)
         elif kind is ops.QueryJobs:
-            view = jobs_view(self.state, op.jobs, op.states, op.offset, op.limit)
+            view = jobs_view(self.state, op.jobs, op.states, op.offset, op.limit,
+                             op.expand)
             comm.write_nowait(ops.Reply(id=op.id, value=view).to_wire())
         elif kind is ops.Info:
             comm.write_nowait(ops.Reply(id=op.id, value=self.info()).to_wire())

@@ -82,9 +82,11 @@ class SchedulerState:
             if self.graph.release_work:
                 self.graph.drain_releases()
             self.placer.schedule()
-            if self.placer.placed_jobs:  # the job book records the attempts placed
+            while self.placer.placed_jobs:  # the job book records the attempts placed
                 for t, w in self.placer.take_placed_jobs():
                     self.jobs.placed(t, w)
+                # An array queues its next element when one is placed: place it too.
+                self.placer.schedule()
             if self.membership.draining:
                 self.membership.retire_idle()
             if self.membership.watchers:

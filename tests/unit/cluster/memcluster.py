@@ -81,7 +81,8 @@ from dsched.scheduler import actions as sact, events as sev
 from dsched.scheduler.optables import CLIENT_OPS, TO_CLIENTS, TO_WORKER, WORKER_OPS, joined
 from dsched.scheduler.state import SchedulerState
 from dsched.scheduler.task import PROCESSING, QUEUED, WAITING
-from dsched.scheduler.views import jobs_view, task_counts, who_has, worker_info
+from dsched.scheduler.jobviews import jobs_view
+from dsched.scheduler.views import task_counts, who_has, worker_info
 from dsched.settings import default_of
 from dsched.worker import actions as wact, events as wev
 from dsched.worker.server import _TO_STATE

@@ -133,7 +133,7 @@ class JobStory(Story):
         return self.state.jobs.jobs[job_id]
 
     def view(self, job_id: int) -> dict:
-        from dsched.scheduler.views import job_view
+        from dsched.scheduler.jobviews import job_view
 
         return job_view(self.state, self.job(job_id))
 

@@ -9,7 +9,8 @@ from sched_story import JobStory, Story, addr, job, started, task
 
 from dsched.scheduler import actions as act, events as ev
 from dsched.scheduler.budget import BUDGETS, DIED, LOST, RAISED, REFUSED, Failure, next_try
-from dsched.scheduler.views import job_table, pending, tasks_by_state
+from dsched.scheduler.jobviews import job_table
+from dsched.scheduler.views import pending, tasks_by_state
 
 
 def erred(actions: list) -> dict[str, act.TellErred]:

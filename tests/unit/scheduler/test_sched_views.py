@@ -110,7 +110,7 @@ def test_workers_show_resources_threads_and_gpus_from_heartbeats():
 def test_job_attempts_are_jobs_not_tasks_in_the_task_counts():
     from sched_story import JobStory, job
 
-    from dsched.scheduler.views import jobs_view
+    from dsched.scheduler.jobviews import jobs_view
 
     s = JobStory()
     s.worker("w")
@@ -129,7 +129,7 @@ def test_job_attempts_are_jobs_not_tasks_in_the_task_counts():
 def test_a_page_of_jobs_takes_any_integer_the_wire_can_carry():
     from sched_story import JobStory, job
 
-    from dsched.scheduler.views import jobs_view
+    from dsched.scheduler.jobviews import jobs_view
 
     s = JobStory()
     s.jobs(job(), job())

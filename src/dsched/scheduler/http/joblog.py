@@ -71,7 +71,7 @@ class LogReader:
 
     async def read(self, job: dict[str, Any], offset: int, limit: int) -> dict[str, Any]:
         """Up to ``limit`` bytes of the log of ``job``'s latest attempt (``job`` as
-        ``views.job_view`` shows it) from ``offset``, as ``chunk`` gives them."""
+        ``jobviews.job_view`` shows it) from ``offset``, as ``chunk`` gives them."""
         address = (job["worker"] and self.locate(job["worker"])) or job["address"]
         where = f"worker {job['worker']} ({address})"
         if not job["address"] or not job["log"]:

@@ -1,11 +1,11 @@
 """The jobs section of the dashboard: its part of the snapshot, its helpers, its API and a
 job's own page.
 
-The part (``jobs_part``) holds every job in a few words (``views.job_table``: state, reason,
+The part (``jobs_part``) holds every job in a few words (``jobviews.job_table``: state, reason,
 worker, times), the counts by state and reason, and what ``Observations`` saw of jobs and the
 journal. Lists are cut from it: ``api/v1/jobs`` filtered by state, name and reason and paged,
 and the panel on the page. One job's whole record (its command, log, pid, ...) is not in the
-snapshot: ``record`` reads it with ``views.job_view`` when asked, once per snapshot and job,
+snapshot: ``record`` reads it with ``jobviews.job_view`` when asked, once per snapshot and job,
 which costs that one job. Its log is read from the worker that ran it (``joblog.py``).
 
 Nothing here changes the scheduler's state.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Awaitable, Iterable, Mapping, Sequence
 
 from ...jobs import ENDED, JobState, Reason
-from .. import views
+from .. import jobviews
 from .handlers import DEFAULT_LIMIT, MAX_LIMIT, DashboardHandler, Refusal
 from .joblog import DEFAULT_BYTES, MAX_BYTES, LogUnavailable
 from .page import HELPERS
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .snapshot import Snapshot
 
 #: The position of each field in a row of the part's ``rows``.
-FIELD = {name: i for i, name in enumerate(views.JOB_ROW)}
+FIELD = {name: i for i, name in enumerate(jobviews.JOB_ROW)}
 #: The API's filters: query argument -> row field.
 FILTERS = {"state": "state", "name": "name", "reason": "reason"}
 #: The values the API's filters with a closed set of values may take.
@@ -41,7 +41,7 @@ SELECTIONS_KEPT = 32
 
 
 def jobs_part(scheduler: "Scheduler", observed: "Observations") -> dict[str, Any]:
-    table = views.job_table(scheduler.state, observed.ended_job_rows)
+    table = jobviews.job_table(scheduler.state, observed.ended_job_rows)
     return {
         **table,
         "ended": dict(observed.jobs_ended),
@@ -66,7 +66,7 @@ def select(part: Mapping[str, Any], wanted: Mapping[str, Sequence[str]]) -> list
 
 def items(rows: Iterable[tuple]) -> list[dict[str, Any]]:
     """Rows as the API and the templates show them: one dict each."""
-    return [dict(zip(views.JOB_ROW, row)) for row in rows]
+    return [dict(zip(jobviews.JOB_ROW, row)) for row in rows]
 
 
 def _selection(snapshot: "Snapshot", part: Mapping[str, Any],
@@ -90,7 +90,7 @@ def record(scheduler: "Scheduler", snapshot: "Snapshot", job_id: int) -> dict | 
         return cache[job_id]
     state = scheduler.state
     job = state.jobs.jobs.get(job_id)
-    found = views.job_view(state, job) if job is not None else None
+    found = jobviews.job_view(state, job) if job is not None else None
     if len(cache) < RECORDS_KEPT:
         cache[job_id] = found
     return found

@@ -97,7 +97,7 @@ class Observations:
         self.job_failures: deque[dict[str, Any]] = deque(maxlen=FAILURES_KEPT)
         self.commit_time = Histogram(COMMIT_BUCKETS)
         self.rows_written = 0
-        #: The jobs part's rows of ended jobs, by id, made once (``views.job_table``): a
+        #: The jobs part's rows of ended jobs, by id, made once (``jobviews.job_table``): a
         #: snapshot then walks them without making them again.
         self.ended_job_rows: dict[int, tuple] = {}
 
