@@ -103,12 +103,18 @@ class JobSpec:
             raise JobSpecError("the environment of a job maps names to strings")
 
     def to_wire(self) -> dict[str, Any]:
-        wire = {f.name: getattr(self, f.name) for f in fields(self)}
-        wire["command"] = list(self.command)
-        wire["resources"] = self.resources.to_wire()
-        wire["after_ok"], wire["after_any"] = list(self.after_ok), list(self.after_any)
-        wire["env"] = dict(self.env)
-        wire["array"] = self.array.to_wire() if self.array is not None else None
+        """The spec as the wire and the journal carry it. Made once per spec (it is
+        immutable): the scheduler writes it into the job's row at every change of the job;
+        the dict returned is shared, and must not be changed."""
+        wire = self.__dict__.get("_wire")
+        if wire is None:
+            wire = {name: getattr(self, name) for name in _SPEC_FIELDS}
+            wire["command"] = list(self.command)
+            wire["resources"] = self.resources.to_wire()
+            wire["after_ok"], wire["after_any"] = list(self.after_ok), list(self.after_any)
+            wire["env"] = dict(self.env)
+            wire["array"] = self.array.to_wire() if self.array is not None else None
+            object.__setattr__(self, "_wire", wire)
         return wire
 
     @classmethod
@@ -159,8 +165,8 @@ class JobSpec:
         env = {**self.env, ARRAY_ID_ENV: str(array_id),
                ARRAY_INDEX_ENV: str(array.index(position)), ARRAY_SIZE_ENV: str(array.size)}
         spec = object.__new__(JobSpec)
-        for name, field_value in self.__dict__.items():
-            object.__setattr__(spec, name, field_value)
+        for name in _SPEC_FIELDS:  # not the wire made for the array's own spec
+            object.__setattr__(spec, name, getattr(self, name))
         put = object.__setattr__
         put(spec, "submission", f"{self.submission}/{position}")
         put(spec, "command", tuple(part.replace("{}", value) for part in self.command))
@@ -171,6 +177,9 @@ class JobSpec:
         put(spec, "array", None)
         return spec
 
+
+#: The names of JobSpec's fields, in order (``dataclasses.fields`` is slow per call).
+_SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
 
 #: The most elements one array may have.
 MAX_ARRAY = 10_000_000

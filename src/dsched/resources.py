@@ -64,7 +64,13 @@ class Resources(Mapping[str, int]):
         if isinstance(spec, Resources):
             return spec
         if isinstance(spec, str):
-            return cls(_parse_text(spec))
+            # Immutable, so one per text: a sweep of a thousand jobs asks "GPU=1" each time.
+            parsed = _PARSED.get(spec)
+            if parsed is None:
+                if len(_PARSED) >= 1024:
+                    _PARSED.clear()
+                parsed = _PARSED[spec] = cls(_parse_text(spec))
+            return parsed
         if isinstance(spec, Mapping):
             return cls(_parse_mapping(spec))
         raise ResourceSpecError(
@@ -298,6 +304,10 @@ def _check_name(name: object, part: str) -> str:
             f"invalid resource {part!r}: names may not hold spaces, commas or '='; {_FORM}"
         )
     return name
+
+
+#: Resources parsed from text, by the text (``Resources.parse``).
+_PARSED: dict[str, "Resources"] = {}
 
 
 def _parse_text(spec: str) -> dict[str, int]:
