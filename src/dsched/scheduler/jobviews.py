@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import Counter
 from functools import partial
 from itertools import chain, islice
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ..jobs import ENDED, JobState, Reason
@@ -179,7 +178,6 @@ JOB_ROW = ("id", "name", "state", "reason", "detail", "resources", "priority", "
 WAITING_REASONS = tuple(r.value for r in Reason if r is not Reason.worker_lost)
 _WAITING = frozenset((JobState.queued, JobState.held))
 _NAMES = {member: member.value for member in (*JobState, *Reason)}
-_STATE_OF = attrgetter("state")
 
 
 def job_table(state: "SchedulerState", ended_rows: dict | None = None) -> dict[str, Any]:
@@ -205,6 +203,9 @@ def job_table(state: "SchedulerState", ended_rows: dict | None = None) -> dict[s
     def row_of(job) -> tuple:
         spec, job_state = job.spec, job.state
         reason, detail = names.get(job.wait), job.detail
+        if job.array is not None and job_state not in ENDED:  # its elements, counted
+            job_state = shown_state(job)
+            detail = job.array.summary() + (f" ({detail})" if detail else "")
         t = job.task
         if t is not None and t.state is QUEUED:
             if t is holder:
@@ -229,7 +230,10 @@ def job_table(state: "SchedulerState", ended_rows: dict | None = None) -> dict[s
         return row
 
     jobs = book.jobs
-    counts = Counter(map(_STATE_OF, jobs.values()))
+    counts = Counter(j.state for j in jobs.values() if j.array is None)  # elements, not arrays
+    for array in book.arrays.by_id.values():
+        for name, n in array.unmade_counts().items():
+            counts[JobState(name)] += n
     get = known.get
     rows = [get(job_id) or row_of(job) for job_id, job in reversed(jobs.items())]
     return {"rows": rows, "counts": {s.value: counts.get(s, 0) for s in JobState},

@@ -169,3 +169,15 @@ def test_a_restart_rebuilds_an_array_from_its_row_and_its_elements_rows():
     assert array_job.array.counts() == {"completed": 1, "running": 1, "queued": 3}
     assert again.state.jobs.next_id == 7
     again.worker("w1", nthreads=1, attempts=())
+
+
+def test_the_dashboard_table_shows_an_array_by_its_elements_and_counts_them():
+    from dsched.scheduler.jobviews import JOB_ROW, job_table
+
+    s = JobStory()
+    s.worker("w1", nthreads=1)
+    s.jobs(array("0-9"))
+    table = job_table(s.state)
+    rows = {row[0]: dict(zip(JOB_ROW, row)) for row in table["rows"]}
+    assert rows[1]["state"] == "running" and rows[1]["detail"] == "1 assigned, 9 queued"
+    assert table["counts"]["queued"] == 9 and table["counts"]["assigned"] == 1
