@@ -183,8 +183,11 @@ class JobRecovery:
             self.out.log(INFO, "Recovering %d job(s) on %d worker(s): no job is dispatched "
                          "until they are back, or for up to %g s", len(book.limbo),
                          len(self.awaited), self.recovery_timeout)
-        for job in [job for job in jobs.values() if job.state is QUEUED]:
-            book.admit(job)  # an array's admission makes its next element: not in this list
+        # An element a dependency named above waits for its array to feed it; an array's
+        # admission makes its next element, not in this list either.
+        for job in [job for job in jobs.values() if job.state is QUEUED and not (
+                job.parent is not None and job.position in job.parent.array.waiting)]:
+            book.admit(job)
 
     def _end(self, why: str) -> None:
         self.deadline = None

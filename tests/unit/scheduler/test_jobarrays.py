@@ -181,3 +181,20 @@ def test_the_dashboard_table_shows_an_array_by_its_elements_and_counts_them():
     rows = {row[0]: dict(zip(JOB_ROW, row)) for row in table["rows"]}
     assert rows[1]["state"] == "running" and rows[1]["detail"] == "1 assigned, 9 queued"
     assert table["counts"]["queued"] == 9 and table["counts"]["assigned"] == 1
+
+
+def test_a_restart_with_a_job_after_an_element_not_yet_fed_queues_that_element_once():
+    # Found by the property test: the element named by the dependency was made while the rows
+    # were loaded, then queued both by the load and by its array's feed.
+    s = JobStory()
+    rows = {}
+    for actions in (s.jobs(array("0-3")), s.jobs(job("eval", after_ok=(3,)))):
+        for a in actions:
+            if isinstance(a, act.JournalWrite):
+                rows.update({row["id"]: row for row in a.rows})
+    assert sorted(rows) == [1, 6]
+    again = JobStory()
+    again(ev.JobsLoaded(rows=tuple(rows[i] for i in sorted(rows)), now=again.now))
+    assert started(again.worker("w1", nthreads=1)) == [("job-2.1", "w1")]
+    assert run_all(again, ["job-2.1"]) == [("job-3.1", "w1")]
+    assert run_all(again, ["job-3.1"]) == [("job-4.1", "w1")]

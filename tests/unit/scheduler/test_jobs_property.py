@@ -1,5 +1,6 @@
-"""Property test of jobs under faults: random submits, starts, ends, cancels, workers leaving
-and coming back, time passing beyond leases, and scheduler restarts from the journal's rows.
+"""Property test of jobs under faults: random submits (arrays among them), starts, ends,
+cancels, workers leaving and coming back, time passing beyond leases, and scheduler restarts
+from the rows the journal was given.
 
 The workers are simulated truthfully (what they received, what runs, what ended and is not yet
 acknowledged; a worker away for longer than its lease kills what it runs), and the scheduler
@@ -14,7 +15,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine, initialize, invariant, precondition, rule,
 )
 
-from dsched.jobs import JobSpec, parse_job_key
+from dsched.jobs import ArraySpec, JobSpec, parse_job_key
 from dsched.policy import SchedulerPolicy
 from dsched.protocol import ops
 from dsched.resources import Resources
@@ -51,6 +52,7 @@ class JobsMachine(RuleBasedStateMachine):
         self.started: dict[int, set[int]] = {}  # job -> attempts that ever started
         self.failures: dict[int, int] = {}  # job -> attempts that failed (retried, maybe)
         self.eager = True
+        self.rows: dict[int, dict] = {}  # what the journal holds: the rows it was given
 
     @initialize(eager=st.booleans(), connected=st.sampled_from([(), ("w1",), WORKERS]))
     def workers_start_at_once(self, eager, connected):
@@ -66,6 +68,8 @@ class JobsMachine(RuleBasedStateMachine):
         actions = self.state.handle(event)
         self.state.validate()
         for a in actions:
+            if isinstance(a, act.JournalWrite):
+                self.rows.update((row["id"], row) for row in a.rows)
             w = self.workers.get(getattr(a, "worker", "").removeprefix("tcp://"))
             if isinstance(a, act.SendExecute) and a.job is not None:
                 assert w is not None and w.connected, a
@@ -135,8 +139,9 @@ class JobsMachine(RuleBasedStateMachine):
     @rule(demand=st.sampled_from([None, "GPU=1", "GPU=0.5", None, "GPU=2"]),
           hold=st.sampled_from([False, False, False, True]), requeue=st.booleans(),
           retries=st.sampled_from([0, 0, 1]), dep=st.sampled_from([False, False, True]),
-          same=st.sampled_from([False, False, False, True]), n=st.integers(1, 3))
-    def submit(self, demand, hold, requeue, retries, dep, same, n):
+          same=st.sampled_from([False, False, False, True]), n=st.integers(1, 3),
+          array=st.sampled_from([None, None, None, "0-3", "0-4%2"]))
+    def submit(self, demand, hold, requeue, retries, dep, same, n, array):
         specs = []
         known = self.state.jobs.jobs
         after = (max(known),) if dep and known else ()
@@ -145,7 +150,8 @@ class JobsMachine(RuleBasedStateMachine):
                 self.submitted += 1
             specs.append(JobSpec(submission=f"s{self.submitted}", command=("true",),
                                  resources=Resources.parse(demand), hold=hold, requeue=requeue,
-                                 retries=retries, after_ok=after))
+                                 retries=retries, after_ok=after,
+                                 array=ArraySpec.parse(array) if array else None))
         self.send(ev.JobsSubmitted(client="c", request=1, jobs=tuple(specs), now=self.now))
 
     @rule(name=st.sampled_from(WORKERS))
@@ -188,11 +194,11 @@ class JobsMachine(RuleBasedStateMachine):
         for e in self.later:
             self.send(e)
 
-    @rule(job=st.integers(1, 8))
+    @rule(job=st.integers(1, 16))
     def cancel(self, job):
         self.send(ev.JobsCancelled(client="c", request=2, jobs=(job,), now=self.now))
 
-    @rule(job=st.integers(1, 8))
+    @rule(job=st.integers(1, 16))
     def release(self, job):
         self.send(ev.JobsReleased(client="c", request=3, jobs=(job,), now=self.now))
 
@@ -211,7 +217,7 @@ class JobsMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.submitted)
     @rule()
     def restart(self):
-        rows = tuple(job.to_row() for job in self.state.jobs.jobs.values())
+        rows = tuple(self.rows[job_id] for job_id in sorted(self.rows))
         self.state = SchedulerState(SchedulerPolicy(**OPTIONS))
         for w in self.workers.values():
             if w.connected:
