@@ -36,6 +36,10 @@ _BAD_NAME_CHARS = re.compile(r"[\s,=]")
 #: A quantity as a spec writes it. Decimal() alone also takes "1_000" and the digits of other
 #: scripts ("٣"), which read as something else to a person, a shell script or a log search.
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: A size: a number and a unit, decimal (``20G``, ``20GB``: 20e9) or binary (``20Gi``,
+#: ``20GiB``: 20 * 2**30), in any case; for memory, where people write sizes so.
+_SIZE = re.compile(r"(?P<number>.*?)\s*(?P<prefix>[kmgtp])(?P<binary>i?)b?", re.IGNORECASE)
+_PREFIXES = {"k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
 ResourcesLike = Union["Resources", Mapping[str, object], str, None]
 
@@ -257,11 +261,18 @@ def parse_quantity(text: object, name: str = "", part: str | None = None) -> int
         if not math.isfinite(text):
             raise ResourceSpecError(f"invalid resource {shown!r}: the value must be finite; {_FORM}")
         text = repr(text)
+    multiplier = 1
+    size = _SIZE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if size is not None:
+        power = _PREFIXES[size["prefix"].lower()]
+        multiplier = 1024**power if size["binary"] else 1000**power
+        text = size["number"]
     try:
-        value = Decimal(str(text).strip())
+        value = Decimal(str(text).strip()) * multiplier
     except InvalidOperation:
         raise ResourceSpecError(
-            f"invalid resource {shown!r}: {str(text)!r} is not a number; {_FORM}"
+            f"invalid resource {shown!r}: {str(text)!r} is not a number (or a size, as 20G "
+            f"or 20GiB); {_FORM}"
         ) from None
     if not value.is_finite():
         raise ResourceSpecError(f"invalid resource {shown!r}: the value must be finite; {_FORM}")

@@ -173,3 +173,18 @@ def test_text_form_round_trips(a):
 def test_decimal_text_is_held_exactly(value):
     units = parse_resources({"X": str(value)})["X"]
     assert units == int(value * SCALE)
+
+
+@pytest.mark.parametrize("text, value", [
+    ("20G", 20e9), ("20GB", 20e9), ("20g", 20e9), ("1.5T", 1.5e12), ("512k", 512e3),
+    ("20Gi", 20 * 2**30), ("20GiB", 20 * 2**30), ("512KiB", 512 * 2**10), ("2mi", 2 * 2**20),
+])
+def test_a_quantity_may_be_a_size_decimal_or_binary(text, value):
+    assert parse_resources(f"MEMORY={text}")["MEMORY"] == int(value) * SCALE
+    assert parse_resources({"MEMORY": text}) == parse_resources(f"MEMORY={int(value)}")
+
+
+@pytest.mark.parametrize("text", ["20X", "G", "20GiBB", "-2G", "2e99G"])
+def test_a_size_that_is_not_one_is_refused(text):
+    with pytest.raises(ResourceSpecError, match="MEMORY"):
+        parse_resources(f"MEMORY={text}")
