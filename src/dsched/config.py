@@ -27,13 +27,11 @@ start anything, or read any file but the config file.
 from __future__ import annotations
 
 import copy
-import difflib
 import os
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import tomllib
 
 from . import settings
 from .auth import default_state_dir
@@ -100,6 +98,8 @@ def _entries(mapping: Mapping, source: str, split: bool, prefix: KeyPath = ()) -
 def _unknown(path: KeyPath, source: str) -> ConfigError:
     key = ".".join(path)
     known = [".".join(p) for p in _FLAT]  # settings and tables: '[shceduler]' is a typo too
+    import difflib  # only for a mistake: every command reads the config
+
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
     if close:
         hint = f"did you mean {close[0]!r}?"
@@ -184,6 +184,8 @@ def _read(file: Path) -> bytes:
 
 
 def _file_entries(file: Path, content: bytes) -> list:
+    import tomllib  # loaded where a file or a SCHED_* value is read: not by every command
+
     source = f"config file {file}"
     try:
         data = tomllib.loads(content.decode("utf-8"))
@@ -197,6 +199,8 @@ def parse_literal(text: str) -> Any:
 
     How ``SCHED_*`` values (and the command line's free-form options) are read.
     """
+    import tomllib
+
     try:
         parsed = tomllib.loads(f"v = {text}")
     except tomllib.TOMLDecodeError:

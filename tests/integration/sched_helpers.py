@@ -13,8 +13,10 @@ from deadline import wait_until
 
 
 def sched(daemons, *args: str, timeout: float = 90.0, **popen) -> subprocess.CompletedProcess:
-    """``sched -s ADDRESS ARGS...``: its exit status, stdout and stderr as text."""
-    return subprocess.run([sys.executable, "-m", "dsched.cli.sched", "-s", daemons.address,
+    """``sched -s ADDRESS ARGS...`` (through the console script's entry, ``cli/quick.py``, which
+    hands all but submit and status to the click command): its exit status, stdout and stderr
+    as text."""
+    return subprocess.run([sys.executable, "-m", "dsched.cli.quick", "-s", daemons.address,
                            *args], env=daemons.env, capture_output=True, text=True,
                           timeout=timeout, **popen)
 

@@ -56,3 +56,31 @@ def test_sched_version_loads_no_client_event_loop_or_tls():
         "import sys\nfrom dsched.cli.sched import main\nsys.argv = ['sched', '--version']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass")
     assert not {"asyncio", "ssl", "dsched.client", "dsched.protocol.ops"} & loaded
+
+
+def test_the_console_scripts_entry_reads_submit_and_status_without_click_or_asyncio():
+    # Up to the connection: the fast path (cli/quick.py) parses, reads the config, builds the
+    # job spec and the ops; the connection itself is tested against a scheduler
+    # (tests/integration/test_sched_fastpath.py).
+    loaded = loaded_modules_after(
+        "from dsched.cli.options import parse\n"
+        "from dsched.cli import quick, calls\nfrom dsched.client import plain, settings\n"
+        "from dsched.jobspec import job_spec\nfrom dsched.protocol import ops\n"
+        "p = parse(['-s', 'h:1', 'submit', '--array', '0-9', '--', 'true'])\n"
+        "ops.SubmitJobs(id=1, jobs=(job_spec(p.params['command'], array='0-9').to_wire(),))"
+        ".to_wire()\nassert parse(['status', '3']) and parse(['--version'])")
+    assert not {"click", "asyncio", "ssl", "dsched.client.client", "dsched.cli.sched",
+                "dsched.cli.params"} & loaded
+
+
+def test_sched_version_through_the_console_scripts_entry_loads_next_to_nothing():
+    loaded = loaded_modules_after(
+        "import sys\nfrom dsched.cli.quick import main\nsys.argv = ['sched', '--version']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass")
+    assert not {"click", "asyncio", "ssl", "dsched.settings", "dsched.protocol.ops",
+                "msgpack", "dataclasses"} & loaded
+
+
+def test_settings_load_no_handshake_or_hashlib_for_the_frame_sizes():
+    loaded = loaded_modules_after("import dsched.settings")
+    assert not {"hashlib", "hmac", "msgpack", "dsched.protocol.handshake"} & loaded

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -28,17 +27,15 @@ from typing import Any, Callable
 import click
 
 from .. import __version__
-from ..environ import ARRAY_INDEX_ENV
 from ..errors import SchedError, SchedulerLostError
-from ..jobs import ArraySpec, JobSpecError, JobState, exit_status
-from ..protocol.fields import INT_MAX
-from . import (CONTEXT_SETTINGS, JOB_ID, PRIORITY, ConfigValue, Duration, EnvVar, JobIds,
-               ResourceSpec, address_problem, build_config, config_option)
-from .jobtext import count_line, ended_line, job_table, worker_table
+from ..jobs import ArraySpec, JobSpecError
+from . import calls
+from .calls import EXIT_SCHEDULER_LOST, stdout_closed
+from .options import GROUP, STATUS, SUBMIT
+from .params import (CONTEXT_SETTINGS, JOB_ID, ConfigValue, address_problem, build_config,
+                     options_of)
+from .jobtext import worker_table
 from .progress import JobProgress
-
-STATES = [state.value for state in JobState]
-
 
 def connect(cfg: dict) -> Any:
     """The client of the scheduler the config names (tests put a stand-in here)."""
@@ -47,18 +44,8 @@ def connect(cfg: dict) -> Any:
     return client_from_config(cfg)
 
 
-#: The exit status when standard output is closed before the command is done (``sched status
-#: | head``): 128 + SIGPIPE, what a shell reports for ``git log | head``'s git, and as silent.
-EXIT_STDOUT_CLOSED = 128 + signal.SIGPIPE
-#: The exit status of a command that follows jobs (wait, submit --wait, logs -f) when its
-#: scheduler was lost and not back within client.connect_timeout: EX_TEMPFAIL of sysexits.h,
-#: since the jobs go on and the command may be run again. Not 1, which says a job failed.
-EXIT_SCHEDULER_LOST = 75
-
-
 def fail(message: str) -> int:
-    click.echo(f"sched: error: {message}", err=True)
-    return 1
+    return calls.fail(click.echo, message)
 
 
 class _CommandLog(logging.Handler):
@@ -74,17 +61,6 @@ class _CommandLog(logging.Handler):
         if record.exc_info:
             text += "\n" + logging.Formatter().formatException(record.exc_info)
         click.echo(text, err=True)
-
-
-def _stdout_closed() -> int:
-    """Standard output's reader is gone: end quietly. Python flushes stdout again at exit and
-    would complain that it cannot, so what is left goes to /dev/null."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
-        pass
-    return EXIT_STDOUT_CLOSED
 
 
 def _with_client(ctx: click.Context, work: Callable[[Any], int], lost: int = 1) -> None:
@@ -109,7 +85,7 @@ def _with_client(ctx: click.Context, work: Callable[[Any], int], lost: int = 1) 
         finally:
             client.close()
     except BrokenPipeError:  # stdout (a socket's never reaches here: the comm layer has it)
-        status = _stdout_closed()
+        status = stdout_closed()
     except SchedulerLostError as error:
         fail(str(error))
         status = lost
@@ -129,13 +105,7 @@ def _stdout_is_a_terminal() -> bool:
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
-@click.option("-s", "--scheduler", "scheduler_address", metavar="ADDRESS",
-              help="Scheduler to talk to, HOST:PORT "
-              "[client.scheduler_address; default 127.0.0.1:8786].")
-@click.option("--token-file", metavar="FILE",
-              help="Shared token file "
-              "[client.token_file; default: the scheduler's on this machine].")
-@config_option()
+@options_of(GROUP)
 @click.version_option(__version__, prog_name="sched")
 @click.pass_context
 def main(ctx: click.Context, scheduler_address: str | None, token_file: str | None,
@@ -147,42 +117,7 @@ def main(ctx: click.Context, scheduler_address: str | None, token_file: str | No
 
 # Options stop at the command: what follows it (its own options included) is the command's.
 @main.command(context_settings={"allow_interspersed_args": False})
-@click.option("--resources", type=ResourceSpec(),
-              help='Resources the job needs, e.g. "GPU=1" or "gpu0=1 gpu1=1". A request '
-              "larger than any worker offers is queued and waits, saying why.")
-@click.option("--name", default="", help="Job name shown by status and logs.")
-@click.option("--priority", type=PRIORITY, default=0, show_default=True, help="Higher runs first.")
-@click.option("--retries", type=click.IntRange(0, INT_MAX), default=0, show_default=True,
-              help="Times to run it again when its command exits non-zero.")
-@click.option("--after-ok", type=JobIds(), multiple=True,
-              help="Start only once these jobs have completed (never, if one does not).")
-@click.option("--after-any", type=JobIds(), multiple=True,
-              help="Start only once these jobs have ended, however they ended.")
-@click.option("--time", "time_limit", type=Duration(), metavar="DURATION",
-              help="Time limit: killed when it runs longer, and ends 'timeout' (90, 15m, 2h, "
-              "2:00:00, 1-12:00:00).")
-@click.option("--hold", is_flag=True, help="Queue it held: it waits for sched release.")
-@click.option("--env", type=EnvVar(), multiple=True,
-              help="Set NAME to VALUE in the job's environment (repeatable).")
-@click.option("--cwd", metavar="DIR",
-              help="Working directory of the job on its worker [default: the worker's].")
-@click.option("--requeue", is_flag=True,
-              help="Queue it again if its worker is lost while it runs (it may then have run "
-              "twice); without it such a job ends 'lost'.")
-@click.option("--array", "array_text", metavar="INDICES",
-              help="An array: one job per index, {} in COMMAND replaced by it, "
-              f"${ARRAY_INDEX_ENV} set to it (0-999, 1,3,5-7 or 0-30:10; %N: at most N at "
-              "once). Its elements are named 12_3 (array 12, index 3).")
-@click.option("--array-file", type=click.File("r"), metavar="FILE",
-              help="An array of one job per line of FILE (blank and # lines skipped), the "
-              "line in place of {} in COMMAND, its line number from 0 the index.")
-@click.option("--array-limit", type=click.IntRange(1, INT_MAX), metavar="N",
-              help="Run at most N elements of the array at once (the %N of --array).")
-@click.option("--wait", is_flag=True,
-              help="Follow the job to its end and exit with its exit status (75: the "
-              "scheduler was lost for longer than client.connect_timeout).")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the job as JSON (as status --json does), at its end with --wait.")
+@options_of(SUBMIT)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def submit(ctx: click.Context, command: tuple[str, ...], after_ok: tuple, after_any: tuple,
@@ -206,34 +141,15 @@ def submit(ctx: click.Context, command: tuple[str, ...], after_ok: tuple, after_
     options.update(env=dict(env), array=array, array_limit=array_limit)
 
     def work(client: Any) -> int:
-        options.update(after_ok=client.resolve_jobs(j for jobs in after_ok for j in jobs),
-                       after_any=client.resolve_jobs(j for jobs in after_any for j in jobs))
-        job = client.submit_command(list(command), **options).job_id()
-        if not wait:
-            if as_json:
-                _json(client.jobs([job])["jobs"][0])
-            else:
-                click.echo(job)
-            return 0
-        if not as_json:
-            click.echo(job)
-        [view] = client.wait_for_jobs([job])
-        if as_json:
-            _json(view)
-        else:
-            click.echo(ended_line(view), err=True)
-        return exit_status(view["state"], view["exit_code"])
+        return calls.submit(client, click.echo, command, options, after_ok, after_any, wait,
+                            as_json)
 
     _with_client(ctx, work, EXIT_SCHEDULER_LOST if wait else 1)
 
 
 @main.command()
 @click.argument("job_ids", nargs=-1, type=JOB_ID, metavar="[JOB]...")
-@click.option("--state", "states", multiple=True, type=click.Choice(STATES),
-              help="Only jobs in this state (repeatable).")
-@click.option("--expand", is_flag=True,
-              help="List the elements of each array, after it (an array is one line without).")
-@click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON, for scripts.")
+@options_of(STATUS)
 @click.pass_context
 def status(ctx: click.Context, job_ids: tuple[int, ...], states: tuple[str, ...],
            expand: bool, as_json: bool) -> None:
@@ -243,24 +159,7 @@ def status(ctx: click.Context, job_ids: tuple[int, ...], states: tuple[str, ...]
     each one not running says why it is in its state. A last line counts them by state.
     """
     def work(client: Any) -> int:
-        numbers = client.resolve_jobs(job_ids)
-        found = client.jobs(numbers, states, expand=expand)
-        views = found["jobs"]
-        if as_json:
-            _json(found)
-        elif views:
-            click.echo("\n".join(job_table(views, time.time())))
-            click.echo(count_line(found["counts"], len(views), found["total"]))
-        else:
-            click.echo("no jobs")
-        if found.get("recovering") and not as_json:
-            click.echo("(the scheduler is recovering: queued jobs wait for the workers that "
-                       "ran jobs to return)")
-        shown = {view["id"] for view in views}
-        unknown = [str(ref) for ref, n in zip(job_ids, numbers) if n not in shown]
-        if unknown and not states:
-            return fail(f"no job {', '.join(unknown)}")
-        return 0
+        return calls.status(client, click.echo, job_ids, states, expand, as_json)
 
     _with_client(ctx, work)
 
@@ -416,7 +315,7 @@ def run_local(ctx: click.Context, jobfile: str, resources: Any, nworkers: int | 
         fail(f"{error}; nothing ran")
         ctx.exit(2)
     except BrokenPipeError:
-        ctx.exit(_stdout_closed())
+        ctx.exit(stdout_closed())
     except (SchedError, OSError, RuntimeError) as error:
         ctx.exit(fail(str(error)))
     finally:

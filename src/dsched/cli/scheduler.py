@@ -10,8 +10,8 @@ import click
 
 from .. import __version__, config
 from ..settings import help_of
-from . import (CONTEXT_SETTINGS, ConfigValue, build_config, config_option, log_level_option,
-               tls_options)
+from .params import (CONTEXT_SETTINGS, ConfigValue, build_config, config_option, log_level_option,
+                     tls_options)
 
 
 def run_scheduler(cfg: dict) -> int:

@@ -13,8 +13,8 @@ import click
 from .. import __version__
 from ..environ import setting_variable
 from ..settings import help_of
-from . import (CONTEXT_SETTINGS, ConfigValue, address_problem, build_config, config_option,
-               log_level_option, tls_options)
+from .params import (CONTEXT_SETTINGS, ConfigValue, address_problem, build_config, config_option,
+                     log_level_option, tls_options)
 
 
 def run_worker(cfg: dict) -> int:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from ..errors import SchedError
-from ..jobs import ArraySpec, parse_job_ref
+from ..jobspec import arrays_to_ask, job_numbers, job_spec, query_jobs
 from ..protocol import ops
-from ..protocol.fields import checked_ids, checked_int
+from ..protocol.fields import checked_ids
 from .joblogs import JobLog, read_latest
-from .jobs import JobFuture, job_spec
+from .jobs import JobFuture
 from .jobwait import wait_for_jobs
 from .workerview import workers_view
 
@@ -47,37 +46,17 @@ class JobRequests:
         """Jobs by number (none: all) and state (none: any), newest first: ``{"jobs": [each
         as ``sched status --json`` shows it], "total": n, "counts": {state: n}}``; an array
         is one job, followed by its elements when ``expand``."""
-        jobs = checked_ids("a job number", await self.resolve_jobs(jobs))
-        offset, limit = checked_int("offset", offset, 0), checked_int("limit", limit, 0)
-        return await self._request(lambda i: ops.QueryJobs(
-            id=i, jobs=jobs, states=tuple(states), offset=offset, limit=limit,
-            expand=bool(expand)))
+        make = query_jobs(await self.resolve_jobs(jobs), states, offset, limit, expand)
+        return await self._request(make)
 
     async def resolve_jobs(self, jobs: Iterable[int | str]) -> list[int]:
         """Job numbers of jobs as users name them: ``12`` (or 12), and ``"12_3"``, the
         element of array 12 with index 3 (one question to the scheduler, for the arrays)."""
-        refs = [parse_job_ref(job) if isinstance(job, str) else job for job in jobs]
-        arrays = sorted({ref[0] for ref in refs if isinstance(ref, tuple)})
+        refs, arrays = arrays_to_ask(jobs)
         if not arrays:
             return refs
-        found = {view["id"]: view for view in (await self._request(lambda i: ops.QueryJobs(
-            id=i, jobs=tuple(checked_ids("a job number", arrays)))))["jobs"]}
-        numbers = []
-        for ref in refs:
-            if isinstance(ref, tuple):
-                array_id, index = ref
-                view = found.get(array_id)
-                if view is None or not view.get("array"):
-                    raise SchedError(f"no array {array_id}" if view is None else
-                                     f"job {array_id} is not an array: name it as {array_id}")
-                indices = view["array"]["indices"]
-                position = (ArraySpec.parse(indices).position(index) if indices else
-                            index if index < view["array"]["size"] else None)
-                if position is None:
-                    raise SchedError(f"array {array_id} has no element {array_id}_{index}")
-                ref = array_id + 1 + position
-            numbers.append(ref)
-        return numbers
+        return job_numbers(refs, (await self._request(
+            lambda i: ops.QueryJobs(id=i, jobs=arrays)))["jobs"])
 
     async def cancel_jobs(self, jobs: Iterable[int | str]) -> dict:
         """Cancel jobs, queued or running (an array: every element not ended); what became

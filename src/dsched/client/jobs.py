@@ -20,15 +20,13 @@ not a second one.
 from __future__ import annotations
 
 import asyncio
-import shlex
-import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from ..errors import SchedError
-from ..jobs import ArraySpec, JobSpec, parse_duration
+from ..jobs import JobSpec
+from ..jobspec import array_spec, job_spec  # noqa: F401 - where they were, for their users
 from ..protocol import ops
-from ..resources import Resources, check_demand
 from .future import CancelledError, FutureState, FutureStatus, Owner
 from .outbox import Deferred, ClientOutbox
 
@@ -203,6 +201,14 @@ class JobFuture:
         self._cancel_asked = True
         self._owner.send(Deferred(lambda: self._desk.cancel(self)))
 
+    def _dependency_id(self) -> int:
+        """Its job's number, as a dependency of another job (``jobspec.job_spec``)."""
+        job = self.job_id() if not self._owner.on_loop() else self.id
+        if job is None:
+            raise ValueError("a dependency on a job not yet acknowledged: await its "
+                             "job_id() first")
+        return job
+
     def __repr__(self) -> str:
         return f"<JobFuture {self.id if self.id is not None else '(submitting)'}: {self.status}>"
 
@@ -214,65 +220,6 @@ async def _wait(state: FutureState, timeout: float | None, what: str) -> None:
         await asyncio.wait_for(state.wait_async(), timeout)
     except asyncio.TimeoutError:
         raise TimeoutError(f"{what} within {timeout} seconds") from None
-
-
-def job_spec(command: Any, *, resources: Any = None, name: str = "", priority: int = 0,
-             retries: int = 0, after_ok: Iterable[Any] = (), after_any: Iterable[Any] = (),
-             time_limit: float | str | None = None, hold: bool = False,
-             env: Mapping[str, str] | None = None, cwd: str | None = None,
-             requeue: bool = False, array: Any = None,
-             array_limit: int | None = None) -> JobSpec:
-    """A JobSpec from ``submit_command``'s arguments, checked here (raises ValueError or
-    ResourceSpecError, and nothing is sent). ``command``: a list of arguments, or a string
-    split as a shell would (no shell runs it: use ``["sh", "-c", "..."]`` for that).
-    ``array``: see ``array_spec``."""
-    if isinstance(command, str):
-        command = shlex.split(command)
-    demand = Resources.parse(resources)
-    check_demand(demand)
-    if isinstance(time_limit, str):
-        time_limit = parse_duration(time_limit)
-    return JobSpec(submission=uuid.uuid4().hex, command=tuple(command), resources=demand,
-                   name=name, priority=priority, retries=retries,
-                   after_ok=tuple(_job_ids(after_ok)), after_any=tuple(_job_ids(after_any)),
-                   time_limit=time_limit, hold=hold, env=dict(env or {}), cwd=cwd,
-                   requeue=requeue, array=array_spec(array, array_limit))
-
-
-def array_spec(array: Any, limit: int | None = None) -> ArraySpec | None:
-    """The elements of an array job: indices as ``--array`` takes them (``"0-999%8"``), a
-    ``range``, or a list of strings (one element each, the string in place of ``{}``, as
-    ``--array-file``'s lines); ``limit``: at most this many at once (or ``%N``)."""
-    if array is None:
-        return None
-    if isinstance(array, str):
-        spec = ArraySpec.parse(array)
-    elif isinstance(array, range):
-        spec = ArraySpec(ranges=(array,))
-    elif isinstance(array, ArraySpec):
-        spec = array
-    else:
-        lines = tuple(array)
-        if not all(isinstance(line, str) for line in lines):
-            raise TypeError("an array is index text (\"0-99%8\"), a range, or a list of strings")
-        spec = ArraySpec(lines=lines)
-    if limit is not None:
-        spec = ArraySpec(ranges=spec.ranges, lines=spec.lines, limit=limit)
-    return spec
-
-
-def _job_ids(jobs: Iterable[Any]) -> list[int]:
-    ids = []
-    for job in jobs:
-        if isinstance(job, JobFuture):
-            job = job.job_id() if not job._owner.on_loop() else job.id
-            if job is None:
-                raise ValueError("a dependency on a job not yet acknowledged: await its "
-                                 "job_id() first")
-        if type(job) is not int:
-            raise TypeError(f"a job dependency is a job number or a JobFuture, not {job!r:.40}")
-        ids.append(job)
-    return ids
 
 
 class JobDesk:

@@ -44,3 +44,20 @@ def client_from_config(cfg: Mapping[str, Any], name: str = "sched") -> Any:
         return Client(section["scheduler_address"] or DEFAULT_SCHEDULER,
                       token_file=section["token_file"], timeout=section["connect_timeout"],
                       name=name, set_as_default=False)
+
+
+def plain_client_from_config(cfg: Mapping[str, Any], name: str = "sched") -> Any:
+    """What ``client_from_config`` connects to, with the same token, timeout and frame
+    limits, over the plain connection of ``plain.py`` (no event loop); ``plain.Unusual``
+    where only the full Client will do (TLS)."""
+    from .plain import PlainClient, Unusual
+
+    section = cfg["client"]
+    if any(section["tls"].values()):
+        raise Unusual("TLS is configured")
+    with config.set({"client": section, "comm": cfg["comm"]}):
+        token = resolve_token(None, section["token_file"])
+        limits = comm_config().limits()
+    return PlainClient(section["scheduler_address"] or DEFAULT_SCHEDULER, token,
+                       section["connect_timeout"], name, limits["max_frame_size"],
+                       limits["max_message_size"])

@@ -9,45 +9,30 @@ each, checked when it arrives by code that ``fields`` generates from its annotat
 ``dsched.comm`` carries it all over TCP.
 """
 
-from .framing import (
-    HEADER,
-    KIND_BUFFER,
-    KIND_OPS,
-    KIND_PART,
-    MAX_FRAME_SIZE,
-    MAX_MESSAGE_SIZE,
-    Frame,
-    FrameDecoder,
-)
-from .handshake import (
-    ACCEPTOR,
-    HANDSHAKE_MAX_FRAME,
-    INITIATOR,
-    MAGIC,
-    PROTOCOL_VERSION,
-    ROLES,
-    Handshake,
-    PeerInfo,
-)
-from .messages import (
-    OOB_THRESHOLD,
-    Batch,
-    MessageDecoder,
-    Payload,
-    close_op,
-    decode_ops,
-    encode_ops,
-)
+#: Where each public name lives. Importing the package (as ``from .framing import ...`` does)
+#: loads none of them: ``dsched.settings`` reads two frame-size constants and need not pay
+#: for msgpack, hashlib and hmac; the op classes are built only for a program that sends ops.
+_PUBLIC = {
+    **dict.fromkeys(("HEADER", "KIND_BUFFER", "KIND_OPS", "KIND_PART", "MAX_FRAME_SIZE",
+                     "MAX_MESSAGE_SIZE", "Frame", "FrameDecoder"), "framing"),
+    **dict.fromkeys(("ACCEPTOR", "HANDSHAKE_MAX_FRAME", "INITIATOR", "MAGIC",
+                     "PROTOCOL_VERSION", "ROLES", "Handshake", "PeerInfo"), "handshake"),
+    **dict.fromkeys(("OOB_THRESHOLD", "Batch", "MessageDecoder", "Payload", "close_op",
+                     "decode_ops", "encode_ops"), "messages"),
+}
 
 
 def __getattr__(name: str):
-    """``ops`` is loaded when first used (it builds a class and its checks for every op, which
-    a program that only reads a setting need not pay for)."""
-    if name == "ops":
-        import importlib
+    import importlib
 
+    if name == "ops":
         return importlib.import_module(".ops", __name__)
-    raise AttributeError(f"module 'dsched.protocol' has no attribute {name!r}")
+    where = _PUBLIC.get(name)
+    if where is None:
+        raise AttributeError(f"module 'dsched.protocol' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{where}", __name__), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

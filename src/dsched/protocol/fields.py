@@ -1,8 +1,8 @@
 """How an op is declared, checked, encoded and decoded: the machinery under ``ops.py``.
 
-``@op("wire-name")`` makes a class a frozen dataclass with ``OP``, ``to_wire()`` (the dict that
-msgpack sends) and ``from_wire(d)`` (the op rebuilt from a peer's dict, every field's type
-checked). The field kinds are declared once, in ``_KINDS``, keyed by the annotation's text, and
+``@op("wire-name")`` makes a class a frozen, slotted op class (as a frozen dataclass would
+be) with ``OP``, ``to_wire()`` (the dict that msgpack sends) and ``from_wire(d)`` (the op
+rebuilt from a peer's dict, every field's type checked). The field kinds are declared once, in ``_KINDS``, keyed by the annotation's text, and
 both functions are generated from them as straight-line code, so the hot path pays a few type
 checks per op and no reflection. A wrong field raises :class:`BadOp`, a RemoteProtocolError, so
 the shell answers or closes that connection with the reason, as it does for a bad frame.
@@ -13,11 +13,13 @@ Pure: no I/O; payloads stay opaque bytes (nothing here unpickles).
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import _FIELD, MISSING, Field, FrozenInstanceError
+from dataclasses import field as dataclass_field
 from typing import Any, Callable, Mapping
 
 from ..errors import RemoteProtocolError, ResourceSpecError
 from ..resources import EMPTY, Resources
+from .ints import INT_MAX, INT_MIN, checked_ids, checked_int  # noqa: F401 - theirs
 from .messages import OOB_THRESHOLD, Payload
 
 
@@ -34,26 +36,6 @@ Task = dict
 
 _NOT_GIVEN = object()
 _FACTORY = object()  # a map field left out: a fresh empty one
-
-
-#: The integers the wire carries (msgpack's signed 64 bits). A number outside is refused where
-#: a caller gives it (``checked_int``): sent, it would fail the whole connection instead.
-INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
-
-
-def checked_int(name: str, value: Any, low: int = INT_MIN, high: int = INT_MAX) -> int:
-    """``value`` if it is an int from ``low`` to ``high``; else ValueError (TypeError for a
-    non-integer) naming ``name`` and the range."""
-    if type(value) is bool or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer, not {value!r:.40}")
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be from {low} to {high}, not {value}")
-    return int(value)
-
-
-def checked_ids(name: str, values: Any) -> tuple[int, ...]:
-    """Numbers (of jobs) as the wire carries them: each from 1 to INT_MAX."""
-    return tuple(checked_int(name, value, 1) for value in values)
 
 
 # -- field kinds: check a value from the wire (and convert it), and turn one back ------------
@@ -243,63 +225,136 @@ _KINDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any] | None]] = {
 
 
 def op(name: str) -> Callable[[type], type]:
-    """Make the decorated class an op named ``name`` on the wire: a frozen dataclass with
-    generated ``to_wire`` and ``from_wire``. A field whose default is its kind's empty value
-    is left off the wire when it has that value, so small ops stay small."""
+    """Make the decorated class an op named ``name`` on the wire: a frozen, slotted class with
+    the dataclass methods (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, and
+    ``dataclasses.fields`` works on it), ``to_wire`` and ``from_wire``. A field whose default
+    is its kind's empty value is left off the wire when it has that value, so small ops stay
+    small.
+
+    Not ``dataclass()``: it compiles several methods per class as the class is made, which for
+    every op came to most of the cost of importing the ops (the ``sched`` command loads them to
+    send two). Here the class is made with its slots and stand-in methods, and the first use of
+    any of them compiles the real ones for that class, once, in one piece of text: a program
+    pays for the ops it uses."""
 
     def decorate(cls: type) -> type:
-        cls = dataclass(frozen=True, slots=True)(cls)
-        params, sets, args, out = [], [], [], []
-        env = {"cls": cls, "BadOp": BadOp, "_FACTORY": _FACTORY}
-        for f in fields(cls):
-            n = f.name
-            check, back = _KINDS[f.type]
-            env[f"check_{n}"], env[f"back_{n}"] = check, back
-            env[f"set_{n}"] = cls.__dict__[n].__set__  # the slot itself: frozen stays frozen
-            value = f"back_{n}(self.{n})" if back else f"self.{n}"
-            if f.default_factory is not MISSING:  # an empty map: left off the wire
-                env[f"factory_{n}"] = f.default_factory
-                params.append(f"{n}=_FACTORY")
-                sets.append(f"set_{n}(self, factory_{n}() if {n} is _FACTORY else {n})")
-                args.append(f"check_{n}(d[{n!r}]) if {n!r} in d else _FACTORY")
-                out.append(f"if self.{n}: w[{n!r}] = {value}")
-            elif f.default is MISSING:
-                params.append(n)
-                sets.append(f"set_{n}(self, {n})")
-                args.append(f"check_{n}(d[{n!r}])")
-                out.append(f"w[{n!r}] = {value}")
-            else:
-                env[f"default_{n}"] = f.default
-                params.append(f"{n}=default_{n}")
-                sets.append(f"set_{n}(self, {n})")
-                args.append(f"check_{n}(d[{n!r}]) if {n!r} in d else default_{n}")
-                out.append(f"if self.{n} != default_{n}: w[{n!r}] = {value}")
-        source = "\n".join([
-            # Frozen dataclasses set each field through object.__setattr__, three times
-            # slower than writing the slot: this __init__ writes the slots.
-            "def __init__(self, " + ", ".join(params) + "):",
-            *(f"    {line}" for line in sets or ["pass"]),
-            "def from_wire(d):",
-            "    try:",
-            "        return cls(" + ", ".join(args) + ")",
-            "    except KeyError as error:",
-            f"        raise BadOp(f'a {name} op without {{error}}') from None",
-            "    except BadOp as error:",
-            f"        raise BadOp(f'a {name} op: {{error}}') from None",
-            "def to_wire(self):",
-            f"    w = {{'op': {name!r}}}",
-            *(f"    {line}" for line in out),
-            "    return w",
-        ])
-        exec(compile(source, f"<op {name}>", "exec"), env)  # noqa: S102 - our own text
-        cls.__init__ = env["__init__"]
-        cls.OP = name
-        cls.from_wire = staticmethod(env["from_wire"])
-        cls.to_wire = env["to_wire"]
-        OPS[name] = cls
-        return cls
+        own = cls.__dict__
+        names = list(own.get("__annotations__", {}))
+        namespace = {key: value for key, value in own.items()
+                     if key not in names and key not in ("__dict__", "__weakref__")}
+        namespace.update(__slots__=tuple(names), __match_args__=tuple(names),
+                         __setattr__=_frozen_setattr, __delattr__=_frozen_delattr,
+                         __getstate__=_getstate, __setstate__=_setstate, OP=name)
+        new = type(cls)(cls.__name__, cls.__bases__, namespace)
+        declared = {}
+        for n in names:
+            value = own.get(n, MISSING)
+            f = value if isinstance(value, Field) else dataclass_field(default=value)
+            f.name, f.type, f._field_type = n, own["__annotations__"][n], _FIELD
+            declared[n] = f
+        new.__dataclass_fields__ = declared
+        for method in ("__init__", "__repr__", "__eq__", "__hash__", "to_wire"):
+            setattr(new, method, _stand_in(new, method))
+        new.from_wire = staticmethod(_stand_in(new, "from_wire", static=True))
+        OPS[name] = new
+        return new
 
     return decorate
+
+
+def _frozen_setattr(self: Any, name: str, value: Any) -> None:
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _frozen_delattr(self: Any, name: str) -> None:
+    raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def _getstate(self: Any) -> list:
+    return [getattr(self, name) for name in self.__slots__]
+
+
+def _setstate(self: Any, state: list) -> None:
+    for name, value in zip(self.__slots__, state):
+        object.__setattr__(self, name, value)
+
+
+def _stand_in(cls: type, method: str, static: bool = False) -> Callable[..., Any]:
+    """A method of ``cls`` that puts the real methods in place, then calls the real one."""
+    if static:
+        def first_call(*args: Any, **kwargs: Any) -> Any:
+            _build(cls)
+            return cls.__dict__[method].__func__(*args, **kwargs)
+    else:
+        def first_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            _build(cls)
+            return getattr(cls, method)(self, *args, **kwargs)
+    return first_call
+
+
+def _build(cls: type) -> None:
+    """Compile the methods of the op class ``cls`` from its fields' kinds and put them on it
+    (threads that race here each put the same methods)."""
+    name = cls.OP
+    params, sets, args, out = [], [], [], []
+    env = {"cls": cls, "BadOp": BadOp, "_FACTORY": _FACTORY, "MISSING": MISSING}
+    declared = list(cls.__dataclass_fields__.values())
+    for f in declared:
+        n = f.name
+        check, back = _KINDS[f.type]
+        env[f"check_{n}"], env[f"back_{n}"] = check, back
+        env[f"set_{n}"] = cls.__dict__[n].__set__  # the slot itself: frozen stays frozen
+        value = f"back_{n}(self.{n})" if back else f"self.{n}"
+        if f.default_factory is not MISSING:  # an empty map: left off the wire
+            env[f"factory_{n}"] = f.default_factory
+            params.append(f"{n}=_FACTORY")
+            sets.append(f"set_{n}(self, factory_{n}() if {n} is _FACTORY else {n})")
+            args.append(f"check_{n}(d[{n!r}]) if {n!r} in d else _FACTORY")
+            out.append(f"if self.{n}: w[{n!r}] = {value}")
+        elif f.default is MISSING:
+            params.append(n)
+            sets.append(f"set_{n}(self, {n})")
+            args.append(f"check_{n}(d[{n!r}])")
+            out.append(f"w[{n!r}] = {value}")
+        else:
+            env[f"default_{n}"] = f.default
+            params.append(f"{n}=default_{n}")
+            sets.append(f"set_{n}(self, {n})")
+            args.append(f"check_{n}(d[{n!r}]) if {n!r} in d else default_{n}")
+            out.append(f"if self.{n} != default_{n}: w[{n!r}] = {value}")
+    mine = ", ".join(f"self.{f.name}" for f in declared) + ("," if declared else "")
+    theirs = ", ".join(f"other.{f.name}" for f in declared) + ("," if declared else "")
+    shown = ", ".join(f"{f.name}={{self.{f.name}!r}}" for f in declared)
+    source = "\n".join([
+        # Writing the slots: a frozen class's __setattr__ refuses, and object.__setattr__
+        # (what dataclass() uses) is three times slower.
+        "def __init__(self, " + ", ".join(params) + "):",
+        *(f"    {line}" for line in sets or ["pass"]),
+        "def __repr__(self):",
+        f"    return f'{{type(self).__qualname__}}({shown})'",
+        "def __eq__(self, other):",
+        "    if other.__class__ is self.__class__:",
+        f"        return ({mine}) == ({theirs})",
+        "    return NotImplemented",
+        "def __hash__(self):",
+        f"    return hash(({mine}))",
+        "def from_wire(d):",
+        "    try:",
+        "        return cls(" + ", ".join(args) + ")",
+        "    except KeyError as error:",
+        f"        raise BadOp(f'a {name} op without {{error}}') from None",
+        "    except BadOp as error:",
+        f"        raise BadOp(f'a {name} op: {{error}}') from None",
+        "def to_wire(self):",
+        f"    w = {{'op': {name!r}}}",
+        *(f"    {line}" for line in out),
+        "    return w",
+    ])
+    exec(compile(source, f"<op {name}>", "exec"), env)  # noqa: S102 - our own text
+    for method in ("__init__", "__repr__", "__eq__", "__hash__", "to_wire"):
+        env[method].__qualname__ = f"{cls.__qualname__}.{method}"
+        setattr(cls, method, env[method])
+    cls.from_wire = staticmethod(env["from_wire"])
 
 
 def decode(d: Mapping[str, Any]) -> Any:

@@ -1,0 +1,108 @@
+"""The ``sched`` console script's entry point: ``sched submit``, ``sched status`` and ``sched
+--version`` without click or asyncio, for scripts that run them by the thousand.
+
+Loading click and the full Client took several times as long as what such a command does
+(connect, authenticate, send one op, read its reply), so a plain case is done here: the
+command line read by ``options.parse`` (the same tables the click commands are built from),
+the config and token as the click command finds them, the plain connection of
+``client/plain.py``, and the same calls (``calls.py``). Everything else goes to the click
+command (``sched.py``) unchanged, which then behaves and errs exactly as it always did: help,
+any other command, ``--wait``, ``--array-file``, an option or value the fast parser does not
+take, a config or address that is wrong, TLS, a scheduler that cannot be reached or refuses,
+any answer not expected. Handing over is safe while nothing was queued; once a submission has
+left, its failures are said here (``plain.py`` never queues a job twice).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .options import Parsed, address_problem, load_config, parse
+
+
+def main() -> None:
+    """``sched``: the fast path where it applies, else the click command."""
+    status = run(sys.argv[1:])
+    if status is None:
+        from .sched import main as click_main
+
+        click_main()  # reads sys.argv itself, as it does as the console script
+        return
+    sys.exit(status)
+
+
+def connect(cfg: dict) -> Any:
+    """The plain connection to the scheduler ``cfg`` names (tests put a stand-in here)."""
+    from ..client.settings import plain_client_from_config
+
+    return plain_client_from_config(cfg)
+
+
+def run(argv: list[str]) -> int | None:
+    """Do what ``argv`` asks and return the exit status, or None, having done nothing, where
+    the click command is to do it."""
+    parsed = parse(argv)
+    if parsed is None or parsed.command == "submit" and parsed.params["wait"]:
+        return None
+    if parsed.command == "version":
+        from .. import __version__
+
+        _echo(f"sched, version {__version__}")
+        return 0
+    from ..errors import SchedError
+    from . import calls
+
+    try:
+        cfg = load_config(parsed.group["config_file"], {
+            "client.scheduler_address": parsed.group["scheduler_address"],
+            "client.token_file": parsed.group["token_file"]})
+        from ..client.settings import DEFAULT_SCHEDULER
+
+        if address_problem(cfg["client"]["scheduler_address"] or DEFAULT_SCHEDULER):
+            return None
+        client = connect(cfg)
+    except Exception:  # noqa: BLE001 - the click command does it again, and says what failed
+        return None
+    try:
+        try:
+            return _call(client, parsed)
+        finally:
+            client.close()
+    except BrokenPipeError:
+        return calls.stdout_closed()
+    except Exception as error:  # noqa: BLE001 - handed over unless a job may have been queued
+        if not getattr(client, "submitted", False):
+            return None
+        if isinstance(error, (SchedError, OSError)):  # SchedulerLostError among them
+            return calls.fail(_echo, str(error))
+        raise
+
+
+def _call(client: Any, parsed: Parsed) -> int:
+    from ..jobs import ArraySpec
+    from . import calls
+
+    params = parsed.params
+    if parsed.command == "status":
+        return calls.status(client, _echo, params["job_ids"], params["states"],
+                            params["expand"], params["as_json"])
+    # What the click command does with its parameters before it connects (sched.submit).
+    options = {key: params[key] for key in ("resources", "name", "priority", "retries",
+                                            "time_limit", "hold", "cwd", "requeue")}
+    text = params["array_text"]
+    options.update(env=dict(params["env"]), array=None if text is None else ArraySpec.parse(text),
+                   array_limit=params["array_limit"])
+    return calls.submit(client, _echo, params["command"], options, params["after_ok"],
+                        params["after_any"], params["wait"], params["as_json"])
+
+
+def _echo(text: Any, err: bool = False) -> None:
+    """As click.echo: a line, flushed at once (a closed pipe is found here, as there)."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(f"{text}\n")
+    stream.flush()
+
+
+if __name__ == "__main__":
+    main()

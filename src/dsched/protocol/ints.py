@@ -1,0 +1,26 @@
+"""The integers the wire carries, and the checks of a caller's numbers against them: pure, and
+free of everything else here, so that the command line checks its numbers without loading
+msgpack or the op machinery (``fields`` gives these names too)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The integers the wire carries (msgpack's signed 64 bits). A number outside is refused where
+#: a caller gives it (``checked_int``): sent, it would fail the whole connection instead.
+INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def checked_int(name: str, value: Any, low: int = INT_MIN, high: int = INT_MAX) -> int:
+    """``value`` if it is an int from ``low`` to ``high``; else ValueError (TypeError for a
+    non-integer) naming ``name`` and the range."""
+    if type(value) is bool or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, not {value!r:.40}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be from {low} to {high}, not {value}")
+    return int(value)
+
+
+def checked_ids(name: str, values: Any) -> tuple[int, ...]:
+    """Numbers (of jobs) as the wire carries them: each from 1 to INT_MAX."""
+    return tuple(checked_int(name, value, 1) for value in values)
