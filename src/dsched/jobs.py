@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from .environ import ARRAY_ID_ENV, ARRAY_INDEX_ENV, ARRAY_SIZE_ENV
 from .errors import SchedError
-from .protocol.fields import checked_ids, checked_int
+from .protocol.ints import INT_MAX, checked_ids, checked_int
 from .resources import EMPTY, Resources
 
 
@@ -135,9 +135,8 @@ class JobSpec:
                 array=ArraySpec.from_wire(wire["array"]) if wire.get("array") else None)
         except SchedError:  # said already: JobSpecError, ResourceSpecError
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as error:  # a peer's shapes
-            raise JobSpecError(f"a malformed job: {error}") from None
-
+        except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError) as error:
+            raise JobSpecError(f"a malformed job: {error}") from None  # a peer's shapes
 
     @classmethod
     def trusted(cls, wire: Mapping[str, Any], resources: Resources) -> "JobSpec":
@@ -201,6 +200,15 @@ class ArraySpec:
     def __post_init__(self) -> None:
         if bool(self.ranges) == bool(self.lines):
             raise JobSpecError("an array has index ranges or lines, one of the two")
+        for r in self.ranges:  # before any len(): a range past sys.maxsize has none
+            if not isinstance(r, range) or r.start < 0 or r.step < 1 or r.stop <= r.start:
+                raise JobSpecError(f"an array's indices are ranges of whole numbers from 0 "
+                                   f"up, in steps of 1 or more, not {r!r}")
+            if r.stop > INT_MAX:
+                raise JobSpecError(f"an array's indices are below 2**63, not {r.stop - 1}")
+            if r.stop - r.start > MAX_ARRAY * r.step:
+                raise JobSpecError(f"an array has at most {MAX_ARRAY:,} elements: "
+                                   f"{r.start}-{r.stop - 1} is more")
         if not 0 < self.size <= MAX_ARRAY:
             raise JobSpecError(f"an array has 1 to {MAX_ARRAY:,} elements, not {self.size:,}")
         if self.limit is not None and not 0 < self.limit <= MAX_ARRAY:
@@ -300,7 +308,9 @@ def parse_job_ref(text: str) -> int | tuple[int, int]:
     """A job as a user names it: ``12`` (a job, or a whole array), or ``12_3`` (the element
     of array 12 with index 3, as Slurm writes it)."""
     first, underscore, second = text.strip().partition("_")
-    if first.isdigit() and (not underscore or second.isdigit()) and int(first) > 0:
+    digits = first.isascii() and first.isdigit() and (
+        not underscore or (second.isascii() and second.isdigit()))
+    if digits and int(first) > 0:
         return (int(first), int(second)) if underscore else int(first)
     raise JobSpecError(f"invalid job {text!r}: a job number (12), or an array element (12_3)")
 

@@ -190,3 +190,24 @@ def test_an_op_that_cannot_be_encoded_fails_only_the_call_that_made_it(daemons):
     assert held.job_id(timeout=10) == 1
     assert client.status == "running" and task.status == "pending"  # not lost with it
     assert client.jobs()["total"] == 1
+
+
+def test_an_array_the_scheduler_cannot_hold_is_refused_and_it_goes_on_serving(daemons):
+    from dsched.jobs import ArraySpec
+
+    daemons.scheduler()
+    client = daemons.client()
+    spec = job_spec(["true"])
+    # Past the checks at the door: indices no range can count, as a hostile peer sends them.
+    huge = object.__new__(ArraySpec)
+    object.__setattr__(huge, "ranges", (range(0, 2**80),))
+    object.__setattr__(huge, "lines", ())
+    object.__setattr__(huge, "limit", None)
+    object.__setattr__(spec, "array", huge)
+    object.__setattr__(huge, "to_wire", lambda: {"indices": f"0-{2**80}", "lines": [],
+                                                 "limit": None})
+    bad = client._async._jobs.submit(spec)
+    with pytest.raises(SchedError, match="nothing queued|indices are below 2"):
+        bad.job_id(timeout=10)
+    assert client.submit_command(["true"], hold=True).job_id(timeout=10) >= 1
+    assert client.jobs()["total"] == 1

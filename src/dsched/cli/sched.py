@@ -135,7 +135,8 @@ def submit(ctx: click.Context, command: tuple[str, ...], after_ok: tuple, after_
         array = (ArraySpec.parse(array_text) if array_text is not None else
                  ArraySpec.of_lines(array_file) if array_file is not None else None)
     except JobSpecError as error:
-        raise click.BadParameter(str(error), param_hint="--array") from None
+        raise click.BadParameter(str(error), param_hint="--array" if array_text is not None
+                                 else "--array-file") from None
     if array_limit is not None and array is None:
         raise click.UsageError("--array-limit is for an array (--array or --array-file)")
     options.update(env=dict(env), array=array, array_limit=array_limit)

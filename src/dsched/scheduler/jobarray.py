@@ -12,8 +12,9 @@ When the placer takes the head, the next element is queued, so an array keeps ev
 slot busy without filling the queue; the array's limit (``%N``) caps how many elements are
 queued, starting or running at once. An element is an ordinary job from then on (attempts,
 retries, the journal, recovery); when it ends, the array counts it, and once every element
-has ended the array ends too: completed if all completed, else as the first of its elements
-that did not. ``--after-ok`` on an array waits for all of it.
+has ended the array ends too: completed if all completed, else failed, timeout, lost or
+cancelled, the first of these that one of its elements ended in. ``--after-ok`` on an array
+waits for all of it.
 
 Elements are journaled when their first attempt is dispatched (or when they end without
 one); an element with no row is waiting, so a restart rebuilds the cursor from the rows.
@@ -72,8 +73,10 @@ class JobArray:
     def counts(self) -> dict[str, int]:
         """How many elements are in each state."""
         counts: Counter = Counter({s.value: n for s, n in self.ended.items()})
-        for position in (*self.live, *self.waiting):
+        for position in self.live:
             counts[self.elements[position].state.value] += 1
+        if self.waiting:  # named before their turn: they wait as the array does
+            counts[(HELD if self.job.state is HELD else QUEUED).value] += len(self.waiting)
         counts.update(self.unmade_counts())
         return dict(counts)
 

@@ -162,6 +162,8 @@ class JobRecovery:
             elif "parent" in row:
                 job.position = row["position"]
                 elements.append((job, row["parent"]))
+            elif not job.ended:  # its place in the queue, in submission order with the arrays'
+                job.order = book.graph.next_order(job.spec.priority)
         for job, parent in elements:  # an element's row follows its array's
             book.arrays.adopt(job, jobs[parent])
         book.next_id = max(max(jobs, default=0) + 1, next_id)

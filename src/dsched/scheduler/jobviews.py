@@ -60,17 +60,20 @@ def jobs_view(state: "SchedulerState", ids=(), states=(), offset: int = 0,
                        (j for j in reversed(jobs.values())
                         if not j.ended and j.parent is None and j.id not in shown),
                        (j for j in reversed(jobs.values()) if j.ended and j.parent is None))
-    if expand:
-        chosen = chain.from_iterable(
-            chain((j,), _elements(state, j)) if j.array is not None else (j,) for j in chosen)
-    if wanted:
-        chosen = (j for j in chosen if shown_state(j).value in wanted)
-    chosen = list(chosen) if ids or expand or wanted else chosen
-    total = len(chosen) if isinstance(chosen, list) else len(jobs) - book.arrays.made
+    if expand:  # each array followed by its elements, counted and walked without making them
+        top = list(chosen)
+        expanded = {j.id for j in top if j.array is not None}
+        top = [j for j in top if j.parent is None or j.parent.id not in expanded]
+        total = sum(_expanded_count(j, wanted) for j in top)
+        chosen = chain.from_iterable(_expanded(j, wanted) for j in top)
+    else:
+        if wanted:
+            chosen = [j for j in chosen if shown_state(j).value in wanted]
+        total = len(chosen) if isinstance(chosen, list) else len(jobs) - book.arrays.made
     # Any integer may come over the wire; islice takes those below sys.maxsize only.
     start = min(max(0, offset), total)
     page = islice(chosen, start, start + min(max(0, limit), total))
-    return {"jobs": [job_view(state, j) for j in page], "total": total,
+    return {"jobs": [job_view(state, _shown(state, item)) for item in page], "total": total,
             "counts": dict(counts), "recovering": book.recovering}
 
 
@@ -83,13 +86,43 @@ def _named(state: "SchedulerState", job_id: int):
     return state.jobs.arrays.view_of_unmade(*found) if found is not None else None
 
 
-def _elements(state: "SchedulerState", job) -> Iterator:
-    """The elements of the array ``job``, in order: those made, and the others as shown."""
+def _expanded(job, wanted: set) -> Iterator:
+    """``job`` if it is in a ``wanted`` state (none: any), then, for an array, its elements in
+    order that are: a made one as itself, one not made as (array, position)."""
+    if not wanted or shown_state(job).value in wanted:
+        yield job
     array = job.array
-    for position in range(array.size):
-        element = array.elements.get(position)
-        yield element if element is not None else state.jobs.arrays.view_of_unmade(
-            array, position)
+    if array is None:
+        return
+    elements = array.elements
+    unmade = next(iter(array.unmade_counts()), None)  # the state they all show
+    if unmade is not None and (not wanted or unmade in wanted):
+        for position in range(array.size):
+            element = elements.get(position)
+            if element is None:
+                yield array, position
+            elif not wanted or element.state.value in wanted:
+                yield element
+    else:
+        for position in sorted(elements):
+            if not wanted or elements[position].state.value in wanted:
+                yield elements[position]
+
+
+def _expanded_count(job, wanted: set) -> int:
+    """How many items ``_expanded`` gives, without walking the elements not made."""
+    n = int(not wanted or shown_state(job).value in wanted)
+    array = job.array
+    if array is not None:
+        n += sum(1 for e in array.elements.values() if not wanted or e.state.value in wanted)
+        n += sum(count for name, count in array.unmade_counts().items()
+                 if not wanted or name in wanted)
+    return n
+
+
+def _shown(state: "SchedulerState", item):
+    """The Job to show for an item of ``_expanded``."""
+    return state.jobs.arrays.view_of_unmade(*item) if isinstance(item, tuple) else item
 
 
 def job_view(state: "SchedulerState", job) -> dict[str, Any]:
@@ -105,6 +138,8 @@ def job_view(state: "SchedulerState", job) -> dict[str, Any]:
     elif job.parent is not None and job.attempt == 0 and job.state is JobState.queued and (
             job.wait is not Reason.recovering):
         parent = job.parent  # not fed yet: it waits as its array does, or for its turn
+        if parent.state is JobState.held:
+            view["state"] = JobState.held.value
         if parent.wait is not None or parent.state is not JobState.queued:
             view["reason"] = (parent.wait or Reason.held).value
             view["detail"] = f"array {parent.id}: {job_view(state, parent)['detail']}"

@@ -4,7 +4,9 @@ whole or one element at a time, and rebuilt from the journal."""
 
 from __future__ import annotations
 
-from dsched.jobs import ArraySpec
+import pytest
+
+from dsched.jobs import ArraySpec, JobSpec, JobSpecError
 from dsched.scheduler import actions as act, events as ev
 from dsched.scheduler.jobviews import jobs_view
 from sched_story import JobStory, job, journaled, started
@@ -198,3 +200,55 @@ def test_a_restart_with_a_job_after_an_element_not_yet_fed_queues_that_element_o
     assert started(again.worker("w1", nthreads=1)) == [("job-2.1", "w1")]
     assert run_all(again, ["job-2.1"]) == [("job-3.1", "w1")]
     assert run_all(again, ["job-3.1"]) == [("job-4.1", "w1")]
+
+
+def test_after_a_restart_an_array_keeps_its_place_behind_jobs_submitted_before_it():
+    s = JobStory()
+    rows = {}
+    for actions in (s.jobs(job("before")), s.jobs(array("0-2")), s.jobs(job("after"))):
+        for a in actions:
+            if isinstance(a, act.JournalWrite):
+                rows.update({row["id"]: row for row in a.rows})
+    again = JobStory()
+    again(ev.JobsLoaded(rows=tuple(rows[i] for i in sorted(rows)), now=again.now))
+    keys = [key for key, _ in started(again.worker("w1", nthreads=1))]
+    for _ in range(4):  # one slot: each end starts the next
+        keys += [key for key, _ in run_all(again, [keys[-1]])]
+    assert [key.split(".")[0] for key in keys] == ["job-1", "job-3", "job-4", "job-5", "job-6"]
+
+
+def test_expanding_a_million_element_array_costs_the_page_not_the_array():
+    import time
+
+    s = JobStory()
+    s.worker("w1", nthreads=1)
+    s.jobs(array("0-999999"))
+    started_at = time.perf_counter()
+    page = jobs_view(s.state, ids=(1,), expand=True, offset=10, limit=20)
+    by_state = jobs_view(s.state, expand=True, states=("assigned",))
+    took = time.perf_counter() - started_at
+    assert page["total"] == 1_000_001 and [v["id"] for v in page["jobs"]] == list(range(11, 31))
+    assert [v["id"] for v in by_state["jobs"]] == [2] and by_state["total"] == 1
+    assert took < 1.0, took  # walking the array, or making its elements, takes many seconds
+    both = jobs_view(s.state, ids=(1, 2, 3), expand=True, limit=3)
+    assert [v["id"] for v in both["jobs"]] == [1, 2, 3]  # each element once, after its array
+
+
+def test_an_element_named_in_a_held_array_is_shown_and_counted_held():
+    s = JobStory()
+    s.jobs(array("0-3", hold=True))
+    s(ev.JobsWatched(client="c", jobs=(4,), now=s.now))
+    assert s.view(4)["state"] == "held" and s.view(4)["reason"] == "held"
+    assert s.view(1)["array"]["counts"] == {"held": 4}
+
+
+@pytest.mark.parametrize("indices, words", [
+    ("0-99999999999999999999", r"below 2\*\*63"), ("0-99999999", "at most 10,000,000 elements"),
+    ("7-3", "invalid array range"), ("1,1", "given twice"), ("0-3%0", "must be positive"),
+])
+def test_an_array_the_wire_cannot_carry_or_the_scheduler_cannot_hold_is_refused(indices, words):
+    wire = {"submission": "s", "command": ["true"], "array": {"indices": indices}}
+    with pytest.raises(JobSpecError, match=words):
+        JobSpec.from_wire(wire)
+    with pytest.raises(JobSpecError, match="steps of 1 or more"):
+        ArraySpec(ranges=(range(10, 0, -1),))
