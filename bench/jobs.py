@@ -14,7 +14,9 @@
    ``ended`` (the worker's wall clock: ``ended`` stamped by the supervisor once the command
    and all it started are gone, ``started`` once the next command is spawned), median and
    p99; ``gpu_handoff_ms``, the same on a worker offering ``gpu0=1`` to jobs asking
-   ``gpu0=1``. Each figure is ``{"value": ..., "target": ..., "met": ...}``.
+   ``gpu0=1``; ``true_cpu_ms_per_job``, the CPU time a job of ``true`` cost the scheduler, the
+   worker, and the spawner with the supervisors it forked (their guards and commands
+   included). Each figure is ``{"value": ..., "target": ..., "met": ...}``.
 4. Where Debian's task-spooler (``tsp``) is on PATH: the same shapes through it, on a private
    socket, and dsched's figure over its (``vs_tsp``). Its times are whole seconds, so the
    handoff of both is also given as the mean gap, ``(wall time - the jobs' run times) / n``.
@@ -138,27 +140,59 @@ def start_worker(address: str, token: str, directory: str, nthreads: int,
         env={**os.environ, "SCHED_TOKEN": token}, stdout=subprocess.DEVNULL)
 
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """A process's CPU seconds (user and system), and those of its children it has reaped."""
+    with open(f"/proc/{pid}/stat") as file:
+        fields = file.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def job_cpu(scheduler: int, worker: int) -> tuple[float, float, float]:
+    """CPU seconds so far of the scheduler, the worker, and the worker's spawner with the
+    supervisors it reaped (each with its guard and command)."""
+    spawners = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()
+                and _parent(int(entry)) == worker]
+    return (cpu_seconds(scheduler)[0], cpu_seconds(worker)[0],
+            sum(sum(cpu_seconds(pid)) for pid in spawners))
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return int(file.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return 0
+
+
 async def run_jobs(address: str, token: str, command: list[str], n: int,
-                   resources: str | None) -> tuple[float, list]:
+                   resources: str | None, pids: tuple[int, int]) -> tuple[float, list, dict]:
     """``n`` jobs of ``command`` submitted at once, after one to warm up; the seconds from the
-    first submission to the last end, and the results."""
+    first submission to the last end, the results, and the CPU milliseconds a job of the
+    scheduler, the worker, and the spawner with its supervisors (Linux)."""
     async with AsyncClient(address, token=token) as client:
         await client.wait_for_workers(1, 60)
         await client.submit_command(command, resources=resources).result(60)
+        before = job_cpu(*pids)
         started = time.perf_counter()
         futures = [client.submit_command(command, resources=resources) for _ in range(n)]
         results = await asyncio.gather(*(future.result(600) for future in futures))
-        return time.perf_counter() - started, results
+        wall = time.perf_counter() - started
+        after = job_cpu(*pids)
+        cpu = {name: round((b - a) * 1000 / n, 1) for name, a, b in
+               zip(("scheduler", "worker", "spawner_and_supervisors"), before, after)}
+        return wall, results, cpu
 
 
 def with_cluster(tmp: str, token: str, nthreads: int, resources: str | None, command: list[str],
-                 n: int) -> tuple[float, list]:
+                 n: int) -> tuple[float, list, dict]:
     """A fresh scheduler and worker, ``n`` jobs through them, both stopped after."""
     os.makedirs(tmp)
     scheduler, address, _ = start_scheduler(os.path.join(tmp, "state"), token)
     worker = start_worker(address, token, os.path.join(tmp, "worker"), nthreads, resources)
     try:
-        return asyncio.run(run_jobs(address, token, command, n, resources))
+        return asyncio.run(run_jobs(address, token, command, n, resources,
+                                    (scheduler.pid, worker.pid)))
     finally:
         for process in (worker, scheduler):  # the worker first: it leaves without reconnecting
             process.terminate()
@@ -175,7 +209,7 @@ def handoffs(results: list) -> list[float]:
 
 
 def handoff_figures(tmp: str, token: str, n: int, resources: str | None) -> dict:
-    wall, results = with_cluster(tmp, token, 1, resources, ["sleep", "0.05"], n)
+    wall, results, _ = with_cluster(tmp, token, 1, resources, ["sleep", "0.05"], n)
     gaps = handoffs(results)
     ran = sum(r.ended - r.started for r in results)
     return {"median": figure(round(statistics.median(gaps), 2), "<= 5"),
@@ -184,11 +218,12 @@ def handoff_figures(tmp: str, token: str, n: int, resources: str | None) -> dict
 
 
 def dsched_job_figures(tmp: str, token: str, true_jobs: int, n_handoffs: int) -> dict:
-    wall, results = with_cluster(os.path.join(tmp, "true"), token, 4, None, ["true"],
-                                 true_jobs)
+    wall, results, cpu = with_cluster(os.path.join(tmp, "true"), token, 4, None, ["true"],
+                                      true_jobs)
     assert all(r.ok for r in results), "a job of true did not complete"
     return {"true_jobs": true_jobs,
             "true_jobs_per_s": figure(round(true_jobs / wall), ">= 500"),
+            "true_cpu_ms_per_job": cpu,
             "slot_handoff_ms": handoff_figures(os.path.join(tmp, "slot"), token, n_handoffs,
                                                None),
             "gpu_handoff_ms": handoff_figures(os.path.join(tmp, "gpu"), token, n_handoffs,

@@ -1,11 +1,22 @@
 """The worker: the pure ``WorkerState`` and GPU ledger, NVML discovery, and the async shell.
 
-Importing this package loads only the pure core (no NVML, no asyncio), because the GPU task
-child process (``python -m dsched.worker.child``) imports it on its way in. Import ``gpus``,
-``executor`` and the shell modules by name where they are needed.
+Importing this package loads nothing: ``WorkerState`` and ``GpuLedger`` are loaded when first
+named, because the processes that import its modules on their way in (the GPU task child,
+``python -m dsched.worker.child``; the job spawner, whose memory every job's supervisor
+copies when it forks) need neither. Import ``gpus``, ``executor`` and the shell modules by
+name where they are needed.
 """
 
-from .ledger import GpuLedger
-from .state import WorkerState
-
 __all__ = ["GpuLedger", "WorkerState"]
+
+
+def __getattr__(name: str):
+    if name == "GpuLedger":
+        from .ledger import GpuLedger
+
+        return GpuLedger
+    if name == "WorkerState":
+        from .state import WorkerState
+
+        return WorkerState
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,7 +29,7 @@ from ..jobs import parse_job_key
 from ..protocol import ops
 from . import containment
 from .actions import SHUTDOWN, StartJob
-from .jobspawner import Spawner
+from .spawnerclient import Spawner
 from .jobrecords import (
     ended_of, lock_directory, log_path, new_record, open_locked_log, read_log, read_record,
     record_path, recover, remove_record, write_record,

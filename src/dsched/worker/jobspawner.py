@@ -16,23 +16,21 @@ The spawner itself dies with its worker (a parent-death signal, and the end of t
 the supervisors it started do not depend on it. Where it cannot start or is gone, the worker
 starts supervisors as before, one interpreter each.
 
-Only the standard library and the supervisor's own modules are imported here, before any fork.
+Only the standard library and the supervisor's own modules are imported here, before any fork:
+every supervisor starts as a copy of this process, and a fork costs what it copies. The
+worker's side, ``Spawner``, is in ``spawnerclient``.
 """
 
 from __future__ import annotations
 
-import asyncio
+import gc
 import json
-import logging
 import os
 import select
 import signal
 import socket
 import sys
 import traceback
-from typing import Any, Callable
-
-logger = logging.getLogger("dsched.worker")
 
 #: The most bytes one request or reply takes (a record's path and four short arguments).
 MAX_MESSAGE = 1 << 16
@@ -51,6 +49,7 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
     from .lifeline import die_with_parent
 
     die_with_parent(worker_pid)
+    _warm()
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
@@ -113,6 +112,25 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
             sock.send(json.dumps({"key": args[0], "pid": pid}).encode())
 
 
+def _warm() -> None:
+    """Before any fork: what every supervisor does once (an op's methods are compiled on
+    first use) is done here, once, and shared; and the heap is frozen, so that a collection in
+    a supervisor does not touch, and so copy, every page of it (a fork costs what its child
+    writes to)."""
+    from ..protocol.ops import AttemptEnded, AttemptStarted, decode
+    from .containment import libc
+
+    libc()
+    try:
+        for op in (AttemptStarted("job-1.1", 1, "log", (0,), 1.0),
+                   AttemptEnded("job-1.1", "completed", 0, "", "log", 1.0, 2.0)):
+            decode(json.loads(json.dumps(op.to_wire())))
+    except Exception:  # noqa: BLE001 - only a head start: each supervisor can do it itself
+        traceback.print_exc()
+    gc.collect()
+    gc.freeze()
+
+
 def _reap(sock: socket.socket) -> None:
     while True:
         try:
@@ -138,196 +156,15 @@ def main(argv: list[str]) -> None:
         pass  # the worker is gone (it may never have needed us)
 
 
-# -- the worker's side ------------------------------------------------------------------------
+# -- the worker's side (``spawnerclient``: asyncio is not loaded here) ----------------------
 
 
-class Spawned:
-    """A supervisor the spawner forked: its pid, its pipes as streams, and its end."""
+def __getattr__(name: str):
+    if name in ("Spawner", "Spawned"):
+        from . import spawnerclient
 
-    def __init__(self, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader):
-        self.stdin, self.stdout = stdin, stdout
-        self.pid: int | None = None  # once the spawner says it
-        self._ended: asyncio.Future | None = None
-        self.returncode: int | None = None
-
-    async def wait(self) -> int | None:
-        """Its exit status; None when the spawner went before it could say."""
-        if self._ended is None:  # never forked, or the spawner went before it said
-            return None
-        # shielded: one waiter cancelled (its task group closing) must not cancel the end
-        # another waits for (the runner's close)
-        self.returncode = await asyncio.shield(self._ended)
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.pid is None:  # not known: its stdin, closed, ends it all the same
-            self.stdin.close()
-            return
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-class Spawner:
-    """The worker's handle on its spawner process: ``await start()``, then ``await
-    spawn(args, lock_fd)`` per attempt; ``close()`` at the end. ``env``: the environment of the
-    spawner, and so of every supervisor and job (None: this process's)."""
-
-    def __init__(self, env: dict[str, str] | None = None):
-        self.env = env
-        self._sock: socket.socket | None = None
-        self._process: asyncio.subprocess.Process | None = None
-        self._ready: asyncio.Future | None = None  # True once it listens; False: gone
-        self._pids: dict[str, asyncio.Future] = {}  # by record path, until the pid comes
-        self._ends: dict[int, asyncio.Future] = {}  # by pid, until its exit status comes
-
-    async def start(self) -> bool:
-        """Start the spawner; False (and a line in the log) where it cannot be."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            self._process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "dsched.worker.jobspawner", str(theirs.fileno()),
-                str(os.getpid()), stdin=asyncio.subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
-                start_new_session=True, env=self.env)
-        except OSError as error:
-            ours.close()
-            logger.warning("Cannot start the job spawner (%s); each job attempt starts its "
-                           "supervisor as a program instead", error.strerror or error)
-            return False
-        finally:
-            theirs.close()
-        ours.setblocking(False)
-        self._sock = ours
-        loop = asyncio.get_running_loop()
-        self._ready = loop.create_future()
-        loop.add_reader(ours.fileno(), self._read)
-        return True
-
-    async def ready(self) -> bool:
-        """Wait until the spawner listens (it imports the supervisor first, once); False when
-        there is none. An attempt's arguments are made after this, so that the lease deadline
-        it is given is the latest, not one that aged while the spawner started."""
-        if self._sock is None or self._ready is None:
-            return False
-        return await asyncio.shield(self._ready)
-
-    async def spawn(self, args: list[str], lock_fd: int,
-                    opened: Callable[[Spawned], None]) -> Spawned:
-        """Fork a supervisor with the arguments of ``jobsupervisor``'s command line (``args``:
-        RECORD LOCK_FD KILL_GRACE LEASE_UNTIL CGROUP). ``opened`` gets its handle before the
-        request is sent: what is written to its stdin from then on (a stop) is there before the
-        supervisor looks, so a stop given while it is being forked is never missed. OSError
-        when the request could not be sent or forked (nothing was started). Once sent, the
-        supervisor may run even if the spawner goes before it says its pid (then None): its
-        reports still come on its pipe, so an attempt is never started twice."""
-        sock = self._sock
-        if sock is None:
-            raise OSError("the job spawner is not running")
-        loop = asyncio.get_running_loop()
-        key = args[0]
-        orders_r, orders_w = os.pipe()
-        reports_r, reports_w = os.pipe()
-        try:  # the supervisor's ends go with the request (or nowhere); ours become streams
-            stdout = asyncio.StreamReader()
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout),
-                                         os.fdopen(reports_r, "rb", buffering=0))
-            transport, protocol = await loop.connect_write_pipe(
-                asyncio.streams.FlowControlMixin, os.fdopen(orders_w, "wb", buffering=0))
-            spawned = Spawned(asyncio.StreamWriter(transport, protocol, None, loop), stdout)
-            opened(spawned)
-            waiting = self._pids[key] = loop.create_future()
-            try:
-                socket.send_fds(sock, [json.dumps(args).encode()],
-                                [orders_r, reports_w, lock_fd])
-            except OSError:
-                del self._pids[key]
-                transport.close()
-                raise
-        finally:
-            os.close(orders_r)
-            os.close(reports_w)
-        try:
-            pid = await waiting
-        except OSError:  # it could not fork: nothing started
-            transport.close()
-            raise
-        except asyncio.CancelledError:  # its stdin ends: a supervisor, if started, ends its job
-            transport.close()
-            raise
-        if pid is not None:
-            spawned.pid = pid
-            spawned._ended = self._ends.setdefault(pid, loop.create_future())
-        return spawned
-
-    def _read(self) -> None:
-        sock = self._sock
-        assert sock is not None
-        while True:
-            try:
-                data = sock.recv(MAX_MESSAGE)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._lost()
-                return
-            message: dict[str, Any] = json.loads(data)
-            if "ready" in message:
-                if self._ready is not None and not self._ready.done():
-                    self._ready.set_result(True)
-            elif "pid" in message or "error" in message:
-                pid = message.get("pid")
-                if pid is not None:  # its end is awaited from now, even if the spawner goes
-                    self._ends.setdefault(pid, asyncio.get_running_loop().create_future())
-                waiting = self._pids.pop(message["key"], None)
-                if waiting is not None and not waiting.done():
-                    if pid is None:
-                        waiting.set_exception(OSError(message["error"]))
-                    else:
-                        waiting.set_result(pid)
-            else:
-                loop = asyncio.get_running_loop()
-                ended = self._ends.setdefault(message["exited"], loop.create_future())
-                if not ended.done():
-                    ended.set_result(message["code"])
-
-    def _lost(self) -> None:
-        """The spawner is gone: what waits for it hears so; the next attempt starts without."""
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            asyncio.get_running_loop().remove_reader(sock.fileno())
-            sock.close()
-            logger.warning("The job spawner ended; job attempts start their supervisor as a "
-                           "program from now on")
-        if self._ready is not None and not self._ready.done():
-            self._ready.set_result(False)
-        for waiting in self._pids.values():
-            if not waiting.done():
-                waiting.set_result(None)
-        self._pids.clear()
-        for ended in self._ends.values():
-            if not ended.done():
-                ended.set_result(None)
-
-    def forget(self, pid: int | None) -> None:
-        self._ends.pop(pid, None)
-
-    async def close(self) -> None:
-        sock, self._sock = self._sock, None
-        if self._ready is not None and not self._ready.done():
-            self._ready.set_result(False)
-        if sock is not None:
-            asyncio.get_running_loop().remove_reader(sock.fileno())
-            sock.close()  # end of file: the spawner ends
-        if self._process is not None:
-            try:
-                await asyncio.wait_for(self._process.wait(), 5)
-            except asyncio.TimeoutError:
-                self._process.kill()
-                await self._process.wait()
-        self._process = None
+        return getattr(spawnerclient, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

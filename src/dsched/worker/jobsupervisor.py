@@ -45,7 +45,7 @@ from ..jobs import parse_job_key
 from ..protocol.ops import AttemptEnded, AttemptStarted
 from . import containment
 from .jobrecords import read_record, write_record
-from .lifeline import Lifeline, describe_exit, hold_group
+from .lifeline import Lifeline, describe_exit, fork_job_guard
 
 #: Seconds between looks at the command where no pidfd tells of its exit.
 _POLL_INTERVAL = 0.05
@@ -104,6 +104,7 @@ class Supervision:
         self.kill_at: float | None = None
         self.process: subprocess.Popen | None = None
         self.pending = b""  # a part of a line from the worker
+        self.lifeline = Lifeline()  # its write end, held until this process ends, is the guard's
 
     def run(self) -> None:
         command, cwd = list(self.job["command"]), self.job.get("cwd")
@@ -120,35 +121,16 @@ class Supervision:
             outcome, error = self.ending[0], NOT_STARTED[self.ending]
             self._note(f"{self.key} {error}")
             return self._end(outcome, None, error)
-        lifeline = Lifeline()
-        parent = os.getpid()
         if not problem:
             # Orphans among the job's descendants come to this process, wherever they are:
             # so it finds, kills and reaps them, cgroup or not.
             containment.become_subreaper()
             self._make_cgroup()
-            try:
-                with open(self.log, "ab") as out:
-                    # The command leads a group that lifeline's guard ties to this process,
-                    # set up between fork and exec: no second interpreter to start (this
-                    # process has one thread, so the fork in there is safe).
-                    self.process = subprocess.Popen(
-                        command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                        cwd=cwd, env=env, start_new_session=True, pass_fds=(lifeline.fd,),
-                        preexec_fn=lambda: self._hold(parent, lifeline.fd))
-            except OSError as error:  # exec failed after all (the guard then ends the group)
-                problem = f"{command[0]}: {error.strerror or error}"
+            problem = self._spawn(command, cwd, env)
         if self.process is None:
             self._release()
             self._note(f"cannot start {self.key}: {problem}")
             return self._end("failed", None, f"cannot start: {problem}")
-        # A command that already ended (`echo`) shows no cgroup of its own any more: only a
-        # live one that is not in its cgroup could not be put there.
-        if (self.cgroup and not containment.in_cgroup(self.process.pid, self.cgroup)
-                and not self._leader_exited()):
-            self._note(f"{self.key} could not be put in its cgroup {self.cgroup}; what it "
-                       "starts is tracked as this supervisor's descendants instead")
-            self._release()
         started = time.time()
         self.record.update(pid=self.process.pid, started=started)
         # For a worker process that starts again (the job is then lost, with its start time):
@@ -291,15 +273,46 @@ class Supervision:
                        "supervisor's descendants instead")
             self.cgroup = ""
 
-    def _hold(self, parent: int, lifeline_fd: int) -> None:
-        """Between fork and exec, in the job's process: into its cgroup (where it stays with
-        all it starts), then under lifeline's guard."""
-        if self.cgroup:
+    def _spawn(self, command: list[str], cwd: str | None, env: dict[str, str]) -> str:
+        """Spawn the command as the leader of a new group of this session, with its guard
+        (``lifeline.fork_job_guard``) in that group; "" or why it could not start. No Python
+        runs between the command's fork and its exec, so ``subprocess`` vforks: a fork of this
+        process, and Python in the child, cost milliseconds a job. In cgroup mode this process
+        enters the job's cgroup for the while, so the guard and the command are born in it,
+        and the command with all it starts stays there."""
+        entered = self._enter_cgroup()
+        try:
+            guard = fork_job_guard(self.lifeline, self.cgroup if entered else "")
             try:
-                containment.enter_cgroup(self.cgroup)
-            except OSError:  # seen from outside once spawned
-                pass
-        hold_group(parent, lifeline_fd, self.cgroup)
+                with open(self.log, "ab") as out:
+                    self.process = subprocess.Popen(
+                        command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                        cwd=cwd, env=env, process_group=0)
+            except OSError as error:  # exec failed after all
+                os.kill(guard, signal.SIGKILL)
+                os.waitpid(guard, 0)
+                return f"{command[0]}: {error.strerror or error}"
+        finally:
+            if entered:
+                containment.leave_cgroup(self.cgroup)
+        try:  # the group lives while its leader is not reaped, even if it has exited
+            os.setpgid(guard, self.process.pid)
+        except OSError as error:  # the guard is gone: what it would do is left to us
+            self._note(f"{self.key}: its guard could not join its group ({error.strerror})")
+        if self.cgroup and not entered:
+            self._note(f"{self.key} could not be put in its cgroup {self.cgroup}; what it "
+                       "starts is tracked as this supervisor's descendants instead")
+            self._release()
+        return ""
+
+    def _enter_cgroup(self) -> bool:
+        if not self.cgroup:
+            return False
+        try:
+            containment.enter_cgroup(self.cgroup)
+            return True
+        except OSError:
+            return False
 
     def _release(self) -> None:
         """Kill what is left in the job's cgroup and remove it."""

@@ -24,7 +24,6 @@ child processes. It holds no scheduling decisions.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import select
 import signal
@@ -58,8 +57,7 @@ def set_parent_death_signal(signum: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+        return containment.libc().prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
@@ -169,6 +167,67 @@ def _guard(leader: int, lifeline_fd: int, cgroup: str, subreaper: bool) -> None:
         else:
             containment.sweep(leader, cgroup, timeout=_GUARD_SWEEP_TIMEOUT)
     os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def fork_job_guard(lifeline: Lifeline, cgroup: str = "") -> int:
+    """Fork the guard of a job group that this process (a job's supervisor, a session leader)
+    is about to start; its pid. The caller then spawns the job's leader in a new group of its
+    session and moves the guard into that group (``os.setpgid(guard, leader)``), so the leader
+    is spawned without running Python between fork and exec (``subprocess`` can then vfork),
+    and the guard is there before the leader runs. When this process ends, however it ends, the
+    guard kills the group (and the ``cgroup``, which the caller entered before forking it, so
+    that the guard was born in it). A guard that was not moved yet (this process was killed
+    between the leader's spawn and the move) kills every other process of the session: the
+    leader, if spawned, and all in its group are there."""
+    if os.getsid(0) != os.getpid():
+        # An unmoved guard would kill the session of whoever started us: refuse.
+        raise RuntimeError("fork_job_guard needs a session leader (start_new_session=True)")
+    guard = os.fork()
+    if guard == 0:
+        try:
+            _job_guard(lifeline.fd, cgroup)
+        finally:
+            os._exit(0)
+    return guard
+
+
+def _job_guard(lifeline_fd: int, cgroup: str) -> None:
+    containment.name_guard()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # see _guard
+        signal.signal(signum, signal.SIG_IGN)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    # The supervisor's write end of the lifeline, its pipe to the worker and the log's lock
+    # must not be held here: only the read end stays.
+    os.closerange(3, lifeline_fd)
+    os.closerange(lifeline_fd + 1, os.sysconf("SC_OPEN_MAX"))
+    lifeline = select.poll()
+    lifeline.register(lifeline_fd, select.POLLIN)
+    while not (lifeline.poll() and not os.read(lifeline_fd, 1)):
+        pass  # nobody writes on it: readable means end of file, the supervisor is gone
+    if os.getpgid(0) == os.getsid(0):  # never moved into the job's group
+        _kill_session()
+    if cgroup:
+        if containment.leave_cgroup(cgroup):
+            containment.remove_cgroup(cgroup, timeout=_GUARD_SWEEP_TIMEOUT)
+        else:
+            containment.sweep(os.getpid(), cgroup, timeout=_GUARD_SWEEP_TIMEOUT)
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def _kill_session() -> None:
+    """SIGKILL every other process of this session (walking /proc: a rare end)."""
+    session, me = os.getsid(0), os.getpid()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me:
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as file:
+                    stat = file.read()
+                if int(stat[stat.rindex(b")") + 2:].split()[3]) == session:
+                    os.kill(int(entry), signal.SIGKILL)
+            except (OSError, ValueError):  # gone meanwhile
+                continue
 
 
 def main(argv: list[str]) -> None:

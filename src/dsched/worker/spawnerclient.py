@@ -1,0 +1,209 @@
+"""The worker's side of its job spawner (``jobspawner``): ``Spawner`` starts the spawner process,
+sends it a request per attempt and hands back a ``Spawned`` (the supervisor's pid, its pipes as
+streams, its end). Kept apart from ``jobspawner`` so that the spawner process, whose memory each
+supervisor copies, loads no asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Any, Callable
+
+from .jobspawner import FDS_PER_REQUEST, MAX_MESSAGE
+
+logger = logging.getLogger("dsched.worker")
+
+
+class Spawned:
+    """A supervisor the spawner forked: its pid, its pipes as streams, and its end."""
+
+    def __init__(self, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader):
+        self.stdin, self.stdout = stdin, stdout
+        self.pid: int | None = None  # once the spawner says it
+        self._ended: asyncio.Future | None = None
+        self.returncode: int | None = None
+
+    async def wait(self) -> int | None:
+        """Its exit status; None when the spawner went before it could say."""
+        if self._ended is None:  # never forked, or the spawner went before it said
+            return None
+        # shielded: one waiter cancelled (its task group closing) must not cancel the end
+        # another waits for (the runner's close)
+        self.returncode = await asyncio.shield(self._ended)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.pid is None:  # not known: its stdin, closed, ends it all the same
+            self.stdin.close()
+            return
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class Spawner:
+    """The worker's handle on its spawner process: ``await start()``, then ``await
+    spawn(args, lock_fd)`` per attempt; ``close()`` at the end. ``env``: the environment of the
+    spawner, and so of every supervisor and job (None: this process's)."""
+
+    def __init__(self, env: dict[str, str] | None = None):
+        self.env = env
+        self._sock: socket.socket | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._ready: asyncio.Future | None = None  # True once it listens; False: gone
+        self._pids: dict[str, asyncio.Future] = {}  # by record path, until the pid comes
+        self._ends: dict[int, asyncio.Future] = {}  # by pid, until its exit status comes
+
+    async def start(self) -> bool:
+        """Start the spawner; False (and a line in the log) where it cannot be."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "dsched.worker.jobspawner", str(theirs.fileno()),
+                str(os.getpid()), stdin=asyncio.subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+                start_new_session=True, env=self.env)
+        except OSError as error:
+            ours.close()
+            logger.warning("Cannot start the job spawner (%s); each job attempt starts its "
+                           "supervisor as a program instead", error.strerror or error)
+            return False
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        loop.add_reader(ours.fileno(), self._read)
+        return True
+
+    async def ready(self) -> bool:
+        """Wait until the spawner listens (it imports the supervisor first, once); False when
+        there is none. An attempt's arguments are made after this, so that the lease deadline
+        it is given is the latest, not one that aged while the spawner started."""
+        if self._sock is None or self._ready is None:
+            return False
+        return await asyncio.shield(self._ready)
+
+    async def spawn(self, args: list[str], lock_fd: int,
+                    opened: Callable[[Spawned], None]) -> Spawned:
+        """Fork a supervisor with the arguments of ``jobsupervisor``'s command line (``args``:
+        RECORD LOCK_FD KILL_GRACE LEASE_UNTIL CGROUP). ``opened`` gets its handle before the
+        request is sent: what is written to its stdin from then on (a stop) is there before the
+        supervisor looks, so a stop given while it is being forked is never missed. OSError
+        when the request could not be sent or forked (nothing was started). Once sent, the
+        supervisor may run even if the spawner goes before it says its pid (then None): its
+        reports still come on its pipe, so an attempt is never started twice."""
+        sock = self._sock
+        if sock is None:
+            raise OSError("the job spawner is not running")
+        loop = asyncio.get_running_loop()
+        key = args[0]
+        orders_r, orders_w = os.pipe()
+        reports_r, reports_w = os.pipe()
+        try:  # the supervisor's ends go with the request (or nowhere); ours become streams
+            stdout = asyncio.StreamReader()
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout),
+                                         os.fdopen(reports_r, "rb", buffering=0))
+            transport, protocol = await loop.connect_write_pipe(
+                asyncio.streams.FlowControlMixin, os.fdopen(orders_w, "wb", buffering=0))
+            spawned = Spawned(asyncio.StreamWriter(transport, protocol, None, loop), stdout)
+            opened(spawned)
+            waiting = self._pids[key] = loop.create_future()
+            try:
+                socket.send_fds(sock, [json.dumps(args).encode()],
+                                [orders_r, reports_w, lock_fd])
+            except OSError:
+                del self._pids[key]
+                transport.close()
+                raise
+        finally:
+            os.close(orders_r)
+            os.close(reports_w)
+        try:
+            pid = await waiting
+        except OSError:  # it could not fork: nothing started
+            transport.close()
+            raise
+        except asyncio.CancelledError:  # its stdin ends: a supervisor, if started, ends its job
+            transport.close()
+            raise
+        if pid is not None:
+            spawned.pid = pid
+            spawned._ended = self._ends.setdefault(pid, loop.create_future())
+        return spawned
+
+    def _read(self) -> None:
+        sock = self._sock
+        assert sock is not None
+        while True:
+            try:
+                data = sock.recv(MAX_MESSAGE)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._lost()
+                return
+            message: dict[str, Any] = json.loads(data)
+            if "ready" in message:
+                if self._ready is not None and not self._ready.done():
+                    self._ready.set_result(True)
+            elif "pid" in message or "error" in message:
+                pid = message.get("pid")
+                if pid is not None:  # its end is awaited from now, even if the spawner goes
+                    self._ends.setdefault(pid, asyncio.get_running_loop().create_future())
+                waiting = self._pids.pop(message["key"], None)
+                if waiting is not None and not waiting.done():
+                    if pid is None:
+                        waiting.set_exception(OSError(message["error"]))
+                    else:
+                        waiting.set_result(pid)
+            else:
+                loop = asyncio.get_running_loop()
+                ended = self._ends.setdefault(message["exited"], loop.create_future())
+                if not ended.done():
+                    ended.set_result(message["code"])
+
+    def _lost(self) -> None:
+        """The spawner is gone: what waits for it hears so; the next attempt starts without."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+            sock.close()
+            logger.warning("The job spawner ended; job attempts start their supervisor as a "
+                           "program from now on")
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_result(False)
+        for waiting in self._pids.values():
+            if not waiting.done():
+                waiting.set_result(None)
+        self._pids.clear()
+        for ended in self._ends.values():
+            if not ended.done():
+                ended.set_result(None)
+
+    def forget(self, pid: int | None) -> None:
+        self._ends.pop(pid, None)
+
+    async def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_result(False)
+        if sock is not None:
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+            sock.close()  # end of file: the spawner ends
+        if self._process is not None:
+            try:
+                await asyncio.wait_for(self._process.wait(), 5)
+            except asyncio.TimeoutError:
+                self._process.kill()
+                await self._process.wait()
+        self._process = None

@@ -1,0 +1,126 @@
+"""A job's command is spawned with no Python between fork and exec (``subprocess`` can vfork):
+its guard is forked by the supervisor before the spawn and moved into the job's group after,
+and a guard that was never moved (its supervisor killed in between) still takes the job down.
+The spawner, whose memory every supervisor copies, loads no asyncio and no worker core."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from deadline import wait_until
+from dsched.protocol import ops
+from dsched.worker.jobrecords import (
+    log_path, new_record, open_locked_log, record_path, write_record,
+)
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="process groups and sessions (Linux)")
+
+#: A stand-in supervisor killed between its job's spawn and its guard's move: a session leader
+#: that forks a guard, spawns a job (in a group of its own, which backgrounds a sleeper) and
+#: never moves the guard; it prints the job's pid and the guard's, and waits to be killed.
+UNMOVED = """
+import subprocess, sys, time
+from dsched.worker.lifeline import Lifeline, fork_job_guard
+guard = fork_job_guard(Lifeline())
+job = subprocess.Popen(["sh", "-c", "sleep 600 & echo $! > " + sys.argv[1] + "; wait"],
+                       process_group=0)
+print(job.pid, guard, flush=True)
+time.sleep(600)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def first_line(stream) -> str:
+    wait_until(lambda: select.select([stream], [], [], 0)[0], 30, what="a line")
+    return stream.readline()
+
+
+def read_pid(path) -> int:
+    return int(wait_until(lambda: path.exists() and path.read_text().endswith("\n") and
+                          path.read_text(), 30, what=f"{path.name} written"))
+
+
+def test_the_guard_is_the_supervisors_child_in_the_jobs_group(tmp_path):
+    key = "job-5.1"
+    directory = str(tmp_path)
+    record, log = record_path(directory, key), log_path(directory, key)
+    write_record(record, new_record(key, {"command": ["sleep", "600"]}, (), log, "w1"))
+    lock = open_locked_log(log)
+    supervisor = subprocess.Popen(
+        [sys.executable, "-m", "dsched.worker.jobsupervisor", record, str(lock), "0.2",
+         repr(time.monotonic() + 60)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(lock,), start_new_session=True)
+    os.close(lock)
+    try:
+        started = ops.decode(json.loads(first_line(supervisor.stdout)))
+        assert type(started) is ops.AttemptStarted
+        job = psutil.Process(started.pid)
+        assert job.ppid() == supervisor.pid  # spawned by the supervisor itself
+        assert os.getpgid(job.pid) == job.pid  # leading a group of its own
+        guard, = [child for child in psutil.Process(supervisor.pid).children()
+                  if child.pid != job.pid]
+        assert guard.name() == "sched-guard"
+        assert os.getpgid(guard.pid) == job.pid  # moved into the job's group
+        assert job.children() == []  # no guard forked in the job's process before its exec
+    finally:
+        supervisor.stdin.close()  # end of file: the supervisor kills its job and ends
+        assert supervisor.wait(30) == 0
+        supervisor.stdout.close()
+
+
+def test_a_guard_not_yet_moved_kills_the_job_when_its_supervisor_dies(tmp_path):
+    stand_in = subprocess.Popen([sys.executable, "-c", UNMOVED, str(tmp_path / "sleeper")],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+    pids: list[int] = []
+    try:
+        job, guard = map(int, first_line(stand_in.stdout).split())
+        pids += [job, guard, read_pid(tmp_path / "sleeper")]
+        assert os.getpgid(guard) != os.getpgid(job)  # not moved
+        stand_in.kill()
+        wait_until(lambda: not any(map(alive, pids)), 30,
+                   what="the job, what it started and the guard to die")
+    finally:
+        stand_in.kill()
+        stand_in.wait(30)
+        stand_in.stdout.close()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_guard_is_refused_to_a_process_that_leads_no_session():
+    # Its guard, never moved, would kill the session of whoever started it.
+    code = ("from dsched.worker.lifeline import Lifeline, fork_job_guard\n"
+            "try:\n    fork_job_guard(Lifeline())\nexcept RuntimeError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert "needs a session leader" in out
+
+
+def test_the_spawner_loads_no_asyncio_and_the_worker_package_no_core():
+    code = ("import sys\nimport dsched.worker.jobspawner, dsched.worker.jobsupervisor\n"
+            "print(sorted(m for m in ('asyncio', 'dsched.worker.state', 'dsched.policy')"
+            " if m in sys.modules))\n"
+            "from dsched.worker import WorkerState\nfrom dsched.worker.jobspawner import Spawner\n"
+            "print(WorkerState.__name__, Spawner.__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split("\n")
+    assert out[:2] == ["[]", "WorkerState Spawner"]
