@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import statistics
 import subprocess
@@ -27,6 +26,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from daemon import start_scheduler  # noqa: E402
 
 #: The number of jobs in the queue while ``sched status`` is timed.
 STATUS_JOBS = 2000
@@ -83,19 +86,6 @@ def _quote(word: str) -> str:
     return shlex.quote(word)
 
 
-def _start_scheduler(state_dir: str, token: str) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dsched.cli.scheduler", "--host", "127.0.0.1", "--port", "0",
-         "--state-dir", state_dir, "--log-level", "warning", "--no-dashboard"],
-        env={**os.environ, "SCHED_TOKEN": token}, stdout=subprocess.PIPE, text=True)
-    for line in process.stdout:
-        match = re.search(r"listening at (\S+)", line)
-        if match:
-            return process, match.group(1)
-    process.wait()
-    raise SystemExit("the scheduler did not start")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=50, help="sched submit calls in the loop")
@@ -107,7 +97,7 @@ def main() -> None:
     state_dir = tempfile.mkdtemp(prefix="sched-cli-timing-")
     process = None
     try:
-        process, address = _start_scheduler(state_dir, token)
+        process, address, _ = start_scheduler(state_dir, token)
         result = cli_timings(address, token, args.calls, args.status_runs)
     finally:
         if process is not None:

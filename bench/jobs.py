@@ -21,7 +21,13 @@
    socket, and dsched's figure over its (``vs_tsp``). Its times are whole seconds, so the
    handoff of both is also given as the mean gap, ``(wall time - the jobs' run times) / n``.
 
+5. ``sched submit`` from a shell loop, per call, and ``sched status`` with 2,000 jobs queued
+   (``bench/cli_timing.py``); an array of 10,000 submitted from the shell, and 1,000,000 queued
+   elements: submit, scheduler memory per element, ``sched status``, restart
+   (``bench/job_arrays.py``).
+
     python bench/jobs.py [--jobs 1000] [--journal 100000] [--true-jobs 2000] [--handoffs 200]
+                         [--elements 1000000] [--cli-calls 50]
 """
 
 from __future__ import annotations
@@ -40,33 +46,19 @@ import sys
 import tempfile
 import time
 
-from dsched import AsyncClient, Client
-from dsched.auth import generate_token
-from dsched.jobs import JobSpec, JobState
-from dsched.resources import Resources
-from dsched.scheduler import events as ev
-from dsched.scheduler.job import Job
-from dsched.scheduler.journal import FILENAME, Journal
-from dsched.scheduler.state import SchedulerState
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def start_scheduler(state_dir: str, token: str) -> tuple[subprocess.Popen, str, float]:
-    """A scheduler daemon on this state directory; its address and seconds until it listens."""
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dsched.cli.scheduler", "--host", "127.0.0.1", "--port", "0",
-         "--state-dir", state_dir, "--log-level", "warning", "--no-dashboard"],
-        env={**os.environ, "SCHED_TOKEN": token}, stdout=subprocess.PIPE, text=True)
-    for line in process.stdout:
-        match = re.search(r"listening at (\S+)", line)
-        if match:
-            return process, match.group(1), time.perf_counter() - started
-    raise SystemExit("the scheduler did not start")
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.kill()
-    process.wait()
+from cli_timing import cli_timings  # noqa: E402
+from daemon import start_scheduler, stop  # noqa: E402
+from job_arrays import array_figures  # noqa: E402
+from dsched import AsyncClient, Client  # noqa: E402
+from dsched.auth import generate_token  # noqa: E402
+from dsched.jobs import JobSpec, JobState  # noqa: E402
+from dsched.resources import Resources  # noqa: E402
+from dsched.scheduler import events as ev  # noqa: E402
+from dsched.scheduler.job import Job  # noqa: E402
+from dsched.scheduler.journal import FILENAME, Journal  # noqa: E402
+from dsched.scheduler.state import SchedulerState  # noqa: E402
 
 
 async def submit_at_once(address: str, token: str, n: int) -> float:
@@ -268,6 +260,10 @@ def main() -> None:
     parser.add_argument("--journal", type=int, default=100_000)
     parser.add_argument("--true-jobs", type=int, default=2000)
     parser.add_argument("--handoffs", type=int, default=200)
+    parser.add_argument("--elements", type=int, default=1_000_000,
+                        help="queued array elements (bench/job_arrays.py)")
+    parser.add_argument("--cli-calls", type=int, default=50,
+                        help="sched submit calls from a shell loop (bench/cli_timing.py)")
     args = parser.parse_args()
     token = generate_token()
     result: dict = {"bench": "jobs", "python": platform.python_version(), "cpus": os.cpu_count()}
@@ -276,8 +272,11 @@ def main() -> None:
         try:
             at_once = asyncio.run(submit_at_once(address, token, args.jobs))
             one_by_one = submit_one_by_one(address, token, args.jobs)
+            cli = cli_timings(address, token, args.cli_calls)
         finally:
             stop(process)
+        result["sched_submit_ms_per_call"] = figure(cli["sched_submit_ms_per_call"], "<= 50")
+        result["sched_status_2000_ms"] = figure(cli["sched_status_2000_ms"], "<= 150")
         result.update(submits=args.jobs, submit_at_once_s=round(at_once, 3),
                       submit_at_once_per_s=round(args.jobs / at_once),
                       submit_one_by_one_s=round(one_by_one, 3),
@@ -302,6 +301,9 @@ def main() -> None:
                                          spooler["true_jobs_per_s"], 2),
                 "mean_gap_ms": round(jobs["slot_handoff_ms"]["mean_gap_ms"] /
                                      spooler["mean_gap_ms"], 2)}
+    for name, value in array_figures(args.elements).items():  # each beside its target
+        result[name] = (figure(value["value"], value["target"]) if isinstance(value, dict)
+                        else value)
     print(json.dumps(result))
 
 
