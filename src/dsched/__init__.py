@@ -6,8 +6,7 @@ as_completed, progress, get_gpu_ids and config; shell-command jobs through
 ``dsched.dask`` (the ``dask`` extra); importing dsched never imports Dask.
 """
 
-import importlib
-from typing import Any
+from .lazy import lazy_names
 
 #: Where each public name lives. Importing dsched loads none of them: a program that needs
 #: only a part (``sched --version``, a job's supervisor, a worker) pays for that part alone.
@@ -24,19 +23,7 @@ _PUBLIC = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    where = _PUBLIC.get(name)
-    if where is None:
-        raise AttributeError(f"module 'dsched' has no attribute {name!r}")
-    module = importlib.import_module(where, __name__)
-    value = module if name == "config" else getattr(module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
-
+__getattr__, __dir__ = lazy_names(__name__, _PUBLIC, globals(), modules=frozenset({"config"}))
 
 __version__ = "0.1.0"
 

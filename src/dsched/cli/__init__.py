@@ -9,6 +9,8 @@ is in ``params.py``; its names are still found here, loaded when first asked for
 
 from __future__ import annotations
 
+from ..lazy import lazy_names
+
 
 #: The names of ``params`` this package gave before it moved there. Listed, since Python asks
 #: this module for each submodule too (``from . import calls``), which must not load click.
@@ -19,10 +21,4 @@ _PARAMS = frozenset({
 })
 
 
-def __getattr__(name: str):
-    if name not in _PARAMS:
-        raise AttributeError(f"module 'dsched.cli' has no attribute {name!r}")
-    # importlib, not ``from . import params``, which would ask this function for it again.
-    import importlib
-
-    return getattr(importlib.import_module(".params", __name__), name)
+__getattr__, __dir__ = lazy_names(__name__, dict.fromkeys(_PARAMS, ".params"), globals())

@@ -5,8 +5,7 @@ config through this package (``settings.py``) and must not pay for asyncio, the 
 and LocalCluster (which loads the worker's core) before it needs a connection.
 """
 
-import importlib
-from typing import Any
+from ..lazy import lazy_names
 
 # Loaded now, cheap: the function shares its module's name, and importing that submodule
 # later would otherwise leave the module, not the function, under dsched.client.annotate.
@@ -22,17 +21,8 @@ _PUBLIC = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    where = _PUBLIC.get(name)
-    if where is None:
-        raise AttributeError(f"module 'dsched.client' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_names(__name__, _PUBLIC, globals())
 
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
 
 
 __all__ = [

@@ -6,8 +6,7 @@ moves batches of ops and applies flow control (every buffer bounded); what ops m
 daemons. Limits are keyword arguments whose defaults are the constants below.
 """
 
-import importlib
-from typing import Any
+from ..lazy import lazy_names
 
 #: Where each name lives, loaded on first use: a program that only parses an address (the
 #: sched command) does not load asyncio and ssl with the connections.
@@ -22,17 +21,8 @@ _PUBLIC = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    where = _PUBLIC.get(name)
-    if where is None:
-        raise AttributeError(f"module 'dsched.comm' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_names(__name__, _PUBLIC, globals())
 
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
 
 
 __all__ = [

@@ -9,30 +9,23 @@ each, checked when it arrives by code that ``fields`` generates from its annotat
 ``dsched.comm`` carries it all over TCP.
 """
 
+from ..lazy import lazy_names
+
 #: Where each public name lives. Importing the package (as ``from .framing import ...`` does)
 #: loads none of them: ``dsched.settings`` reads two frame-size constants and need not pay
 #: for msgpack, hashlib and hmac; the op classes are built only for a program that sends ops.
 _PUBLIC = {
     **dict.fromkeys(("HEADER", "KIND_BUFFER", "KIND_OPS", "KIND_PART", "MAX_FRAME_SIZE",
-                     "MAX_MESSAGE_SIZE", "Frame", "FrameDecoder"), "framing"),
+                     "MAX_MESSAGE_SIZE", "Frame", "FrameDecoder"), ".framing"),
     **dict.fromkeys(("ACCEPTOR", "HANDSHAKE_MAX_FRAME", "INITIATOR", "MAGIC",
-                     "PROTOCOL_VERSION", "ROLES", "Handshake", "PeerInfo"), "handshake"),
+                     "PROTOCOL_VERSION", "ROLES", "Handshake", "PeerInfo"), ".handshake"),
     **dict.fromkeys(("OOB_THRESHOLD", "Batch", "MessageDecoder", "Payload", "close_op",
-                     "decode_ops", "encode_ops"), "messages"),
+                     "decode_ops", "encode_ops"), ".messages"),
+    "ops": ".ops",
 }
 
 
-def __getattr__(name: str):
-    import importlib
-
-    if name == "ops":
-        return importlib.import_module(".ops", __name__)
-    where = _PUBLIC.get(name)
-    if where is None:
-        raise AttributeError(f"module 'dsched.protocol' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{where}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_names(__name__, _PUBLIC, globals(), modules=frozenset({"ops"}))
 
 
 __all__ = [

@@ -7,16 +7,9 @@ copies when it forks) need neither. Import ``gpus``, ``executor`` and the shell 
 name where they are needed.
 """
 
+from ..lazy import lazy_names
+
 __all__ = ["GpuLedger", "WorkerState"]
 
-
-def __getattr__(name: str):
-    if name == "GpuLedger":
-        from .ledger import GpuLedger
-
-        return GpuLedger
-    if name == "WorkerState":
-        from .state import WorkerState
-
-        return WorkerState
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(__name__, {"GpuLedger": ".ledger", "WorkerState": ".state"},
+                                  globals())

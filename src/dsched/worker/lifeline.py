@@ -130,22 +130,29 @@ def hold_group(parent: int, lifeline_fd: int, cgroup: str = "", subreaper: bool 
     return guard
 
 
-def _guard(leader: int, lifeline_fd: int, cgroup: str, subreaper: bool) -> None:
+def _become_guard(lifeline_fd: int) -> select.poll:
+    """What every guard does first; the poll of its lifeline, the one descriptor it keeps."""
     containment.name_guard()
     # A job's cancellation signals its whole group with SIGTERM and allows a grace period; the
     # guard must not turn that into SIGKILL. Its end comes with the leader's or the worker's.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
-    # The worker reads the leader's stdout until end of file: the guard must not hold it open.
+    # The worker reads the leader's stdout until end of file: the guard must not hold it open,
+    # nor the supervisor's pipes or the log's lock.
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.closerange(3, lifeline_fd)
     os.closerange(lifeline_fd + 1, os.sysconf("SC_OPEN_MAX"))
-    # Polling for the leader, rather than a parent-death signal with a handler, leaves no
-    # moment at which a signal could cut the guard short before it has killed the group.
+    # Polling, rather than a parent-death signal with a handler, leaves no moment at which a
+    # signal could cut the guard short before it has killed the group.
     lifeline = select.poll()  # not select(): the worker's descriptor may be numbered past 1024
     lifeline.register(lifeline_fd, select.POLLIN)
+    return lifeline
+
+
+def _guard(leader: int, lifeline_fd: int, cgroup: str, subreaper: bool) -> None:
+    lifeline = _become_guard(lifeline_fd)
     parent_gone = False
     while os.getppid() == leader:
         if lifeline.poll(_LEADER_CHECK_INTERVAL * 1000) and not os.read(lifeline_fd, 1):
@@ -192,18 +199,7 @@ def fork_job_guard(lifeline: Lifeline, cgroup: str = "") -> int:
 
 
 def _job_guard(lifeline_fd: int, cgroup: str) -> None:
-    containment.name_guard()
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # see _guard
-        signal.signal(signum, signal.SIG_IGN)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)
-    # The supervisor's write end of the lifeline, its pipe to the worker and the log's lock
-    # must not be held here: only the read end stays.
-    os.closerange(3, lifeline_fd)
-    os.closerange(lifeline_fd + 1, os.sysconf("SC_OPEN_MAX"))
-    lifeline = select.poll()
-    lifeline.register(lifeline_fd, select.POLLIN)
+    lifeline = _become_guard(lifeline_fd)
     while not (lifeline.poll() and not os.read(lifeline_fd, 1)):
         pass  # nobody writes on it: readable means end of file, the supervisor is gone
     if os.getpgid(0) == os.getsid(0):  # never moved into the job's group
