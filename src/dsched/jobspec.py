@@ -120,3 +120,9 @@ def job_numbers(refs: list, views: Iterable[Mapping[str, Any]]) -> list[int]:
             ref = array_id + 1 + position
         numbers.append(ref)
     return numbers
+
+
+def refusal(reason: str) -> SchedError:
+    """The error of a submission the scheduler refused (it queued nothing), as every client
+    says it."""
+    return SchedError(f"the scheduler refused the job: {reason}")

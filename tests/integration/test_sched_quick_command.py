@@ -64,3 +64,12 @@ def test_a_wrong_token_and_an_unreachable_scheduler_say_what_the_click_command_s
         assert (fast.returncode, fast.stdout, fast.stderr) == (
             slow.returncode, slow.stdout, slow.stderr) and fast.returncode == 1
         assert fast.stderr.startswith("sched: error: ") and fast.stderr.count("\n") == 1
+
+
+def test_a_submission_the_scheduler_refuses_is_said_as_the_click_command_says_it(cluster):
+    # Refused there, not here: the job it runs after is unknown. Nothing was queued.
+    for command in (ENTRY, CLICK):
+        done = run(command, cluster, "submit", "--after-ok", "999999", "--", "true")
+        assert (done.returncode, done.stdout) == (1, ""), (command, done.stderr)
+        assert done.stderr == ("sched: error: the scheduler refused the job: nothing queued: "
+                               "a job depends on unknown job 999999\n"), (command, done.stderr)

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 from ..errors import SchedError
 from ..jobs import JobSpec
-from ..jobspec import array_spec, job_spec  # noqa: F401 - where they were, for their users
+from ..jobspec import array_spec, job_spec, refusal  # noqa: F401 - the first two: where they were
 from ..protocol import ops
 from .future import CancelledError, FutureState, FutureStatus, Owner
 from .outbox import Deferred, ClientOutbox
@@ -285,7 +285,7 @@ class JobDesk:
             return False
         future = item.future
         if type(op) is ops.Error:
-            future._failed(SchedError(f"the scheduler refused the job: {op.reason}"))
+            future._failed(refusal(op.reason))
         else:
             future._acknowledged(op.value[0])
             self._watch(future)

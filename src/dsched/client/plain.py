@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 
 from ..comm.addresses import parse_address
 from ..errors import ProtocolError, SchedError, SchedulerLostError
-from ..jobspec import arrays_to_ask, job_numbers, job_spec, query_jobs
+from ..jobspec import arrays_to_ask, job_numbers, job_spec, query_jobs, refusal
 from ..protocol import ops
 from ..protocol.handshake import INITIATOR, Handshake
 from ..protocol.messages import MessageDecoder, close_op, encode_ops
@@ -65,6 +65,8 @@ class PlainClient:
             reply = self._request(make)
         except (OSError, ProtocolError) as error:
             reply = self._submit_again(make, error)
+        except Unusual as refused:  # an error reply: the scheduler queued nothing, and says why
+            raise refusal(str(refused)) from None
         return _Acknowledged(reply[0])
 
     def jobs(self, jobs: Iterable[int] = (), states: Iterable[str] = (), offset: int = 0,
