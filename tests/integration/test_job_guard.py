@@ -124,3 +124,41 @@ def test_the_spawner_loads_no_asyncio_and_the_worker_package_no_core():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout.split("\n")
     assert out[:2] == ["[]", "WorkerState Spawner"]
+
+
+#: As UNMOVED, the job forking sleepers as fast as it can: some are born while the guard walks.
+FORKING = UNMOVED.replace('"sleep 600 & echo $! > " + sys.argv[1] + "; wait"',
+                          '"while :; do sleep 600 & done"')
+
+
+def in_session(session: int) -> list[int]:
+    found = []
+    for process in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(process.pid) == session and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process.pid)
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def test_a_guard_not_yet_moved_kills_what_the_job_forks_while_the_guard_looks(tmp_path):
+    assert FORKING != UNMOVED
+    stand_in = subprocess.Popen([sys.executable, "-c", FORKING, "unused"],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+    session = stand_in.pid
+    try:
+        first_line(stand_in.stdout)
+        wait_until(lambda: len(in_session(session)) > 100, 30, what="the job to fork sleepers")
+        stand_in.kill()
+        wait_until(lambda: not in_session(session), 30,
+                   what="every process of the job's session to die")
+    finally:
+        stand_in.kill()
+        stand_in.wait(30)
+        stand_in.stdout.close()
+        for pid in in_session(session):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -6,6 +6,9 @@ status either way (the fast path hands those to the click command)."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -73,3 +76,46 @@ def test_a_submission_the_scheduler_refuses_is_said_as_the_click_command_says_it
         assert (done.returncode, done.stdout) == (1, ""), (command, done.stderr)
         assert done.stderr == ("sched: error: the scheduler refused the job: nothing queued: "
                                "a job depends on unknown job 999999\n"), (command, done.stderr)
+
+
+#: ``sched ARGS...`` by the fast path, its scheduler (pid argv[1]) frozen for argv[2] seconds
+#: as soon as the command has connected: a reply slower than the connect timeout.
+FROZEN_AFTER_CONNECT = """
+import os, signal, sys, threading
+from dsched.cli import quick
+pid, seconds = int(sys.argv[1]), float(sys.argv[2])
+connect = quick.connect
+def frozen(cfg):
+    client = connect(cfg)
+    os.kill(pid, signal.SIGSTOP)
+    threading.Timer(seconds, os.kill, (pid, signal.SIGCONT)).start()
+    return client
+quick.connect = frozen
+sys.argv[1:] = sys.argv[3:]
+quick.main()
+"""
+
+
+def test_a_submission_waits_for_a_slow_scheduler_as_long_as_it_takes(cluster, client):
+    # Its reply comes after the connect timeout: the job is queued once, and said so.
+    env = {**cluster.env, "SCHED_CLIENT__CONNECT_TIMEOUT": "1"}
+    pid = str(cluster.scheduler_process.pid)
+    try:
+        done = subprocess.run([sys.executable, "-c", FROZEN_AFTER_CONNECT, pid, "2.5", "-s",
+                               cluster.address, "submit", "--hold", "--name", "slow", "--",
+                               "true"], env=env, capture_output=True, text=True, timeout=90)
+    finally:
+        os.kill(int(pid), signal.SIGCONT)
+    assert done.returncode == 0, done.stderr
+    job = int(done.stdout)
+    assert [v["id"] for v in client.jobs(states=["held"])["jobs"] if v["name"] == "slow"] == [job]
+
+
+def test_a_submission_with_standard_output_closed_queues_the_job_and_says_nothing(cluster,
+                                                                                  client):
+    command = " ".join([*map(shlex.quote, ENTRY), "-s", cluster.address, "submit", "--hold",
+                        "--name", "no-stdout", "--", "true", ">&-"])
+    done = subprocess.run(["bash", "-c", command], env=cluster.env, capture_output=True,
+                          text=True, timeout=90)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert [v["name"] for v in client.jobs(states=["held"])["jobs"]].count("no-stdout") == 1

@@ -8,9 +8,12 @@ the config and token as the click command finds them, the plain connection of
 ``client/plain.py``, and the same calls (``calls.py``). Everything else goes to the click
 command (``sched.py``) unchanged, which then behaves and errs exactly as it always did: help,
 any other command, ``--wait``, ``--array-file``, an option or value the fast parser does not
-take, a config or address that is wrong, TLS, a scheduler that cannot be reached or refuses,
-any answer not expected. Handing over is safe while nothing was queued; once a submission has
-left, its failures are said here (``plain.py`` never queues a job twice).
+take, a config or address that is wrong, TLS, a scheduler that cannot be reached, any answer
+not expected. Handing over is safe while nothing was queued. Said here instead, in the click
+command's words: a refusal of the scheduler, a scheduler slower than the connect timeout to
+answer a question (the click command would wait as long again), and, once a submission has
+left, whatever goes wrong (``plain.py`` never queues a job twice; it waits for the reply to a
+submission as long as the scheduler takes).
 """
 
 from __future__ import annotations
@@ -23,7 +26,11 @@ from .options import Parsed, address_problem, load_config, parse
 
 def main() -> None:
     """``sched``: the fast path where it applies, else the click command."""
-    status = run(sys.argv[1:])
+    try:
+        status = run(sys.argv[1:])
+    except KeyboardInterrupt:  # as the click command ends on Ctrl-C
+        _echo("Aborted!", err=True)
+        sys.exit(1)
     if status is None:
         from .sched import main as click_main
 
@@ -71,12 +78,15 @@ def run(argv: list[str]) -> int | None:
             client.close()
     except BrokenPipeError:
         return calls.stdout_closed()
+    except TimeoutError:  # a scheduler too slow to answer: the click command would wait again
+        return calls.fail(_echo, f"the scheduler at {client.address} did not answer within "
+                                 f"{client.timeout:g} s")
     except Exception as error:  # noqa: BLE001 - handed over unless a job may have been queued
-        if not getattr(client, "submitted", False):
+        if not getattr(client, "submitted", False) and not isinstance(error, SchedError):
             return None
-        if isinstance(error, (SchedError, OSError)):  # SchedulerLostError among them
-            return calls.fail(_echo, str(error))
-        raise
+        # Once a submission has left, whatever went wrong is said here, in one line: handed
+        # over, it would be sent again.
+        return calls.fail(_echo, str(error) or type(error).__name__)
 
 
 def _call(client: Any, parsed: Parsed) -> int:
@@ -100,6 +110,8 @@ def _call(client: Any, parsed: Parsed) -> int:
 def _echo(text: Any, err: bool = False) -> None:
     """As click.echo: a line, flushed at once (a closed pipe is found here, as there)."""
     stream = sys.stderr if err else sys.stdout
+    if stream is None:  # closed before the program started (sched submit >&-)
+        return
     stream.write(f"{text}\n")
     stream.flush()
 

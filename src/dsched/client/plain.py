@@ -51,6 +51,10 @@ class PlainClient:
         self.submitted = False
         self._connect()
 
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
     # -- what the command calls ---------------------------------------------------------------
 
     def submit_command(self, command: Any, **options: Any) -> "_Acknowledged":
@@ -60,9 +64,13 @@ class PlainClient:
         def make(request: int) -> ops.SubmitJobs:
             return ops.SubmitJobs(id=request, jobs=(wire,))
 
+        try:  # a spec the wire cannot carry is said here: nothing was sent
+            self._encode(make(0).to_wire())
+        except ProtocolError as error:
+            raise refusal(f"cannot send submit-jobs: {error}") from None
         self.submitted = True
-        try:
-            reply = self._request(make)
+        try:  # as long as the scheduler takes to commit it, as the full Client waits
+            reply = self._request(make, timeout=None)
         except (OSError, ProtocolError) as error:
             reply = self._submit_again(make, error)
         except Unusual as refused:  # an error reply: the scheduler queued nothing, and says why
@@ -83,7 +91,7 @@ class PlainClient:
     def close(self) -> None:
         if self._socket is not None:
             try:
-                self._socket.sendall(b"".join(encode_ops([close_op("client closing")])))
+                self._socket.sendall(self._encode(close_op("client closing")))
             except OSError:
                 pass
             self._socket.close()
@@ -116,14 +124,22 @@ class PlainClient:
         if self._next_op()["op"] != "welcome":
             raise Unusual("the scheduler's first op was not welcome")
 
-    def _request(self, make: Callable[[int], Any]) -> Any:
-        """The value of the reply to ``make(id)``; Unusual for a refusal (the full Client
-        says it)."""
+    def _encode(self, wire: dict) -> bytes:
+        """One op as the bytes of a message, within the configured frame and message sizes;
+        LocalProtocolError for one that cannot be sent."""
+        limits = {key: value for key, value in self._limits.items() if value is not None}
+        return b"".join(encode_ops([wire], **limits))
+
+    def _request(self, make: Callable[[int], Any], timeout: float | None | bool = False) -> Any:
+        """The value of the reply to ``make(id)``, waited for ``timeout`` seconds (None: for
+        as long as it takes; by default the connect timeout); Unusual for a refusal (the full
+        Client says it)."""
         if self._socket is None:
             raise OSError("not connected")
         self._request_id += 1
         request = self._request_id
-        self._socket.sendall(b"".join(encode_ops([make(request).to_wire()])))
+        self._socket.settimeout(self._timeout if timeout is False else timeout)
+        self._socket.sendall(self._encode(make(request).to_wire()))
         while True:
             wire = self._next_op()
             if wire["op"] in ("reply", "error") and wire.get("id") == request:
@@ -162,7 +178,7 @@ class PlainClient:
             delay = min(2 * delay, 1.0)
             try:
                 self._connect()
-                return self._request(make)
+                return self._request(make, timeout=None)
             except (OSError, ProtocolError) as again:
                 self.close()
                 reason = str(again) or type(again).__name__

@@ -4,7 +4,7 @@
 goes as several parts), ``messages`` packs batches of op dicts (with large payloads out of
 band) and ``handshake`` opens each connection with magic, version and mutual token
 authentication. Nothing here touches a socket, asyncio or a clock, and nothing here unpickles:
-payloads are opaque bytes. ``ops`` names every op the daemons exchange, one frozen dataclass
+payloads are opaque bytes. ``ops`` names every op the daemons exchange, one frozen class
 each, checked when it arrives by code that ``fields`` generates from its annotations.
 ``dsched.comm`` carries it all over TCP.
 """

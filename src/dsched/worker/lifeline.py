@@ -11,9 +11,12 @@ is stuck in C, and it reaches the leader's own children, which no parent-death s
 Where the leader was put in a cgroup (``containment``), the guard kills and removes that too; a
 leader that is a child subreaper (a GPU child) is stopped, not killed, when the worker dies, and
 its guard kills all its descendants, whatever their sessions, before the group. Python
-children call ``hold_group`` first thing; a job's supervisor calls it in the job's process
-between fork and exec; other commands run under ``python -m dsched.worker.lifeline PARENT FD
--- COMMAND...`` (see ``Lifeline.wrap``), which does the same and then runs the command.
+children call ``hold_group`` first thing; other commands run under ``python -m
+dsched.worker.lifeline PARENT FD -- COMMAND...`` (see ``Lifeline.wrap``), which does the same
+and then runs the command. A shell-command job's guard is forked by its supervisor before the
+job (``fork_job_guard``), so that the job is spawned without Python between fork and exec,
+and moved into the job's group after; it acts on end of file of its lifeline alone (the
+supervisor's), and one never moved kills the supervisor's session, which holds the job.
 
 Linux is the target. Elsewhere there is no parent-death signal: guarded groups still die with
 the worker, but a process that leads no group outlives a parent killed with SIGKILL.
@@ -28,6 +31,7 @@ import os
 import select
 import signal
 import sys
+import time
 
 from . import containment
 
@@ -213,17 +217,38 @@ def _job_guard(lifeline_fd: int, cgroup: str) -> None:
 
 
 def _kill_session() -> None:
-    """SIGKILL every other process of this session (walking /proc: a rare end)."""
+    """SIGKILL every other process of this session (walking /proc: a rare end). A process may
+    fork while a walk goes, so each walk stops what it finds before it kills it (a stopped
+    process forks no more), and the walks go on until one finds none, for up to the guard's
+    sweep timeout."""
     session, me = os.getsid(0), os.getpid()
+    deadline = time.monotonic() + _GUARD_SWEEP_TIMEOUT
+    while True:
+        found = _session_members(session, me)
+        for signum in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in found:
+                try:
+                    os.kill(pid, signum)
+                except OSError:  # gone meanwhile
+                    pass
+        if not found or time.monotonic() > deadline:
+            return
+
+
+def _session_members(session: int, me: int) -> list[int]:
+    """The live processes of ``session`` but ``me`` (a zombie is dead: its parent reaps it)."""
+    found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != me:
             try:
                 with open(f"/proc/{entry}/stat", "rb") as file:
                     stat = file.read()
-                if int(stat[stat.rindex(b")") + 2:].split()[3]) == session:
-                    os.kill(int(entry), signal.SIGKILL)
+                fields = stat[stat.rindex(b")") + 2:].split()
+                if int(fields[3]) == session and fields[0] not in (b"Z", b"X"):
+                    found.append(int(entry))
             except (OSError, ValueError):  # gone meanwhile
                 continue
+    return found
 
 
 def main(argv: list[str]) -> None:
