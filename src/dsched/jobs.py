@@ -101,6 +101,15 @@ class JobSpec:
             raise JobSpecError(f"a time limit must be positive, not {self.time_limit}")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
             raise JobSpecError("the environment of a job maps names to strings")
+        if self.cwd is not None and not isinstance(self.cwd, str):
+            raise JobSpecError(f"a job's directory is a path, not {self.cwd!r:.40}")
+        # What no process can be started with is refused here, not found by the worker.
+        if any("\0" in text for text in (*self.command, *self.env, *self.env.values(),
+                                          self.cwd or "")):
+            raise JobSpecError("a job's command, environment and directory hold no NUL "
+                               "character")
+        if any(not name or "=" in name for name in self.env):
+            raise JobSpecError("an environment variable's name is not empty and holds no '='")
 
     def to_wire(self) -> dict[str, Any]:
         """The spec as the wire and the journal carry it. Made once per spec (it is
@@ -213,8 +222,8 @@ class ArraySpec:
             raise JobSpecError(f"an array has 1 to {MAX_ARRAY:,} elements, not {self.size:,}")
         if self.limit is not None and not 0 < self.limit <= MAX_ARRAY:
             raise JobSpecError(f"an array's limit (%N) must be positive, not {self.limit}")
-        if not all(isinstance(line, str) for line in self.lines):
-            raise JobSpecError("the lines of an array are strings")
+        if not all(isinstance(line, str) and "\0" not in line for line in self.lines):
+            raise JobSpecError("the lines of an array are strings, with no NUL character")
         ends = sorted((r.start, r[-1]) for r in self.ranges)
         for (_, end), (start, _) in zip(ends, ends[1:]):
             if start <= end:

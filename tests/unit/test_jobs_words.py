@@ -23,6 +23,12 @@ def test_a_spec_goes_over_the_wire_and_back():
     ({"submission": "s", "command": ["true"], "env": {"A": 1}}, "maps names to strings"),
     ({"submission": "s", "command": ["true"], "priority": "high"}, "malformed job"),
     ({"command": ["true"]}, "malformed job"),
+    ({"submission": "s", "command": ["echo", "a\0b"]}, "no NUL character"),
+    ({"submission": "s", "command": ["true"], "env": {"A": "x\0"}}, "no NUL character"),
+    ({"submission": "s", "command": ["true"], "cwd": "/tmp\0"}, "no NUL character"),
+    ({"submission": "s", "command": ["true"], "cwd": 7}, "is a path"),
+    ({"submission": "s", "command": ["true"], "env": {"A=B": "1"}}, "holds no '='"),
+    ({"submission": "s", "command": ["true"], "array": {"lines": ["a\0"]}}, "no NUL"),
 ])
 def test_a_malformed_spec_is_refused_with_the_reason(wire, words):
     with pytest.raises(JobSpecError, match=words):
