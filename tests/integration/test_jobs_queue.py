@@ -12,7 +12,7 @@ import pytest
 
 from deadline import wait_until
 from dsched import CancelledError, SchedError
-from dsched.client.jobs import job_spec
+from dsched.jobspec import job_spec
 from dsched.resources import ResourceSpecError
 
 

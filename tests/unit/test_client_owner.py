@@ -12,7 +12,8 @@ import pytest
 
 from dsched import CancelledError, wait
 from dsched.client.future import Future, FutureState, FutureStatus, Owner
-from dsched.client.jobs import JobDesk, JobFuture, job_spec
+from dsched.client.jobs import JobDesk, JobFuture
+from dsched.jobspec import job_spec
 from dsched.protocol import ops
 from dsched.serialize import dumps_exception
 

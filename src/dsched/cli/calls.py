@@ -52,7 +52,7 @@ def submit(client: Any, echo: Echo, command: tuple[str, ...], options: dict, aft
     job = client.submit_command(list(command), **options).job_id()
     if not wait:
         if as_json:
-            _json(echo, client.jobs([job])["jobs"][0])
+            print_json(echo, client.jobs([job])["jobs"][0])
         else:
             echo(job)
         return 0
@@ -60,7 +60,7 @@ def submit(client: Any, echo: Echo, command: tuple[str, ...], options: dict, aft
         echo(job)
     [view] = client.wait_for_jobs([job])
     if as_json:
-        _json(echo, view)
+        print_json(echo, view)
     else:
         echo(ended_line(view), err=True)
     return exit_status(view["state"], view["exit_code"])
@@ -75,7 +75,7 @@ def status(client: Any, echo: Echo, job_ids: tuple, states: tuple[str, ...], exp
     found = client.jobs(numbers, states, expand=expand)
     views = found["jobs"]
     if as_json:
-        _json(echo, found)
+        print_json(echo, found)
     elif views:
         echo("\n".join(job_table(views, time.time())))
         echo(count_line(found["counts"], len(views), found["total"]))
@@ -91,7 +91,7 @@ def status(client: Any, echo: Echo, job_ids: tuple, states: tuple[str, ...], exp
     return 0
 
 
-def _json(echo: Echo, value: Any) -> None:
+def print_json(echo: Echo, value: Any) -> None:
     import json
 
     echo(json.dumps(value, indent=1))

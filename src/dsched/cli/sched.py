@@ -16,7 +16,6 @@ line on stderr, said once: the library's own error log records are not shown.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -96,10 +95,6 @@ def _with_client(ctx: click.Context, work: Callable[[Any], int], lost: int = 1) 
     ctx.exit(status)
 
 
-def _json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=1))
-
-
 def _stdout_is_a_terminal() -> bool:
     return sys.stdout.isatty()
 
@@ -173,7 +168,7 @@ def workers(ctx: click.Context, as_json: bool) -> None:
     def work(client: Any) -> int:
         found = client.workers()
         if as_json:
-            _json(found)
+            calls.print_json(click.echo, found)
         else:
             click.echo("\n".join(worker_table(found)) if found else "no workers connected")
         return 0

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 from ..errors import SchedError
 from ..jobs import JobSpec
-from ..jobspec import array_spec, job_spec, refusal  # noqa: F401 - the first two: where they were
+from ..jobspec import refusal
 from ..protocol import ops
 from .future import CancelledError, FutureState, FutureStatus, Owner
 from .outbox import Deferred, ClientOutbox

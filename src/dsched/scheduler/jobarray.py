@@ -132,9 +132,7 @@ class Arrays:
 
     def make(self, array: JobArray, position: int) -> Job:
         """The Job of element ``position``, made now (not yet in the book's queue)."""
-        job = array.job
-        element = Job(job.id + 1 + position, job.spec.element(job.id, position), job.submitted)
-        element.parent, element.position = job, position
+        element = _element(array, position)
         element.order = array.base + position
         book = self.book
         book.jobs[element.id] = element
@@ -159,16 +157,13 @@ class Arrays:
 
     def view_of_unmade(self, array: JobArray, position: int) -> Job:
         """A Job to show an element not yet made (not kept)."""
-        job = array.job
-        shown = job = Job(job.id + 1 + position, job.spec.element(job.id, position),
-                          array.job.submitted)
-        shown.parent, shown.position = array.job, position
-        if array.job.cancelling or array.job.ended:
+        job, parent = _element(array, position), array.job
+        if parent.cancelling or parent.ended:
             job.state = JobState.cancelled
-            job.detail = f"array {array.job.id} was cancelled before it started"
-        elif array.job.state is HELD:
-            job.state, job.wait = HELD, array.job.wait
-        return shown
+            job.detail = f"array {parent.id} was cancelled before it started"
+        elif parent.state is HELD:
+            job.state, job.wait = HELD, parent.wait
+        return job
 
     def named(self, job_id: int) -> Job | None:
         """The job ``job_id`` when a user names it: an element not yet made is made (it waits
@@ -261,6 +256,15 @@ class Arrays:
             self.book.cancel_one(array.elements[position], client)
         self.finish(array)
         return "cancelled" if job.ended else "cancelling"
+
+
+def _element(array: JobArray, position: int) -> Job:
+    """Element ``position`` of ``array`` as a Job: its number, its command and its array."""
+    parent = array.job
+    job = Job(parent.id + 1 + position, parent.spec.element(parent.id, position),
+              parent.submitted)
+    job.parent, job.position = parent, position
+    return job
 
 
 def array_view(job: Job) -> dict[str, Any]:
