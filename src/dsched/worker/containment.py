@@ -282,9 +282,9 @@ def libc() -> ctypes.CDLL:
     return _LIBC[0]
 
 
-def _processes() -> dict[int, tuple[int, str, int, str]]:
-    """Every process now: pid -> (parent, state letter, group, name)."""
-    table: dict[int, tuple[int, str, int, str]] = {}
+def _processes() -> dict[int, tuple[int, str, int, str, int]]:
+    """Every process now: pid -> (parent, state letter, group, name, session)."""
+    table: dict[int, tuple[int, str, int, str, int]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:  # no /proc (not Linux): process groups only
@@ -300,7 +300,7 @@ def _processes() -> dict[int, tuple[int, str, int, str]]:
             name = stat[stat.index(b"(") + 1:stat.rindex(b")")]
             fields = stat[stat.rindex(b")") + 2:].split()
             table[int(entry)] = (int(fields[1]), fields[0].decode(), int(fields[2]),
-                                 name.decode(errors="replace"))
+                                 name.decode(errors="replace"), int(fields[3]))
     return table
 
 
@@ -308,7 +308,7 @@ def descendants(root: int, table: dict | None = None) -> list[int]:
     """The live (not zombie) descendants of ``root``."""
     table = _processes() if table is None else table
     children: dict[int, list[int]] = {}
-    for pid, (parent, _, _, _) in table.items():
+    for pid, (parent, *_) in table.items():
         children.setdefault(parent, []).append(pid)
     found, todo = [], list(children.get(root, ()))
     while todo:
@@ -319,10 +319,16 @@ def descendants(root: int, table: dict | None = None) -> list[int]:
     return found
 
 
+def session_members(session: int, spare: int) -> list[int]:
+    """The live (not zombie) processes of ``session``, but ``spare``."""
+    return [pid for pid, (_, state, _, _, sid) in _processes().items()
+            if sid == session and pid != spare and state not in "ZX"]
+
+
 def guards_of(root: int, table: dict | None = None) -> set[int]:
     """The guard of ``root``'s group: its child in its group named GUARD_NAME."""
     table = _processes() if table is None else table
-    return {pid for pid, (parent, _, group, name) in table.items()
+    return {pid for pid, (parent, _, group, name, _) in table.items()
             if parent == root and group == root and name == GUARD_NAME.decode()}
 
 
@@ -427,7 +433,7 @@ def reap(spare: frozenset | set = frozenset(), table: dict | None = None) -> Non
             pass
     me = os.getpid()
     table = _processes() if table is None else table
-    for pid, (parent, state, _, _) in table.items():
+    for pid, (parent, state, *_) in table.items():
         if parent == me and state in "ZX" and pid not in spare:
             try:
                 os.waitpid(pid, os.WNOHANG)

@@ -224,7 +224,7 @@ def _kill_session() -> None:
     session, me = os.getsid(0), os.getpid()
     deadline = time.monotonic() + _GUARD_SWEEP_TIMEOUT
     while True:
-        found = _session_members(session, me)
+        found = containment.session_members(session, me)
         for signum in (signal.SIGSTOP, signal.SIGKILL):
             for pid in found:
                 try:
@@ -233,22 +233,6 @@ def _kill_session() -> None:
                     pass
         if not found or time.monotonic() > deadline:
             return
-
-
-def _session_members(session: int, me: int) -> list[int]:
-    """The live processes of ``session`` but ``me`` (a zombie is dead: its parent reaps it)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != me:
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as file:
-                    stat = file.read()
-                fields = stat[stat.rindex(b")") + 2:].split()
-                if int(fields[3]) == session and fields[0] not in (b"Z", b"X"):
-                    found.append(int(entry))
-            except (OSError, ValueError):  # gone meanwhile
-                continue
-    return found
 
 
 def main(argv: list[str]) -> None:
