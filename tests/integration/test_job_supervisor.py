@@ -27,6 +27,13 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="process groups and the parent-death signal (Linux)")
 
 KEY = "job-7.2"
+#: A supervisor as a spawner's spare runs it: prepared (``Prepared``) before it reads its job.
+PREPARED = ("import sys\nfrom dsched.worker.jobrecords import read_record\n"
+            "from dsched.worker.jobsupervisor import Prepared, Supervision\n"
+            "path, _, grace, lease, cgroup = sys.argv[1:]\n"
+            "prepared = Prepared(cgroup)\n"
+            "Supervision(path, read_record(path), float(grace), float(lease),\n"
+            "            prepared=prepared).run()\n")
 
 
 class Supervised:
@@ -83,9 +90,9 @@ def supervise(tmp_path):
     directory.mkdir()
 
     def start(command, *, time_limit=None, env=None, cwd=None, gpus=(), grace=0.2,
-              lease=60.0, orders=(), cgroup="") -> Supervised:
+              lease=60.0, orders=(), cgroup="", prepared=False) -> Supervised:
         """``orders``: lines the worker said before the supervisor began to read; ``cgroup``:
-        the job's own, in the worker's cgroup mode."""
+        the job's own, in the worker's cgroup mode; ``prepared``: as a spare of a spawner."""
         record, log = record_path(str(directory), KEY), log_path(str(directory), KEY)
         job = {"command": command, "env": env or {}, "cwd": cwd, "time_limit": time_limit,
                "name": "test"}
@@ -93,9 +100,11 @@ def supervise(tmp_path):
         lock = open_locked_log(log)
         read, write = os.pipe()
         os.write(write, b"".join(line.encode() + b"\n" for line in orders))
+        arguments = [record, str(lock), str(grace), repr(time.monotonic() + lease)]
         process = subprocess.Popen(
-            [sys.executable, "-m", "dsched.worker.jobsupervisor", record, str(lock), str(grace),
-             repr(time.monotonic() + lease), *((cgroup,) if cgroup else ())],
+            [sys.executable, "-c", PREPARED, *arguments, cgroup] if prepared else
+            [sys.executable, "-m", "dsched.worker.jobsupervisor", *arguments,
+             *((cgroup,) if cgroup else ())],
             stdin=read, stdout=subprocess.PIPE, pass_fds=(lock,), start_new_session=True)
         os.close(lock)
         os.close(read)
@@ -281,16 +290,17 @@ def job_cgroup(tmp_path, mode: str) -> str:
         pytest.skip(f"cgroup mode is not possible on this machine: {error}")
 
 
+@pytest.mark.parametrize("prepared", [False, True])
 @pytest.mark.parametrize("mode", ["cgroup", "subreaper"])
-def test_what_a_job_starts_in_another_session_is_killed_before_its_end_is_said(supervise,
-                                                                               tmp_path, mode):
+def test_what_a_job_starts_in_another_session_is_killed_before_its_end_is_said(
+        supervise, tmp_path, mode, prepared):
     cgroup = job_cgroup(tmp_path, mode)
     pidfile = tmp_path / "escapee"
     # Orphaned at once, in a session of its own: neither the job's group nor its child.
     escape = f"(setsid sh -c 'echo $$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile}; " \
              "exec sleep 600' &)"
     job = supervise(["sh", "-c", f"{escape}; while [ ! -e {pidfile} ]; do sleep 0.01; done"],
-                    cgroup=cgroup)
+                    cgroup=cgroup, prepared=prepared)
     job.started()
     escapee = read_pid(pidfile)
     try:
@@ -300,6 +310,30 @@ def test_what_a_job_starts_in_another_session_is_killed_before_its_end_is_said(s
     finally:
         if alive(escapee):
             os.kill(escapee, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("mode", ["cgroup", "subreaper"])
+@pytest.mark.parametrize("why", ["lease", "command"])
+def test_a_prepared_supervisor_whose_job_does_not_start_leaves_no_guard_and_no_cgroup(
+        supervise, tmp_path, mode, why):
+    cgroup = job_cgroup(tmp_path, mode)
+    job = supervise(["true"] if why == "lease" else ["no-such-command-here"], cgroup=cgroup,
+                    lease=-1.0 if why == "lease" else 60.0, prepared=True)
+    ended = job.ended()  # said (and so written) before the supervisor left: it was not killed
+    assert ended.started is None and ended.error.startswith(
+        "not started" if why == "lease" else "cannot start")
+    assert read_record(job.record)["ended"] == ended.to_wire()
+    session = job.process.pid
+    wait_until(lambda: not [p for p in psutil.pids() if _session(p) == session], 10,
+               what="the supervisor's session (its guard) to be gone")
+    assert not cgroup or not os.path.exists(cgroup)
+
+
+def _session(pid: int) -> int:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return 0
 
 
 def test_orphans_that_end_while_the_job_runs_are_reaped_at_once(supervise, tmp_path):

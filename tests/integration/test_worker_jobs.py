@@ -293,6 +293,50 @@ async def test_attempts_are_forked_by_the_workers_spawner_each_in_a_session_of_i
     assert (await cluster.told(ops.AttemptEnded, "job-8.1")).outcome == "cancelled"
 
 
+def spare_of(spawner: int, other_than: int = 0) -> psutil.Process | None:
+    """The supervisor the spawner keeps forked ahead, with its guard forked, once it has one."""
+    for child in psutil.Process(spawner).children():
+        if child.pid != other_than and child.status() != psutil.STATUS_ZOMBIE \
+                and any(c.name() == "sched-guard" for c in child.children()):
+            return child
+    return None
+
+
+async def test_an_attempt_goes_to_a_supervisor_prepared_ahead_which_leaves_nothing_behind(
+        cluster):
+    worker = await cluster.start()
+    spawner = worker.jobs._spawner._process.pid
+    spare = await wait_until_async(lambda: spare_of(spawner), 30, what="a spare supervisor")
+    guard = spare.children()[0]
+    assert os.getsid(spare.pid) == spare.pid  # in a session of its own already
+    cgroup = worker.jobs.containment.cgroup_for("attempt-")
+    if cgroup:  # cgroup mode: it and its guard are in the next attempt's cgroup already
+        assert open(f"/proc/{guard.pid}/cgroup").read().split("::")[-1].strip() \
+            == open(f"/proc/{spare.pid}/cgroup").read().split("::")[-1].strip()
+        assert os.path.basename(cgroup) in open(f"/proc/{spare.pid}/cgroup").read()
+
+    cluster.send(job("job-8.1", "sleep", "600"))
+    started = await cluster.told(ops.AttemptStarted, "job-8.1")
+    assert psutil.Process(started.pid).ppid() == spare.pid  # the spare ran it
+    assert os.getpgid(guard.pid) == started.pid  # its guard guards the job's group
+    if cgroup:
+        job_cgroup = open(f"/proc/{started.pid}/cgroup").read().split("::")[-1].strip()
+        assert os.path.basename(job_cgroup).startswith(os.path.basename(cgroup))
+    following = await wait_until_async(lambda: spare_of(spawner, spare.pid), 30,
+                                       what="the next spare")
+    following_guard = following.children()[0]
+    cluster.send(ops.StopTask("job-8.1"))
+    assert (await cluster.told(ops.AttemptEnded, "job-8.1")).outcome == "cancelled"
+
+    await worker.close()  # a spare no attempt came to ends, and its guard and cgroup with it
+    await wait_until_async(lambda: not alive(following.pid) and not alive(following_guard.pid),
+                           30, what="the spare and its guard to end")
+    if cgroup:
+        left = [name for name in os.listdir(os.path.dirname(cgroup))
+                if name.startswith(os.path.basename(cgroup))]
+        assert left == []
+
+
 async def test_when_the_spawner_dies_its_attempts_end_as_they_would_and_new_ones_still_start(
         cluster, tmp_path):
     worker = await cluster.start()

@@ -9,8 +9,8 @@ AttemptStarted then AttemptEnded, back as events. It writes new lease deadlines 
 stops to the supervisors' stdin, and serves the logs. A supervisor that dies without saying how
 its attempt ended takes the job with it (``lifeline``); the runner then records it lost. In the
 worker's cgroup mode (``containment``) each attempt gets a cgroup, which its supervisor makes
-and removes; the runner kills and removes it too once the supervisor is gone, whatever became of
-it.
+(ahead of the attempt, where the spawner keeps one ready) and removes; the runner kills and
+removes it too once the supervisor is gone, whatever became of it.
 
 This is I/O: which attempts start, and what is reported, is ``WorkerState``'s decision.
 """
@@ -77,6 +77,12 @@ class JobRunner:
                         "them to the scheduler", len(found), self.directory)
         return found
 
+    def contain(self, chosen: containment.Containment) -> None:
+        """The worker's mode is known: attempts run in cgroups of their own, or none; the
+        spawner keeps a supervisor prepared ahead, in the cgroup of the next attempt."""
+        self.containment = chosen
+        self._spawner.prepare(chosen.cgroup_for("attempt-"))
+
     # -- one attempt ----------------------------------------------------------------------------
 
     async def run(self, start: StartJob) -> None:
@@ -111,6 +117,7 @@ class JobRunner:
         finally:
             os.close(lock_fd)
         self._supervisors[key] = process
+        cgroup = getattr(process, "cgroup", cgroup)  # a spare's, where it was handed one
         logger.debug("Started job attempt %s (supervisor pid %s)", key, process.pid)
         self._tell(key, repr(self.lease_until))  # the lease may have grown meanwhile
         if key in self._orders:

@@ -10,7 +10,13 @@ group, as before) and runs the same ``Supervision`` that the command line runs, 
 pipes as its stdin and stdout. So every guarantee of a supervisor stays what it was: it kills
 its job when its stdin ends (the worker is gone), it writes the outcome to the record before it
 exits, it enforces the lease whatever the worker does, and it never spawns a job whose lease is
-over. The spawner answers with the child's pid, and with its exit status once it has reaped it.
+over. The spawner answers with the child's pid (and its cgroup), and with its exit status
+once it has reaped it.
+
+Once the worker has said where its cgroups go (``{"cgroups": PREFIX}``, "" for none), the
+spawner keeps one supervisor forked ahead (``_Spares``): prepared as far as it can be without
+its job (``jobsupervisor.Prepared``), it waits for the next request, which the spawner passes
+on to it. An attempt then costs no fork and no wait for the kernel's move into a cgroup.
 
 The spawner itself dies with its worker (a parent-death signal, and the end of the socket);
 the supervisors it started do not depend on it. Where it cannot start or is gone, the worker
@@ -42,10 +48,9 @@ FDS_PER_REQUEST = 3
 
 
 def serve(sock: socket.socket, worker_pid: int) -> None:
-    """Fork a supervisor for each request on ``sock`` until it ends; report each child's pid,
-    then its exit status once reaped."""
-    from .jobrecords import read_record
-    from .jobsupervisor import Supervision
+    """Fork a supervisor for each request on ``sock`` until it ends, or hand the request to
+    the spare forked ahead; report each supervisor's pid (and cgroup), then its exit status
+    once reaped."""
     from .lifeline import die_with_parent
 
     die_with_parent(worker_pid)
@@ -57,6 +62,8 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
     poller.register(wake_read, select.POLLIN)
+    ours = (sock.fileno(), wake_read, wake_write)
+    spares = _Spares(ours)
     sock.send(b'{"ready":true}')
     while True:
         try:
@@ -66,7 +73,7 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
         for fd, _ in ready:
             if fd == wake_read:
                 os.read(wake_read, 4096)
-                _reap(sock)
+                _reap(sock, spares.unused)
                 continue
             try:
                 data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, FDS_PER_REQUEST)
@@ -75,41 +82,135 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
             if not data:  # the worker is gone; its supervisors see their own stdin end
                 return
             args = json.loads(data)
+            if isinstance(args, dict):  # the cgroups to prepare spares in ("": none)
+                spares.prepare(args["cgroups"])
+                continue
             try:
                 if len(fds) != FDS_PER_REQUEST:
                     raise OSError(f"{len(fds)} descriptors came with the request")
-                pid = os.fork()
+                pid, cgroup = spares.hand(data, fds)
+                if pid is None:
+                    pid, cgroup = _fork(ours, fds, args, args[4]), args[4]
             except OSError as error:  # nothing started: the worker may try otherwise
-                for fd in fds:
-                    os.close(fd)
                 sock.send(json.dumps({"key": args[0], "error": str(error)}).encode())
                 continue
-            if pid == 0:  # the supervisor
-                code = 1
-                try:
-                    os.setsid()
-                    signal.set_wakeup_fd(-1)
-                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    os.dup2(fds[0], 0)
-                    os.dup2(fds[1], 1)
-                    for closing in (sock.fileno(), wake_read, wake_write, fds[0], fds[1]):
-                        os.close(closing)
-                    sys.stdin = os.fdopen(0, "r", closefd=False)
-                    sys.stdout = os.fdopen(1, "w", closefd=False)
-                    path, _lock, kill_grace, lease_until, cgroup = args  # lock held as fds[2]
-                    Supervision(path, read_record(path), float(kill_grace), float(lease_until),
-                                cgroup).run()
-                    code = 0
-                except BaseException:
-                    traceback.print_exc()
-                finally:
-                    try:
-                        sys.stdout.flush()
-                    finally:
-                        os._exit(code)
-            for fd in fds:
-                os.close(fd)
-            sock.send(json.dumps({"key": args[0], "pid": pid}).encode())
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            sock.send(json.dumps({"key": args[0], "pid": pid, "cgroup": cgroup}).encode())
+            spares.fork()  # the next one, once this request is answered
+
+
+class _Spares:
+    """The supervisor forked ahead of the next request (a spare), prepared as far as it can
+    be without its job (``jobsupervisor.Prepared``: its session, its cgroup entered, its
+    job's guard forked), and waiting on a socket of its own for the request. So an attempt
+    starts in the time it takes to pass the request on and spawn the command. Spares are made
+    once the worker says its cgroups (``prepare``); until then each request is forked."""
+
+    def __init__(self, ours: tuple[int, ...]):
+        self.ours = ours
+        self.cgroups: str | None = None  # where spares' cgroups go ("" none); None: no spares
+        self.spare: tuple[int, socket.socket, str] | None = None  # pid, its socket, cgroup
+        self.unused: set[int] = set()  # spares never handed a request: no one waits for them
+        self.made = 0
+
+    def prepare(self, cgroups: str) -> None:
+        if self.spare is not None:  # prepared for other cgroups: it ends with its socket
+            self.spare[1].close()
+            self.spare = None
+        self.cgroups = cgroups
+        self.fork()
+
+    def fork(self) -> None:
+        if self.cgroups is None or self.spare is not None:
+            return
+        self.made += 1
+        cgroup = f"{self.cgroups}{os.getpid()}-{self.made}" if self.cgroups else ""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError:  # the next request is forked when it comes
+            ours.close()
+            theirs.close()
+            return
+        if pid == 0:
+            _supervise(self.ours + (ours.fileno(),), cgroup, channel=theirs)
+        theirs.close()
+        self.spare = (pid, ours, cgroup)
+        self.unused.add(pid)
+
+    def hand(self, request: bytes, fds: list[int]) -> tuple[int | None, str]:
+        """Pass a request to the spare; its pid and cgroup, or None where there is none (or
+        it is gone: it then never had it)."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return None, ""
+        pid, ours, cgroup = spare
+        try:
+            socket.send_fds(ours, [request], fds)
+        except OSError:
+            return None, ""
+        finally:
+            ours.close()
+        self.unused.discard(pid)
+        return pid, cgroup
+
+
+def _fork(ours: tuple[int, ...], fds: list[int], args: list, cgroup: str) -> int:
+    """Fork a supervisor for the request ``args`` with its descriptors ``fds``; its pid."""
+    pid = os.fork()
+    if pid == 0:
+        _supervise(ours, cgroup, fds=fds, args=args)
+    return pid
+
+
+def _supervise(ours: tuple[int, ...], cgroup: str, channel: socket.socket | None = None,
+               fds: list[int] | None = None, args: list | None = None) -> None:
+    """In a forked child: a supervisor in a session of its own (it leads its own group, as one
+    started as a program does), prepared, then given its request (``args`` and ``fds``, or
+    from ``channel``: a spare), and then the same ``Supervision`` as the command line's, with
+    the request's pipes as its stdin and stdout. Never returns."""
+    from . import containment
+    from .jobrecords import read_record
+    from .jobsupervisor import Prepared, Supervision
+
+    code = 1
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for closing in ours:
+            os.close(closing)
+        prepared = Prepared(cgroup)
+        if channel is not None:
+            data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, FDS_PER_REQUEST)
+            channel.close()
+            if not data:  # the spawner is gone: no request comes
+                prepared.discard()
+                if cgroup:
+                    containment.remove_cgroup(cgroup, timeout=5.0)
+                code = 0
+                return
+            args = json.loads(data)
+        assert fds is not None and args is not None
+        os.dup2(fds[0], 0)
+        os.dup2(fds[1], 1)
+        for closing in fds[:2]:
+            os.close(closing)
+        sys.stdin = os.fdopen(0, "r", closefd=False)
+        sys.stdout = os.fdopen(1, "w", closefd=False)
+        path, _lock, kill_grace, lease_until = args[:4]  # the lock is held as fds[2]
+        Supervision(path, read_record(path), float(kill_grace), float(lease_until),
+                    prepared=prepared).run()
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+        finally:
+            os._exit(code)
 
 
 def _warm() -> None:
@@ -131,7 +232,9 @@ def _warm() -> None:
     gc.freeze()
 
 
-def _reap(sock: socket.socket) -> None:
+def _reap(sock: socket.socket, unused: set[int]) -> None:
+    """Reap the children that ended and say each one's end, but for spares never handed a
+    request (nobody knows of them)."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -139,6 +242,9 @@ def _reap(sock: socket.socket) -> None:
             return
         if pid == 0:
             return
+        if pid in unused:
+            unused.discard(pid)
+            continue
         try:
             sock.send(json.dumps({"exited": pid,
                                   "code": os.waitstatus_to_exitcode(status)}).encode())

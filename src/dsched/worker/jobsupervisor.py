@@ -92,19 +92,58 @@ def start_problem(command: list[str], cwd: str | None, env: dict[str, str]) -> s
     return ""
 
 
+class Prepared:
+    """What a supervisor does before it knows its job, so that a spawner can have it done
+    ahead (``jobspawner``): in a session of its own, it becomes a child subreaper (orphans
+    among the job's descendants come to it, wherever they are, so it finds, kills and reaps
+    them, cgroup or not), makes the job's ``cgroup`` and enters it (a process's first move
+    into a cgroup in a while waits for the kernel for milliseconds), and forks the guard of
+    the job's group (``lifeline.fork_job_guard``), which is born in it."""
+
+    def __init__(self, cgroup: str = ""):
+        containment.become_subreaper()
+        self.cgroup, self.problem, self.entered = cgroup, "", False
+        if cgroup:
+            try:
+                containment.make_cgroup(cgroup)
+                containment.enter_cgroup(cgroup)
+                self.entered = True
+            except OSError as error:
+                self.problem = (f"cannot use the cgroup {cgroup} ({error.strerror or error}); "
+                                "what it starts is tracked as this supervisor's descendants "
+                                "instead")
+        self.lifeline = Lifeline()  # its write end, held until this process ends, is the guard's
+        self.guard = fork_job_guard(self.lifeline, cgroup if self.entered else "")
+
+    def discard(self) -> None:
+        """No job comes: the guard is killed (it would walk the session for a job) and this
+        process leaves the cgroup (for its removal)."""
+        try:
+            os.kill(self.guard, signal.SIGKILL)
+            os.waitpid(self.guard, 0)
+        except ChildProcessError:
+            pass
+        if self.entered:
+            containment.leave_cgroup(self.cgroup)
+
+
 class Supervision:
     """One attempt, from spawn to outcome."""
 
     def __init__(self, path: str, record: dict, kill_grace: float, lease_until: float,
-                 cgroup: str = ""):
-        self.path, self.record, self.cgroup = path, record, cgroup
+                 cgroup: str = "", prepared: Prepared | None = None):
+        self.path, self.record = path, record
+        self.cgroup = prepared.cgroup if prepared is not None else cgroup
         self.key, self.job, self.log = record["key"], record["job"], record["log"]
         self.kill_grace, self.lease_until = kill_grace, lease_until
         self.ending: tuple[str, str] | None = None  # (outcome, error) once it is being stopped
         self.kill_at: float | None = None
         self.process: subprocess.Popen | None = None
         self.pending = b""  # a part of a line from the worker
-        self.lifeline = Lifeline()  # its write end, held until this process ends, is the guard's
+        #: Its cgroup and the job group's guard, made ahead by a spawner (``Prepared``), else
+        #: once the command is about to be spawned.
+        self.prepared = prepared
+        self.started = 0.0  # time.time() once the command is spawned
 
     def run(self) -> None:
         command, cwd = list(self.job["command"]), self.job.get("cwd")
@@ -118,26 +157,24 @@ class Supervision:
         if self.ending is None and time.monotonic() >= self.lease_until:
             self.ending = LEASE_EXPIRED
         if self.ending is not None:
+            self._discard()
             outcome, error = self.ending[0], NOT_STARTED[self.ending]
             self._note(f"{self.key} {error}")
             return self._end(outcome, None, error)
         if not problem:
-            # Orphans among the job's descendants come to this process, wherever they are:
-            # so it finds, kills and reaps them, cgroup or not.
-            containment.become_subreaper()
-            self._make_cgroup()
             problem = self._spawn(command, cwd, env)
         if self.process is None:
-            self._release()
+            self._discard()
             self._note(f"cannot start {self.key}: {problem}")
             return self._end("failed", None, f"cannot start: {problem}")
-        started = time.time()
+        started = self.started
         self.record.update(pid=self.process.pid, started=started)
         # For a worker process that starts again (the job is then lost, with its start time):
         # in the page cache is enough, as for the first record. The outcome, below, is synced.
         write_record(self.path, self.record, durable=False)
         self._tell(AttemptStarted(self.key, self.process.pid, self.log,
                                   tuple(self.record["gpus"]), started))
+        self._leave_cgroup()  # once the job runs: a first move in a while waits milliseconds
         returncode = self._watch(time.monotonic())
         outcome, error = self.ending or (("completed", "") if returncode == 0
                                          else ("failed", describe_exit(returncode)))
@@ -262,57 +299,44 @@ class Supervision:
         elif self.cgroup and signum == signal.SIGKILL:
             containment.kill_cgroup(self.cgroup)
 
-    def _make_cgroup(self) -> None:
-        if not self.cgroup:
-            return
-        try:
-            containment.make_cgroup(self.cgroup)
-        except OSError as error:
-            self._note(f"cannot make the cgroup {self.cgroup} for {self.key} "
-                       f"({error.strerror or error}); what it starts is tracked as this "
-                       "supervisor's descendants instead")
-            self.cgroup = ""
-
     def _spawn(self, command: list[str], cwd: str | None, env: dict[str, str]) -> str:
         """Spawn the command as the leader of a new group of this session, with its guard
-        (``lifeline.fork_job_guard``) in that group; "" or why it could not start. No Python
-        runs between the command's fork and its exec, so ``subprocess`` vforks: a fork of this
+        (``Prepared``) moved into that group; "" or why it could not start. No Python runs
+        between the command's fork and its exec, so ``subprocess`` vforks: a fork of this
         process, and Python in the child, cost milliseconds a job. In cgroup mode this process
-        enters the job's cgroup for the while, so the guard and the command are born in it,
-        and the command with all it starts stays there."""
-        entered = self._enter_cgroup()
+        is in the job's cgroup from its preparation until the command is spawned, so the guard
+        and the command are born in it, and the command with all it starts stays there."""
+        if self.prepared is None:
+            self.prepared = Prepared(self.cgroup)
+        prepared = self.prepared
         try:
-            guard = fork_job_guard(self.lifeline, self.cgroup if entered else "")
-            try:
-                with open(self.log, "ab") as out:
-                    self.process = subprocess.Popen(
-                        command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                        cwd=cwd, env=env, process_group=0)
-            except OSError as error:  # exec failed after all
-                os.kill(guard, signal.SIGKILL)
-                os.waitpid(guard, 0)
-                return f"{command[0]}: {error.strerror or error}"
-        finally:
-            if entered:
-                containment.leave_cgroup(self.cgroup)
+            with open(self.log, "ab") as out:
+                self.process = subprocess.Popen(
+                    command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    cwd=cwd, env=env, process_group=0)
+        except OSError as error:  # exec failed after all
+            return f"{command[0]}: {error.strerror or error}"
+        self.started = time.time()
         try:  # the group lives while its leader is not reaped, even if it has exited
-            os.setpgid(guard, self.process.pid)
+            os.setpgid(prepared.guard, self.process.pid)
         except OSError as error:  # the guard is gone: what it would do is left to us
             self._note(f"{self.key}: its guard could not join its group ({error.strerror})")
-        if self.cgroup and not entered:
-            self._note(f"{self.key} could not be put in its cgroup {self.cgroup}; what it "
-                       "starts is tracked as this supervisor's descendants instead")
+        if prepared.problem:
+            self._note(f"{self.key}: {prepared.problem}")
             self._release()
         return ""
 
-    def _enter_cgroup(self) -> bool:
-        if not self.cgroup:
-            return False
-        try:
-            containment.enter_cgroup(self.cgroup)
-            return True
-        except OSError:
-            return False
+    def _leave_cgroup(self) -> None:
+        if self.prepared is not None and self.prepared.entered:
+            containment.leave_cgroup(self.cgroup)
+            self.prepared.entered = False
+
+    def _discard(self) -> None:
+        """Nothing was spawned: its guard (if forked) goes now, and its cgroup."""
+        if self.prepared is not None:
+            self.prepared.discard()
+            self.prepared.entered = False
+        self._release()
 
     def _release(self) -> None:
         """Kill what is left in the job's cgroup and remove it."""

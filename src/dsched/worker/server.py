@@ -166,7 +166,8 @@ class Worker:
         opened = await self.jobs.open(f"worker {self.name} at {self.address}")
         self.containment = await asyncio.to_thread(settle, config.containment, self.name,
                                                    self.jobs.directory)
-        self.jobs.containment = self.gpu_children.containment = self.containment
+        self.jobs.contain(self.containment)
+        self.gpu_children.containment = self.containment
         self._handle(ev.AttemptsRecovered(tuple(opened)))
         self._supervisor = asyncio.ensure_future(self._supervise())
 

@@ -26,6 +26,7 @@ class Spawned:
     def __init__(self, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader):
         self.stdin, self.stdout = stdin, stdout
         self.pid: int | None = None  # once the spawner says it
+        self.cgroup = ""  # the cgroup it runs its job in, once the spawner says it
         self._ended: asyncio.Future | None = None
         self.returncode: int | None = None
 
@@ -91,6 +92,15 @@ class Spawner:
             return False
         return await asyncio.shield(self._ready)
 
+    def prepare(self, cgroups: str) -> None:
+        """Have the spawner keep a supervisor forked ahead of the next attempt, its cgroup
+        named ``cgroups`` plus a number of the spawner's ("": none, not in cgroup mode)."""
+        if self._sock is not None:
+            try:
+                self._sock.send(json.dumps({"cgroups": cgroups}).encode())
+            except OSError:  # gone: found by its reader
+                pass
+
     async def spawn(self, args: list[str], lock_fd: int,
                     opened: Callable[[Spawned], None]) -> Spawned:
         """Fork a supervisor with the arguments of ``jobsupervisor``'s command line (``args``:
@@ -99,7 +109,8 @@ class Spawner:
         supervisor looks, so a stop given while it is being forked is never missed. OSError
         when the request could not be sent or forked (nothing was started). Once sent, the
         supervisor may run even if the spawner goes before it says its pid (then None): its
-        reports still come on its pipe, so an attempt is never started twice."""
+        reports still come on its pipe, so an attempt is never started twice. Its cgroup is
+        the one asked for (CGROUP), or the spare's it was handed to."""
         sock = self._sock
         if sock is None:
             raise OSError("the job spawner is not running")
@@ -116,6 +127,7 @@ class Spawner:
             spawned = Spawned(asyncio.StreamWriter(transport, protocol, None, loop), stdout)
             opened(spawned)
             waiting = self._pids[key] = loop.create_future()
+            spawned.cgroup = args[4]
             try:
                 socket.send_fds(sock, [json.dumps(args).encode()],
                                 [orders_r, reports_w, lock_fd])
@@ -127,16 +139,16 @@ class Spawner:
             os.close(orders_r)
             os.close(reports_w)
         try:
-            pid = await waiting
+            said = await waiting  # (pid, cgroup), or None: the spawner went
         except OSError:  # it could not fork: nothing started
             transport.close()
             raise
         except asyncio.CancelledError:  # its stdin ends: a supervisor, if started, ends its job
             transport.close()
             raise
-        if pid is not None:
-            spawned.pid = pid
-            spawned._ended = self._ends.setdefault(pid, loop.create_future())
+        if said is not None:
+            spawned.pid, spawned.cgroup = said
+            spawned._ended = self._ends.setdefault(spawned.pid, loop.create_future())
         return spawned
 
     def _read(self) -> None:
@@ -165,7 +177,7 @@ class Spawner:
                     if pid is None:
                         waiting.set_exception(OSError(message["error"]))
                     else:
-                        waiting.set_result(pid)
+                        waiting.set_result((pid, message.get("cgroup", "")))
             else:
                 loop = asyncio.get_running_loop()
                 ended = self._ends.setdefault(message["exited"], loop.create_future())
