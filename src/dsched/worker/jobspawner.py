@@ -63,7 +63,7 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
     poller.register(sock.fileno(), select.POLLIN)
     poller.register(wake_read, select.POLLIN)
     ours = (sock.fileno(), wake_read, wake_write)
-    spares = _Spares(ours)
+    spares = _Spares(ours, poller)
     sock.send(b'{"ready":true}')
     while True:
         try:
@@ -74,6 +74,9 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
             if fd == wake_read:
                 os.read(wake_read, 4096)
                 _reap(sock, spares.unused)
+                continue
+            if fd != sock.fileno():  # the spare handed the last request has spawned its job
+                spares.spawned(fd)
                 continue
             try:
                 data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, FDS_PER_REQUEST)
@@ -90,7 +93,7 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
                     raise OSError(f"{len(fds)} descriptors came with the request")
                 pid, cgroup = spares.hand(data, fds)
                 if pid is None:
-                    pid, cgroup = _fork(ours, fds, args, args[4]), args[4]
+                    pid, cgroup = _fork(ours + spares.held(), fds, args, args[4]), args[4]
             except OSError as error:  # nothing started: the worker may try otherwise
                 sock.send(json.dumps({"key": args[0], "error": str(error)}).encode())
                 continue
@@ -98,7 +101,6 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
                 for fd in fds:
                     os.close(fd)
             sock.send(json.dumps({"key": args[0], "pid": pid, "cgroup": cgroup}).encode())
-            spares.fork()  # the next one, once this request is answered
 
 
 class _Spares:
@@ -106,12 +108,15 @@ class _Spares:
     be without its job (``jobsupervisor.Prepared``: its session, its cgroup entered, its
     job's guard forked), and waiting on a socket of its own for the request. So an attempt
     starts in the time it takes to pass the request on and spawn the command. Spares are made
-    once the worker says its cgroups (``prepare``); until then each request is forked."""
+    once the worker says its cgroups (``prepare``); until then each request is forked. The
+    next spare is forked once the last one has spawned its job (it then closes its socket):
+    on two cores, a fork and a preparation meanwhile slowed that spawn by milliseconds."""
 
-    def __init__(self, ours: tuple[int, ...]):
-        self.ours = ours
+    def __init__(self, ours: tuple[int, ...], poller: select.poll):
+        self.ours, self.poller = ours, poller
         self.cgroups: str | None = None  # where spares' cgroups go ("" none); None: no spares
         self.spare: tuple[int, socket.socket, str] | None = None  # pid, its socket, cgroup
+        self.handed: socket.socket | None = None  # the last one's, until it has spawned
         self.unused: set[int] = set()  # spares never handed a request: no one waits for them
         self.made = 0
 
@@ -123,7 +128,7 @@ class _Spares:
         self.fork()
 
     def fork(self) -> None:
-        if self.cgroups is None or self.spare is not None:
+        if self.cgroups is None or self.spare is not None or self.handed is not None:
             return
         self.made += 1
         cgroup = f"{self.cgroups}{os.getpid()}-{self.made}" if self.cgroups else ""
@@ -150,11 +155,25 @@ class _Spares:
         try:
             socket.send_fds(ours, [request], fds)
         except OSError:
-            return None, ""
-        finally:
             ours.close()
+            self.fork()
+            return None, ""
         self.unused.discard(pid)
+        self.handed = ours
+        self.poller.register(ours.fileno(), select.POLLIN)
         return pid, cgroup
+
+    def held(self) -> tuple[int, ...]:
+        """The spawner's ends of its spares' sockets, which no other child may hold."""
+        return tuple(s.fileno() for s in (self.handed, self.spare and self.spare[1]) if s)
+
+    def spawned(self, fd: int) -> None:
+        """The spare handed the last request has spawned its job, or ended: fork the next."""
+        self.poller.unregister(fd)
+        if self.handed is not None and self.handed.fileno() == fd:
+            self.handed.close()
+            self.handed = None
+        self.fork()
 
 
 def _fork(ours: tuple[int, ...], fds: list[int], args: list, cgroup: str) -> int:
@@ -185,7 +204,6 @@ def _supervise(ours: tuple[int, ...], cgroup: str, channel: socket.socket | None
         prepared = Prepared(cgroup)
         if channel is not None:
             data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, FDS_PER_REQUEST)
-            channel.close()
             if not data:  # the spawner is gone: no request comes
                 prepared.discard()
                 if cgroup:
@@ -201,8 +219,11 @@ def _supervise(ours: tuple[int, ...], cgroup: str, channel: socket.socket | None
         sys.stdin = os.fdopen(0, "r", closefd=False)
         sys.stdout = os.fdopen(1, "w", closefd=False)
         path, _lock, kill_grace, lease_until = args[:4]  # the lock is held as fds[2]
-        Supervision(path, read_record(path), float(kill_grace), float(lease_until),
-                    prepared=prepared).run()
+        supervision = Supervision(path, read_record(path), float(kill_grace),
+                                  float(lease_until), prepared=prepared)
+        if channel is not None:  # closed once the job is spawned: the spawner forks the next
+            supervision.spawned = channel.close
+        supervision.run()
         code = 0
     except BaseException:
         traceback.print_exc()

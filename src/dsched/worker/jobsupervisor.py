@@ -38,6 +38,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Callable
 
 from ..environ import JOB_ATTEMPT_ENV, JOB_ID_ENV, PATH_ENV, WORKER_NAME_ENV
 from ..gpu_ids import task_environment
@@ -144,6 +145,9 @@ class Supervision:
         #: once the command is about to be spawned.
         self.prepared = prepared
         self.started = 0.0  # time.time() once the command is spawned
+        #: Called once the command is spawned and said to be (a spawner's spare: it closes
+        #: its socket, and the spawner forks the next one).
+        self.spawned: Callable[[], None] | None = None
 
     def run(self) -> None:
         command, cwd = list(self.job["command"]), self.job.get("cwd")
@@ -174,6 +178,8 @@ class Supervision:
         write_record(self.path, self.record, durable=False)
         self._tell(AttemptStarted(self.key, self.process.pid, self.log,
                                   tuple(self.record["gpus"]), started))
+        if self.spawned is not None:
+            self.spawned()
         self._leave_cgroup()  # once the job runs: a first move in a while waits milliseconds
         returncode = self._watch(time.monotonic())
         outcome, error = self.ending or (("completed", "") if returncode == 0
