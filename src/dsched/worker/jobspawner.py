@@ -38,6 +38,13 @@ import socket
 import sys
 import traceback
 
+# Loaded here, once: every supervisor is a fork of this process and has them (imported in
+# each, they cost 50 ms of CPU an attempt).
+from . import containment
+from .jobrecords import read_record
+from .jobsupervisor import Prepared, Supervision
+from .lifeline import die_with_parent
+
 #: The most bytes one request or reply takes (a record's path and four short arguments).
 MAX_MESSAGE = 1 << 16
 #: The descriptors each request carries: the supervisor's stdin, its stdout, the log's lock.
@@ -51,8 +58,6 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
     """Fork a supervisor for each request on ``sock`` until it ends, or hand the request to
     the spare forked ahead; report each supervisor's pid (and cgroup), then its exit status
     once reaped."""
-    from .lifeline import die_with_parent
-
     die_with_parent(worker_pid)
     _warm()
     wake_read, wake_write = os.pipe()
@@ -190,10 +195,6 @@ def _supervise(ours: tuple[int, ...], cgroup: str, channel: socket.socket | None
     started as a program does), prepared, then given its request (``args`` and ``fds``, or
     from ``channel``: a spare), and then the same ``Supervision`` as the command line's, with
     the request's pipes as its stdin and stdout. Never returns."""
-    from . import containment
-    from .jobrecords import read_record
-    from .jobsupervisor import Prepared, Supervision
-
     code = 1
     try:
         os.setsid()
