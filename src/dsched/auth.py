@@ -9,20 +9,16 @@ and writes only the files named to it; it opens no connections.
 
 from __future__ import annotations
 
-import logging
 import os
-import secrets
 import stat
-from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Union
+from typing import TYPE_CHECKING, Any, Mapping, Union
 
 from .environ import HOME_ENV, TOKEN_ENV, XDG_STATE_HOME_ENV
 from .errors import ConfigError
 
 if TYPE_CHECKING:  # ssl is imported where a context is made: a program without TLS (most
-    import ssl     # sched commands) does not pay for loading it
-
-logger = logging.getLogger(__name__)
+    import ssl     # sched commands) does not pay for loading it; pathlib where a Path is
+    from pathlib import Path  # made, which a client that reads its token need not
 
 #: Random bytes in a generated token (written as hex).
 TOKEN_BYTES = 32
@@ -33,9 +29,30 @@ PathLike = Union[str, "os.PathLike[str]"]
 def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
     """``$XDG_STATE_HOME/sched``, or ``~/.local/state/sched`` without XDG_STATE_HOME: where
     the scheduler keeps its token file and journal unless told otherwise."""
+    from pathlib import Path
+
+    return Path(default_state_dir_text(env))
+
+
+def default_state_dir_text(env: Mapping[str, str] | None = None) -> str:
+    """``str(default_state_dir(env))``: what the config says ``scheduler.state_dir`` is."""
     env = os.environ if env is None else env
     home = env.get(HOME_ENV) or os.path.expanduser("~")
-    return Path(env.get(XDG_STATE_HOME_ENV) or os.path.join(home, ".local", "state")) / "sched"
+    return path_text(os.path.join(env.get(XDG_STATE_HOME_ENV)
+                                  or os.path.join(home, ".local", "state"), "sched"))
+
+
+def path_text(path: PathLike) -> str:
+    """``str(Path(path))``: ``path`` as pathlib writes it (no empty or ``.`` part, no ``/`` at
+    the end). pathlib is loaded only for a path that it would change: a ``sched`` command
+    that reads its config and token need not pay for it."""
+    text = os.fspath(path)
+    if isinstance(text, str) and all(part not in ("", ".")
+                                     for part in text.removeprefix("/").split("/")):
+        return text  # one leading '/' at most, and only named parts: written as it is
+    from pathlib import Path
+
+    return str(Path(path))
 
 
 def default_token_path(env: Mapping[str, str] | None = None) -> Path:
@@ -44,15 +61,26 @@ def default_token_path(env: Mapping[str, str] | None = None) -> Path:
 
 
 def generate_token() -> str:
+    import secrets  # loaded where a token is made: a client that reads one need not pay for it
+
     return secrets.token_hex(TOKEN_BYTES)
+
+
+def _logger() -> Any:
+    """This module's logger; ``logging`` is loaded where something is logged, not by every
+    program that reads a token (``sched submit``)."""
+    import logging
+
+    return logging.getLogger(__name__)
 
 
 def read_token_file(path: PathLike) -> str:
     """The token in ``path`` (surrounding whitespace removed); ConfigError if none is there."""
-    path = Path(path)
+    path = path_text(path)  # as Path(path) read it and said it
     try:
-        text = path.read_text(encoding="utf-8").strip()
-        mode = path.stat().st_mode
+        with open(path, encoding="utf-8") as file:
+            text = file.read().strip()
+        mode = os.stat(path).st_mode
     except FileNotFoundError:
         raise ConfigError(
             f"token file {path} does not exist; give the scheduler's token with --token-file "
@@ -63,7 +91,7 @@ def read_token_file(path: PathLike) -> str:
     if not text:
         raise ConfigError(f"token file {path} is empty")
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        logger.warning(
+        _logger().warning(
             "Token file %s can be read by other users (mode %o); run: chmod 600 %s",
             path, stat.S_IMODE(mode), path,
         )
@@ -76,6 +104,9 @@ def create_token_file(path: PathLike) -> str:
     The token is written to a private temporary file and linked into place, so a concurrent
     reader never sees a half-written token and two schedulers starting at once agree on one.
     """
+    import secrets
+    from pathlib import Path
+
     path = Path(path)
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -94,7 +125,7 @@ def create_token_file(path: PathLike) -> str:
             temporary.unlink(missing_ok=True)
     except OSError as error:
         raise ConfigError(f"cannot create token file {path}: {error}") from error
-    logger.info("Created a new token file %s", path)
+    _logger().info("Created a new token file %s", path)
     return token
 
 
@@ -116,6 +147,8 @@ def find_token(
         return env[TOKEN_ENV]
     if token_file is not None:
         return read_token_file(token_file)
+    from pathlib import Path
+
     default = Path(default_path) if default_path is not None else default_token_path(env)
     if default.exists():
         return read_token_file(default)

@@ -26,23 +26,26 @@ start anything, or read any file but the config file.
 
 from __future__ import annotations
 
+import _thread
 import copy
 import os
-import threading
-from pathlib import Path
-from typing import Any, Callable, Mapping
+import stat
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 
 from . import settings
-from .auth import default_state_dir
+from .auth import default_state_dir_text
 from .environ import (CONFIG_ENV, HOME_ENV, LEVEL, NOT_SETTINGS, PREFIX, XDG_CONFIG_HOME_ENV,
                       setting_variable)
 from .config_kinds import Bad as _Bad
 from .config_kinds import resource_table as _resource_table
 from .errors import ConfigError, ResourceSpecError
 
+if TYPE_CHECKING:  # loaded where a config file is found: not by a command that has none
+    from pathlib import Path
+
 #: The last place looked for a config file (a module attribute so tests can move it).
-SYSTEM_CONFIG = Path("/etc/sched/config.toml")
+SYSTEM_CONFIG: str | os.PathLike = "/etc/sched/config.toml"
 
 #: The defaults, and the kind of every key, from the declarations in ``settings.py``.
 DEFAULTS: dict[str, dict[str, Any]] = settings.defaults()
@@ -164,16 +167,33 @@ def find_config_file(path: str | os.PathLike | None = None,
     env = os.environ if env is None else env
     for explicit, where in ((path, "config file"), (env.get(CONFIG_ENV), CONFIG_ENV)):
         if explicit:
+            from pathlib import Path
+
             chosen = Path(explicit).expanduser()
             if not chosen.is_file():
                 raise ConfigError(f"{where}: {chosen} does not exist or is not a file")
             return chosen
-    home = Path(env.get(HOME_ENV) or os.path.expanduser("~"))
-    config_home = Path(env.get(XDG_CONFIG_HOME_ENV) or home / ".config")
-    for candidate in (config_home / "sched" / "config.toml", SYSTEM_CONFIG):
-        if candidate.is_file():
-            return candidate
+    home = env.get(HOME_ENV) or os.path.expanduser("~")
+    config_home = env.get(XDG_CONFIG_HOME_ENV) or os.path.join(home, ".config")
+    for candidate in (os.path.join(config_home, "sched", "config.toml"), SYSTEM_CONFIG):
+        if _is_file(candidate):
+            from pathlib import Path
+
+            return Path(candidate)
     return None
+
+
+def _is_file(path: str | os.PathLike) -> bool:
+    """``Path(path).is_file()``, without loading pathlib where nothing is there (the usual
+    answer: most commands have no config file); anything else is asked of pathlib."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except (OSError, ValueError):  # pathlib says False, or raises, as it always did
+        from pathlib import Path
+
+        return Path(path).is_file()
 
 
 def _read(file: Path) -> bytes:
@@ -255,7 +275,7 @@ def _base(path: Any, env: Mapping[str, str]) -> dict:
 def _resolve(cfg: dict, env: Mapping[str, str]) -> None:
     scheduler = cfg["scheduler"]
     if scheduler["state_dir"] is None:
-        scheduler["state_dir"] = str(default_state_dir(env))
+        scheduler["state_dir"] = default_state_dir_text(env)
     if scheduler["token_file"] is None:
         scheduler["token_file"] = os.path.join(scheduler["state_dir"], "token")
     for section in ("worker", "client"):  # same machine: find the token where it is made
@@ -283,7 +303,7 @@ def _check_together(cfg: dict) -> None:
 
 # -- the public reading API ------------------------------------------------------------------
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # threading.Lock, without loading threading
 _layers: list[list[tuple[KeyPath, Any]]] = []  # active set() calls, oldest first
 _MISSING = object()
 

@@ -63,11 +63,12 @@ _CONTAINMENT = ("auto", "cgroup", "subreaper")
 containment = _kind("one of " + ", ".join(_CONTAINMENT),
                     lambda v: isinstance(v, str) and v.strip().lower() in _CONTAINMENT,
                     lambda v: v.strip().lower())
-_SIZE = re.compile(r"\s*(\d*\.?\d+(?:e[+-]?\d+)?)\s*([kmgtp]i?)?b?\s*", re.I)
+#: Compiled where first used (``re`` caches it), not by every program that reads its config.
+_SIZE = r"\s*(\d*\.?\d+(?:e[+-]?\d+)?)\s*([kmgtp]i?)?b?\s*"
 
 
 def size(v: Any) -> int:
-    if isinstance(v, str) and (m := _SIZE.fullmatch(v)):
+    if isinstance(v, str) and (m := re.fullmatch(_SIZE, v, re.IGNORECASE)):
         unit = (m.group(2) or "").lower()
         v = float(m.group(1)) * (1024 if unit.endswith("i") else 1000) ** (
             "kmgtp".index(unit[0]) + 1 if unit else 0)

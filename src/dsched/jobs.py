@@ -191,7 +191,9 @@ _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
 
 #: The most elements one array may have.
 MAX_ARRAY = 10_000_000
-_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?$")
+#: The patterns below are compiled where first used (``re`` caches them): not by every program
+#: that imports this module.
+_RANGE = r"(\d+)(?:-(\d+)(?::(\d+))?)?$"
 
 
 @dataclass(frozen=True)
@@ -240,7 +242,7 @@ class ArraySpec:
         spec, percent, limit = text.strip().partition("%")
         ranges = []
         for part in spec.split(","):
-            match = _RANGE.match(part.strip())
+            match = re.match(_RANGE, part.strip())
             if not match:
                 raise JobSpecError(f"invalid array {text!r}: use indices and ranges such as "
                                    "0-999, 1,3,5-7 or 0-30:10, with %N to run at most N at once")
@@ -344,18 +346,18 @@ def _number(v: Any) -> float | None:
     return float(v)
 
 
-_DURATION = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(?:(\d+):)?(\d+(?:\.\d*)?)$")
-_UNIT = re.compile(r"(\d+(?:\.\d*)?)\s*([smhd])$")
+_DURATION = r"(?:(\d+)-)?(?:(\d+):)?(?:(\d+):)?(\d+(?:\.\d*)?)$"
+_UNIT = r"(\d+(?:\.\d*)?)\s*([smhd])$"
 
 
 def parse_duration(text: str) -> float:
     """Seconds from ``90``, ``90s``, ``15m``, ``2h``, ``1d``, ``1:30`` (m:s), ``2:00:00``
     (h:m:s) or ``1-12:00:00`` (days-h:m:s, as Slurm writes a time limit)."""
     text = text.strip()
-    unit = _UNIT.match(text)
+    unit = re.match(_UNIT, text)
     if unit:
         return float(unit.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit.group(2)]
-    match = _DURATION.match(text)
+    match = re.match(_DURATION, text)
     if not match or not text:
         raise JobSpecError(f"invalid duration {text!r}: use seconds (90), a unit (15m, 2h, 1d) "
                            "or [days-]hours:minutes:seconds (2:00:00)")

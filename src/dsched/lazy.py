@@ -10,7 +10,6 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable, Mapping
 
 
@@ -25,6 +24,8 @@ def lazy_names(package: str, public: Mapping[str, str], namespace: dict[str, Any
         where = public.get(name)
         if where is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        import importlib  # here: every program imports this module, few ask for a name
+
         module = importlib.import_module(where, package)
         value = module if name in modules else getattr(module, name)
         namespace[name] = value

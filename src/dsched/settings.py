@@ -9,13 +9,19 @@ cores are built with (``policy.py``, through ``default_of``); the command line's
 (``help_of``); and the configuration reference, ``docs/configuration.md`` (``reference``,
 checked by a test).
 
+A section's class is made a dataclass when one of the sections is first asked of this module
+(:func:`__getattr__`), not when it is imported: making them costs more than all the rest of
+what ``sched submit`` does with its config, which needs only the defaults and the kinds, and
+those are read from the declarations (:func:`section`).
+
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
-from typing import Any, Callable, Iterator
+import _thread
+from dataclasses import MISSING, Field, dataclass, field
+from typing import Any, Callable, Iterator, TypeVar
 
 from . import config_kinds as k
 from .environ import setting_variable
@@ -37,7 +43,23 @@ def table(section: type, help: str) -> Any:
     return field(default_factory=section, metadata={"help": help})
 
 
-@dataclass(frozen=True)
+#: The fields of each section declared, by class, in order (those of its base first), as
+#: ``dataclasses.fields`` gives them once the class is made a dataclass.
+_FIELDS: dict[type, dict[str, Field]] = {}
+
+
+_Section = TypeVar("_Section", bound=type)
+
+
+def section(cls: _Section) -> _Section:
+    """Declare a section: its fields are noted, and the class is made a frozen dataclass when
+    the sections are first asked for (``__getattr__``), its base before it."""
+    _FIELDS[cls] = {**_FIELDS.get(cls.__base__, {}),
+                    **{name: cls.__dict__[name] for name in cls.__dict__["__annotations__"]}}
+    return cls
+
+
+@section
 class TlsConfig:
     cert: str | None = setting(None, k.nullable(k.path), "TLS certificate (PEM)")
     key: str | None = setting(None, k.nullable(k.path), "Its private key (PEM)")
@@ -45,13 +67,13 @@ class TlsConfig:
                              "CA certificate that the peer's certificate must be signed by")
 
 
-@dataclass(frozen=True)
+@section
 class ServerTlsConfig(TlsConfig):
     require_client_cert: bool = setting(
         False, k.flag, "Clients and workers must present a certificate signed by the CA")
 
 
-@dataclass(frozen=True)
+@section
 class SchedulerConfig:
     host: str = setting("0.0.0.0", k.text,
                         "Interface to listen on; all of them by default, since remote workers "
@@ -109,7 +131,7 @@ class SchedulerConfig:
     log_level: str = setting("info", k.log_level, "Logging level")
 
 
-@dataclass(frozen=True)
+@section
 class WorkerConfig:
     scheduler_address: str | None = setting(None, k.nullable(k.text),
                                             "Scheduler to connect to (host:k.port), when "
@@ -171,7 +193,7 @@ class WorkerConfig:
     log_level: str = setting("info", k.log_level, "Logging level")
 
 
-@dataclass(frozen=True)
+@section
 class CommConfig:
     max_frame_size: int = setting(MAX_FRAME_SIZE, k.size,
                                   "Largest frame; checked before any allocation")
@@ -214,7 +236,7 @@ class CommConfig:
         return self.transfer_timeout + nbytes / self.transfer_rate
 
 
-@dataclass(frozen=True)
+@section
 class ClientConfig:
     scheduler_address: str | None = setting(None, k.nullable(k.text),
                                             "Scheduler to connect to; none: Client() starts a "
@@ -232,27 +254,52 @@ class ClientConfig:
 SECTIONS: dict[str, type] = {"scheduler": SchedulerConfig, "worker": WorkerConfig,
                              "comm": CommConfig, "client": ClientConfig}
 
+# The sections' names are given by __getattr__ from here on, which makes them dataclasses first.
+for _name in [cls.__name__ for cls in _FIELDS]:
+    del globals()[_name]
+_made = _thread.allocate_lock()
+
+
+def __getattr__(name: str) -> Any:
+    """A section by its class's name (``SchedulerConfig``), made a dataclass first."""
+    sections = {cls.__name__: cls for cls in _FIELDS}
+    if name not in sections:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _make_dataclasses()
+    return sections[name]
+
+
+def _make_dataclasses() -> None:
+    """Make every section a frozen dataclass, once, in the order declared (a base before its
+    subclass), and give each its name in this module again."""
+    with _made:
+        for cls in _FIELDS:
+            if "__dataclass_fields__" not in cls.__dict__:
+                dataclass(frozen=True)(cls)  # the class itself becomes one (no slots)
+            globals()[cls.__name__] = cls
+
 
 def defaults(section: type = None) -> dict[str, Any]:  # type: ignore[assignment]
     """The defaults as a nested dict (of one section, or of all)."""
     if section is None:
         return {name: defaults(cls) for name, cls in SECTIONS.items()}
-    return {f.name: defaults(f.default_factory) if _is_table(f) else _default(f)
-            for f in fields(section)}
+    return {name: defaults(f.default_factory) if _is_table(f) else _default(f)
+            for name, f in _FIELDS[section].items()}
 
 
 def kinds(section: type = None) -> dict[str, Any]:  # type: ignore[assignment]
     """The kind of every setting, as a nested dict shaped like ``defaults()``."""
     if section is None:
         return {name: kinds(cls) for name, cls in SECTIONS.items()}
-    return {f.name: kinds(f.default_factory) if _is_table(f) else f.metadata["kind"]
-            for f in fields(section)}
+    return {name: kinds(f.default_factory) if _is_table(f) else f.metadata["kind"]
+            for name, f in _FIELDS[section].items()}
 
 
 def build(section: type, values: dict[str, Any]) -> Any:
     """The frozen config object of ``section`` from merged, checked values."""
-    return section(**{f.name: build(f.default_factory, values[f.name]) if _is_table(f)
-                      else values[f.name] for f in fields(section)})
+    _make_dataclasses()  # where the class came from SECTIONS
+    return section(**{name: build(f.default_factory, values[name]) if _is_table(f)
+                      else values[name] for name, f in _FIELDS[section].items()})
 
 
 def default_of(key: str) -> Any:
@@ -286,8 +333,8 @@ def shown(value: Any) -> str:
 def reference() -> Iterator[tuple[str, str, Any, str]]:
     """(key, environment variable, default, help) of every setting, section by section."""
     def walk(section: type, prefix: str) -> Iterator[tuple[str, str, Any, str]]:
-        for f in fields(section):
-            key = f"{prefix}.{f.name}"
+        for name, f in _FIELDS[section].items():
+            key = f"{prefix}.{name}"
             if _is_table(f):
                 yield from walk(f.default_factory, key)
             else:
@@ -298,10 +345,12 @@ def reference() -> Iterator[tuple[str, str, Any, str]]:
 
 
 def _is_table(f: Any) -> bool:
-    return f.default_factory is not MISSING and is_dataclass(f.default_factory)
+    return f.default_factory in _FIELDS
 
 
 def _default(f: Any) -> Any:
+    if _is_table(f):  # a section's default is an instance of it
+        _make_dataclasses()
     return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
@@ -309,7 +358,7 @@ def _field(key: str) -> Any:
     section_name, *path = key.split(".")
     section: Any = SECTIONS[section_name]
     for i, name in enumerate(path):
-        f = {f.name: f for f in fields(section)}[name]
+        f = _FIELDS[section][name]
         if i == len(path) - 1:
             return f
         section = f.default_factory

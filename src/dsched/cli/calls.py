@@ -11,8 +11,6 @@ import sys
 import time
 from typing import Any, Callable
 
-from ..jobs import exit_status
-
 Echo = Callable[..., None]
 
 #: The exit status of a command that follows jobs (wait, submit --wait, logs -f) when its
@@ -45,8 +43,6 @@ def submit(client: Any, echo: Echo, command: tuple[str, ...], options: dict, aft
            after_any: tuple, wait: bool = False, as_json: bool = False) -> int:
     """Queue the job and print its number (its view, ``as_json``); ``wait``: follow it to its
     end and exit as it did."""
-    from .jobtext import ended_line
-
     options.update(after_ok=client.resolve_jobs(j for jobs in after_ok for j in jobs),
                    after_any=client.resolve_jobs(j for jobs in after_any for j in jobs))
     job = client.submit_command(list(command), **options).job_id()
@@ -56,6 +52,9 @@ def submit(client: Any, echo: Echo, command: tuple[str, ...], options: dict, aft
         else:
             echo(job)
         return 0
+    from ..jobs import exit_status
+    from .jobtext import ended_line
+
     if not as_json:
         echo(job)
     [view] = client.wait_for_jobs([job])

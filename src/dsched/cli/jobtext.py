@@ -33,12 +33,18 @@ def duration(seconds: float | None) -> str:
 
 def clock(when: float | None, now: float) -> str:
     """A wall-clock time in local time: ``18:24:13`` today, ``11-22 18:24`` on another day."""
+    return "" if when is None else _clock(when, dt.datetime.fromtimestamp(now).date())
+
+
+def _clock(when: float | None, today: dt.date) -> str:
+    """``clock``, given the day of ``now`` (a table finds it once, not once a cell)."""
     if when is None:
         return ""
     moment = dt.datetime.fromtimestamp(when)
-    if moment.date() == dt.datetime.fromtimestamp(now).date():
-        return moment.strftime("%H:%M:%S")
-    return moment.strftime("%m-%d %H:%M")
+    hour, minute = moment.hour, moment.minute  # as strftime's %H:%M, a quarter of its cost
+    if moment.date() == today:
+        return f"{hour:02d}:{minute:02d}:{moment.second:02d}"
+    return f"{moment.month:02d}-{moment.day:02d} {hour:02d}:{minute:02d}"
 
 
 def elapsed(view: View, now: float) -> float | None:
@@ -59,9 +65,8 @@ def reason(view: View) -> str:
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     """Columns as wide as their widest cell, two spaces apart; the last one not padded."""
     rows = [list(header), *(list(row) for row in rows)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
-            for row in rows]
+    widths = [max(map(len, column)) for column in zip(*rows)]
+    return ["  ".join(map(str.ljust, row, widths)).rstrip() for row in rows]
 
 
 JOB_COLUMNS = ("ID", "NAME", "STATE", "RESOURCES", "WORKER", "GPUS", "SUBMITTED", "STARTED",
@@ -88,9 +93,11 @@ def _id_cell(view: View) -> str:
 def job_table(views: Sequence[View], now: float) -> list[str]:
     """``sched status``: one row a job (an array is one row, its elements counted by state in
     its reason), its reason last (the widest)."""
+    today = dt.datetime.fromtimestamp(now).date()
     return table(JOB_COLUMNS, ([
         _id_cell(v), v["name"], v["state"], v["resources"], v["worker"],
-        ",".join(map(str, v["gpus"])), clock(v["submitted"], now), clock(v["started"], now),
+        ",".join(map(str, v["gpus"])), _clock(v["submitted"], today),
+        _clock(v["started"], today),
         duration(elapsed(v, now)), "" if v["exit_code"] is None else str(v["exit_code"]),
         reason(v)] for v in views))
 

@@ -7,11 +7,13 @@ config file).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import config, config_kinds, settings
 from ..auth import load_token
-from ..settings import CommConfig, build
+
+if TYPE_CHECKING:  # the dataclass is made where a connection's settings are built
+    from ..settings import CommConfig
 
 
 def resolve_token(token: str | None, token_file: str | None) -> str:
@@ -25,12 +27,12 @@ def resolve_token(token: str | None, token_file: str | None) -> str:
 
 def comm_config() -> CommConfig:
     """The [comm] settings in force, for this process's connections."""
-    return build(CommConfig, config.get("comm"))
+    return settings.build(settings.CommConfig, config.get("comm"))
 
 
 #: Where ``sched`` looks for a scheduler when none is configured: this machine's, on the
 #: scheduler's default port.
-DEFAULT_SCHEDULER = f"127.0.0.1:{settings.SchedulerConfig.port}"
+DEFAULT_SCHEDULER = f"127.0.0.1:{settings.default_of('scheduler.port')}"
 
 
 def client_from_config(cfg: Mapping[str, Any], name: str = "sched") -> Any:
@@ -57,7 +59,7 @@ def plain_client_from_config(cfg: Mapping[str, Any], name: str = "sched") -> Any
         raise Unusual("TLS is configured")
     with config.set({"client": section, "comm": cfg["comm"]}):
         token = resolve_token(None, section["token_file"])
-        limits = comm_config().limits()
+        comm = config.get("comm")  # as comm_config() reads it, without making its dataclass
     return PlainClient(section["scheduler_address"] or DEFAULT_SCHEDULER, token,
-                       section["connect_timeout"], name, limits["max_frame_size"],
-                       limits["max_message_size"])
+                       section["connect_timeout"], name, comm["max_frame_size"],
+                       comm["max_message_size"])
