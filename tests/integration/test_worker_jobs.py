@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import time
 
@@ -293,48 +294,82 @@ async def test_attempts_are_forked_by_the_workers_spawner_each_in_a_session_of_i
     assert (await cluster.told(ops.AttemptEnded, "job-8.1")).outcome == "cancelled"
 
 
-def spare_of(spawner: int, other_than: int = 0) -> psutil.Process | None:
-    """The supervisor the spawner keeps forked ahead, with its guard forked, once it has one."""
+def spares_of(spawner: int) -> dict[int, int]:
+    """The supervisors the spawner keeps forked ahead, each with its guard forked: the guard's
+    pid by the spare's."""
+    found = {}
     for child in psutil.Process(spawner).children():
-        if child.pid != other_than and child.status() != psutil.STATUS_ZOMBIE \
-                and any(c.name() == "sched-guard" for c in child.children()):
-            return child
-    return None
+        its = child.children()  # a spare's only child is its guard: no job yet
+        if len(its) == 1 and its[0].name() == "sched-guard" and child.pid == os.getsid(
+                child.pid) and child.status() != psutil.STATUS_ZOMBIE:
+            found[child.pid] = its[0].pid
+    return found
 
 
 async def test_an_attempt_goes_to_a_supervisor_prepared_ahead_which_leaves_nothing_behind(
         cluster):
     worker = await cluster.start()
     spawner = worker.jobs._spawner._process.pid
-    spare = await wait_until_async(lambda: spare_of(spawner), 30, what="a spare supervisor")
-    guard = spare.children()[0]
-    assert os.getsid(spare.pid) == spare.pid  # in a session of its own already
+    spares = await wait_until_async(lambda: len(spares_of(spawner)) == 2 and spares_of(spawner),
+                                    30, what="two spare supervisors")
     cgroup = worker.jobs.containment.cgroup_for("attempt-")
-    if cgroup:  # cgroup mode: it and its guard are in the next attempt's cgroup already
-        assert open(f"/proc/{guard.pid}/cgroup").read().split("::")[-1].strip() \
-            == open(f"/proc/{spare.pid}/cgroup").read().split("::")[-1].strip()
-        assert os.path.basename(cgroup) in open(f"/proc/{spare.pid}/cgroup").read()
+    for spare, guard in spares.items():
+        if cgroup:  # cgroup mode: each and its guard are in an attempt's cgroup already
+            mine = open(f"/proc/{spare}/cgroup").read().split("::")[-1].strip()
+            assert open(f"/proc/{guard}/cgroup").read().split("::")[-1].strip() == mine
+            assert os.path.basename(mine).startswith(os.path.basename(cgroup))
 
     cluster.send(job("job-8.1", "sleep", "600"))
     started = await cluster.told(ops.AttemptStarted, "job-8.1")
-    assert psutil.Process(started.pid).ppid() == spare.pid  # the spare ran it
-    assert os.getpgid(guard.pid) == started.pid  # its guard guards the job's group
+    supervisor = psutil.Process(started.pid).ppid()
+    assert supervisor in spares  # a spare ran it
+    assert os.getpgid(spares[supervisor]) == started.pid  # its guard guards the job's group
     if cgroup:
         job_cgroup = open(f"/proc/{started.pid}/cgroup").read().split("::")[-1].strip()
         assert os.path.basename(job_cgroup).startswith(os.path.basename(cgroup))
-    following = await wait_until_async(lambda: spare_of(spawner, spare.pid), 30,
-                                       what="the next spare")
-    following_guard = following.children()[0]
+    now = await wait_until_async(lambda: len(spares_of(spawner)) == 2 and spares_of(spawner),
+                                 30, what="two spares again")
+    assert supervisor not in now
     cluster.send(ops.StopTask("job-8.1"))
     assert (await cluster.told(ops.AttemptEnded, "job-8.1")).outcome == "cancelled"
 
-    await worker.close()  # a spare no attempt came to ends, and its guard and cgroup with it
-    await wait_until_async(lambda: not alive(following.pid) and not alive(following_guard.pid),
-                           30, what="the spare and its guard to end")
+    await worker.close()  # the spares no attempt came to end, and their guards and cgroups
+    await wait_until_async(lambda: not any(alive(pid) for pair in now.items() for pid in pair),
+                           30, what="the spares and their guards to end")
     if cgroup:
         left = [name for name in os.listdir(os.path.dirname(cgroup))
                 if name.startswith(os.path.basename(cgroup))]
         assert left == []
+
+
+async def test_spares_that_die_leave_no_cgroup_and_hold_no_other_attempts_pipes(cluster):
+    worker = await cluster.start()
+    spawner = worker.jobs._spawner._process.pid
+    spares = await wait_until_async(lambda: len(spares_of(spawner)) == 2 and spares_of(spawner),
+                                    30, what="two spare supervisors")
+    cgroup = worker.jobs.containment.cgroup_for("attempt-")
+    for spare in spares:  # each with its guard, as when an OOM kill takes a whole group
+        os.killpg(spare, signal.SIGKILL)
+    if cgroup:  # removed by the spawner, which alone knew their names
+        await wait_until_async(lambda: not [
+            name for name in os.listdir(os.path.dirname(cgroup))
+            if name.startswith(os.path.basename(cgroup))
+            and int(name.rsplit("-", 1)[1]) <= 2], 30, what="the dead spares' cgroups to go")
+
+    # The next request finds its spare gone and is forked at once; the spares forked after it
+    # hold only their own socket (and their lifeline), not that attempt's pipes: its end is
+    # said when its supervisor dies, not when the spare that held them does.
+    cluster.send(job("job-8.1", "sleep", "600"))
+    started = await cluster.told(ops.AttemptStarted, "job-8.1")
+    now = await wait_until_async(lambda: len(spares_of(spawner)) == 2 and spares_of(spawner),
+                                 30, what="two new spares")
+    for spare in now:
+        held = [os.readlink(f"/proc/{spare}/fd/{fd}") for fd in os.listdir(f"/proc/{spare}/fd")
+                if int(fd) > 2]
+        assert len(held) == 3 and not any(".log" in path for path in held), held
+    os.kill(psutil.Process(started.pid).ppid(), signal.SIGKILL)
+    ended = await cluster.told(ops.AttemptEnded, "job-8.1", timeout=10)
+    assert ended.outcome == "lost"
 
 
 async def test_when_the_spawner_dies_its_attempts_end_as_they_would_and_new_ones_still_start(

@@ -14,9 +14,8 @@ over. The spawner answers with the child's pid (and its cgroup), and with its ex
 once it has reaped it.
 
 Once the worker has said where its cgroups go (``{"cgroups": PREFIX}``, "" for none), the
-spawner keeps one supervisor forked ahead (``_Spares``): prepared as far as it can be without
-its job (``jobsupervisor.Prepared``), it waits for the next request, which the spawner passes
-on to it. An attempt then costs no fork and no wait for the kernel's move into a cgroup.
+spawner keeps supervisors forked ahead (``_Spares``): prepared as far as each can be without
+its job (``jobsupervisor.Prepared``), they wait for requests, which the spawner passes on. An attempt then costs no fork and no wait for the kernel's move into a cgroup.
 
 The spawner itself dies with its worker (a parent-death signal, and the end of the socket);
 the supervisors it started do not depend on it. Where it cannot start or is gone, the worker
@@ -67,8 +66,7 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
     poller.register(wake_read, select.POLLIN)
-    ours = (sock.fileno(), wake_read, wake_write)
-    spares = _Spares(ours, poller)
+    spares = _Spares(poller)
     sock.send(b'{"ready":true}')
     while True:
         try:
@@ -78,9 +76,9 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
         for fd, _ in ready:
             if fd == wake_read:
                 os.read(wake_read, 4096)
-                _reap(sock, spares.unused)
+                _reap(sock, spares)
                 continue
-            if fd != sock.fileno():  # the spare handed the last request has spawned its job
+            if fd != sock.fileno():  # a spare handed a request has spawned its job
                 spares.spawned(fd)
                 continue
             try:
@@ -98,7 +96,7 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
                     raise OSError(f"{len(fds)} descriptors came with the request")
                 pid, cgroup = spares.hand(data, fds)
                 if pid is None:
-                    pid, cgroup = _fork(ours + spares.held(), fds, args, args[4]), args[4]
+                    pid, cgroup = _fork(fds, args, args[4]), args[4]
             except OSError as error:  # nothing started: the worker may try otherwise
                 sock.send(json.dumps({"key": args[0], "error": str(error)}).encode())
                 continue
@@ -106,90 +104,102 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
                 for fd in fds:
                     os.close(fd)
             sock.send(json.dumps({"key": args[0], "pid": pid, "cgroup": cgroup}).encode())
+            spares.fork()  # where none is spawning, and fewer are ready than wanted
+
+
+#: Supervisors kept ready: two, so that two attempts placed at once (a device freed on each
+#: of two GPUs, a queue released) both start without a fork or a wait.
+SPARES = 2
 
 
 class _Spares:
-    """The supervisor forked ahead of the next request (a spare), prepared as far as it can
-    be without its job (``jobsupervisor.Prepared``: its session, its cgroup entered, its
-    job's guard forked), and waiting on a socket of its own for the request. So an attempt
+    """The supervisors forked ahead of the next requests (spares), each prepared as far as it
+    can be without its job (``jobsupervisor.Prepared``: its session, its cgroup entered, its
+    job's guard forked), and waiting on a socket of its own for a request. So an attempt
     starts in the time it takes to pass the request on and spawn the command. Spares are made
-    once the worker says its cgroups (``prepare``); until then each request is forked. The
-    next spare is forked once the last one has spawned its job (it then closes its socket):
-    on two cores, a fork and a preparation meanwhile slowed that spawn by milliseconds."""
+    once the worker says its cgroups (``prepare``); until then, and while none is ready, each
+    request is forked. New spares are forked only while no spare handed a request is still
+    spawning its job (it closes its socket once it has): on two cores, a fork and a
+    preparation meanwhile slowed that spawn by milliseconds."""
 
-    def __init__(self, ours: tuple[int, ...], poller: select.poll):
-        self.ours, self.poller = ours, poller
+    def __init__(self, poller: select.poll):
+        self.poller = poller
         self.cgroups: str | None = None  # where spares' cgroups go ("" none); None: no spares
-        self.spare: tuple[int, socket.socket, str] | None = None  # pid, its socket, cgroup
-        self.handed: socket.socket | None = None  # the last one's, until it has spawned
-        self.unused: set[int] = set()  # spares never handed a request: no one waits for them
+        self.ready: list[tuple[int, socket.socket, str]] = []  # pid, its socket, its cgroup
+        self.handed: dict[int, socket.socket] = {}  # by fd: those still spawning their job
+        #: The cgroups of spares never handed a request (no one else knows of them), by pid.
+        self.unused: dict[int, str] = {}
         self.made = 0
 
     def prepare(self, cgroups: str) -> None:
-        if self.spare is not None:  # prepared for other cgroups: it ends with its socket
-            self.spare[1].close()
-            self.spare = None
+        for _, ours, _ in self.ready:  # prepared for other cgroups: each ends with its socket
+            ours.close()
+        self.ready.clear()
         self.cgroups = cgroups
         self.fork()
 
     def fork(self) -> None:
-        if self.cgroups is None or self.spare is not None or self.handed is not None:
-            return
-        self.made += 1
-        cgroup = f"{self.cgroups}{os.getpid()}-{self.made}" if self.cgroups else ""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            pid = os.fork()
-        except OSError:  # the next request is forked when it comes
-            ours.close()
+        while self.cgroups is not None and not self.handed and len(self.ready) < SPARES:
+            self.made += 1
+            cgroup = f"{self.cgroups}{os.getpid()}-{self.made}" if self.cgroups else ""
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                pid = os.fork()
+            except OSError:  # the next request is forked when it comes
+                ours.close()
+                theirs.close()
+                return
+            if pid == 0:
+                _supervise(cgroup, channel=theirs)
             theirs.close()
-            return
-        if pid == 0:
-            _supervise(self.ours + (ours.fileno(),), cgroup, channel=theirs)
-        theirs.close()
-        self.spare = (pid, ours, cgroup)
-        self.unused.add(pid)
+            self.ready.append((pid, ours, cgroup))
+            self.unused[pid] = cgroup
 
     def hand(self, request: bytes, fds: list[int]) -> tuple[int | None, str]:
-        """Pass a request to the spare; its pid and cgroup, or None where there is none (or
-        it is gone: it then never had it)."""
-        spare, self.spare = self.spare, None
-        if spare is None:
-            return None, ""
-        pid, ours, cgroup = spare
-        try:
-            socket.send_fds(ours, [request], fds)
-        except OSError:
-            ours.close()
-            self.fork()
-            return None, ""
-        self.unused.discard(pid)
-        self.handed = ours
-        self.poller.register(ours.fileno(), select.POLLIN)
-        return pid, cgroup
+        """Pass a request to the spare ready longest; its pid and cgroup, or None where none
+        is ready (or it is gone: it then never had it)."""
+        while self.ready:
+            pid, ours, cgroup = self.ready.pop(0)
+            try:
+                socket.send_fds(ours, [request], fds)
+            except OSError:
+                ours.close()
+                continue
+            del self.unused[pid]
+            self.handed[ours.fileno()] = ours
+            self.poller.register(ours.fileno(), select.POLLIN)
+            return pid, cgroup
+        return None, ""
 
-    def held(self) -> tuple[int, ...]:
-        """The spawner's ends of its spares' sockets, which no other child may hold."""
-        return tuple(s.fileno() for s in (self.handed, self.spare and self.spare[1]) if s)
+    def reaped(self, pid: int) -> bool:
+        """Whether ``pid`` was a spare never handed a request (then its cgroup is removed:
+        it may have died with its guard, which would have)."""
+        cgroup = self.unused.pop(pid, None)
+        if cgroup is None:
+            return False
+        if cgroup:
+            containment.remove_cgroup(cgroup, timeout=5.0)
+        return True
 
     def spawned(self, fd: int) -> None:
-        """The spare handed the last request has spawned its job, or ended: fork the next."""
-        self.poller.unregister(fd)
-        if self.handed is not None and self.handed.fileno() == fd:
-            self.handed.close()
-            self.handed = None
+        """A spare handed a request has spawned its job, or ended: fork more if none is
+        spawning now."""
+        handed = self.handed.pop(fd, None)
+        if handed is not None:  # else a number reused since the poll said it
+            self.poller.unregister(fd)
+            handed.close()
         self.fork()
 
 
-def _fork(ours: tuple[int, ...], fds: list[int], args: list, cgroup: str) -> int:
+def _fork(fds: list[int], args: list, cgroup: str) -> int:
     """Fork a supervisor for the request ``args`` with its descriptors ``fds``; its pid."""
     pid = os.fork()
     if pid == 0:
-        _supervise(ours, cgroup, fds=fds, args=args)
+        _supervise(cgroup, fds=fds, args=args)
     return pid
 
 
-def _supervise(ours: tuple[int, ...], cgroup: str, channel: socket.socket | None = None,
+def _supervise(cgroup: str, channel: socket.socket | None = None,
                fds: list[int] | None = None, args: list | None = None) -> None:
     """In a forked child: a supervisor in a session of its own (it leads its own group, as one
     started as a program does), prepared, then given its request (``args`` and ``fds``, or
@@ -200,8 +210,10 @@ def _supervise(ours: tuple[int, ...], cgroup: str, channel: socket.socket | None
         os.setsid()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for closing in ours:
-            os.close(closing)
+        # Only its request's descriptors (or the socket it comes on) and its standard ones:
+        # not the spawner's, another spare's, nor those of a request meant for another.
+        keep = [*(fds or ()), *((channel.fileno(),) if channel else ())]
+        _close_all_but(keep)
         prepared = Prepared(cgroup)
         if channel is not None:
             data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, FDS_PER_REQUEST)
@@ -235,6 +247,16 @@ def _supervise(ours: tuple[int, ...], cgroup: str, channel: socket.socket | None
             os._exit(code)
 
 
+def _close_all_but(keep: list[int]) -> None:
+    """Close every descriptor of this process above 2 but those in ``keep``."""
+    low = 3
+    for fd in sorted(set(keep)):
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
 def _warm() -> None:
     """Before any fork: what every supervisor does once (an op's methods are compiled on
     first use) is done here, once, and shared; and the heap is frozen, so that a collection in
@@ -254,7 +276,7 @@ def _warm() -> None:
     gc.freeze()
 
 
-def _reap(sock: socket.socket, unused: set[int]) -> None:
+def _reap(sock: socket.socket, spares: _Spares) -> None:
     """Reap the children that ended and say each one's end, but for spares never handed a
     request (nobody knows of them)."""
     while True:
@@ -262,10 +284,9 @@ def _reap(sock: socket.socket, unused: set[int]) -> None:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
-        if pid == 0:
-            return
-        if pid in unused:
-            unused.discard(pid)
+        if pid == 0 or spares.reaped(pid):
+            if pid == 0:
+                return
             continue
         try:
             sock.send(json.dumps({"exited": pid,
