@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import TYPE_CHECKING, Any, Mapping, Union
 
 from .environ import HOME_ENV, TOKEN_ENV, XDG_STATE_HOME_ENV
 from .errors import ConfigError
 
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
 if TYPE_CHECKING:  # ssl is imported where a context is made: a program without TLS (most
     import ssl     # sched commands) does not pay for loading it; pathlib where a Path is
     from pathlib import Path  # made, which a client that reads its token need not
+    from typing import Any, Mapping
 
 #: Random bytes in a generated token (written as hex).
 TOKEN_BYTES = 32
 
-PathLike = Union[str, "os.PathLike[str]"]
+PathLike = str | os.PathLike[str]
 
 
 def default_state_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -30,7 +30,7 @@ import _thread
 import copy
 import os
 import stat
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from collections.abc import Mapping
 
 
 from . import settings
@@ -41,8 +41,10 @@ from .config_kinds import Bad as _Bad
 from .config_kinds import resource_table as _resource_table
 from .errors import ConfigError, ResourceSpecError
 
-if TYPE_CHECKING:  # loaded where a config file is found: not by a command that has none
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
+if TYPE_CHECKING:  # pathlib: loaded where a config file is found, not by every command
     from pathlib import Path
+    from typing import Any, Callable
 
 #: The last place looked for a config file (a module attribute so tests can move it).
 SYSTEM_CONFIG: str | os.PathLike = "/etc/sched/config.toml"

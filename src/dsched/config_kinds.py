@@ -10,9 +10,13 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Any, Callable, Mapping
+from collections.abc import Mapping
 
 from .resources import Resources, check_offer
+
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 class Bad(ValueError):
     """A value of the wrong type or range; the message says what was expected."""

@@ -15,12 +15,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, Mapping
 
 from .environ import ARRAY_ID_ENV, ARRAY_INDEX_ENV, ARRAY_SIZE_ENV
 from .errors import SchedError
 from .protocol.ints import INT_MAX, checked_ids, checked_int
 from .resources import EMPTY, Resources
+
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 
 class JobState(str, Enum):
@@ -106,8 +109,7 @@ class JobSpec:
         # What no process can be started with is refused here, not found by the worker.
         if any("\0" in text for text in (*self.command, *self.env, *self.env.values(),
                                           self.cwd or "")):
-            raise JobSpecError("a job's command, environment and directory hold no NUL "
-                               "character")
+            raise JobSpecError("a job's command, environment and directory hold no NUL character")
         if any(not name or "=" in name for name in self.env):
             raise JobSpecError("an environment variable's name is not empty and holds no '='")
 

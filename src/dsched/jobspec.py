@@ -13,13 +13,16 @@ not pure only in that each spec takes a random submission id, from ``os.urandom`
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable, Mapping
 
 from .errors import SchedError
 from .jobs import ArraySpec, JobSpec, parse_duration, parse_job_ref
 from .protocol import ops
 from .protocol.fields import checked_ids, checked_int
 from .resources import Resources, check_demand
+
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Mapping
 
 
 def job_spec(command: Any, *, resources: Any = None, name: str = "", priority: int = 0,

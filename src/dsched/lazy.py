@@ -10,7 +10,9 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Mapping
 
 
 def lazy_names(package: str, public: Mapping[str, str], namespace: dict[str, Any],

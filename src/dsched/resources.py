@@ -10,12 +10,14 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-import math
 import re
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
-from typing import Iterable, Iterator, Mapping, Union
+from collections.abc import Mapping
 
 from .errors import ResourceSpecError
+
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
+if TYPE_CHECKING:
+    from typing import Iterable, Iterator
 
 #: Units per 1 of any resource: quantities are exact to 1e-4.
 SCALE = 10_000
@@ -23,28 +25,28 @@ SCALE = 10_000
 MAX_QUANTITY = 10**14
 #: The resource that counts a worker's interchangeable GPU devices.
 GPU = "GPU"
+# The patterns below are compiled where first used (``re`` caches them), and ``decimal`` is
+# loaded there: not by every program that imports this module (``sched status`` uses none).
 #: A resource named ``gpu<N>`` stands for the one device N (as a worker offering
 #: ``gpu0=1 gpu1=1`` declares): a task granted it is pinned to that device.
-_DEVICE_NAME = re.compile(r"gpu(\d+)")
+_DEVICE_NAME = r"gpu(\d+)"
 #: The most GPUs one worker may offer: far above any machine, low enough that a typo such as
 #: GPU=1e7 is an error instead of ten million device records.
 MAX_GPUS = 1024
 
 _FORM = "expected NAME=VALUE pairs separated by spaces or commas, e.g. \"GPU=2 MEMORY=100e9\""
-_SEPARATORS = re.compile(r"[\s,]+")
-_BAD_NAME_CHARS = re.compile(r"[\s,=]")
+_SEPARATORS = r"[\s,]+"
+_BAD_NAME_CHARS = r"[\s,=]"
 #: A quantity as a spec writes it. Decimal() alone also takes "1_000" and the digits of other
 #: scripts ("٣"), which read as something else to a person, a shell script or a log search.
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NUMBER = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 #: A size: a number and a unit, decimal (``20G``, ``20GB``: 20e9) or binary (``20Gi``,
 #: ``20GiB``: 20 * 2**30), in any case; for memory, where people write sizes so.
-_SIZE = re.compile(r"(?P<number>.*?)\s*(?P<prefix>[kmgtp])(?P<binary>i?)b?", re.IGNORECASE)
+_SIZE = r"(?i)(?P<number>.*?)\s*(?P<prefix>[kmgtp])(?P<binary>i?)b?"
 _PREFIXES = {"k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
-ResourcesLike = Union["Resources", Mapping[str, object], str, None]
 
-
-class Resources(Mapping[str, int]):
+class Resources(Mapping):
     """An immutable, hashable vector of resource quantities.
 
     ``res[name]`` gives the quantity in fixed-point units (``SCALE`` per 1); use
@@ -195,13 +197,16 @@ class Resources(Mapping[str, int]):
 
 EMPTY = Resources()
 
+#: What ``Resources.parse`` takes.
+ResourcesLike = Resources | Mapping[str, object] | str | None
+
 
 # -- the GPU rules: what a task may ask for and what a worker may offer ----------------------
 
 
 def device_index(name: str) -> int | None:
     """The device a resource name stands for (``gpu1`` -> 1), or None for any other name."""
-    match = _DEVICE_NAME.fullmatch(name)
+    match = re.fullmatch(_DEVICE_NAME, name)
     return int(match.group(1)) if match else None
 
 
@@ -254,15 +259,19 @@ def parse_resources(spec: ResourcesLike) -> Resources:
 
 def parse_quantity(text: object, name: str = "", part: str | None = None) -> int:
     """Turn ``"100e9"``, ``2``, ``0.5`` into fixed-point units, or raise ResourceSpecError."""
+    from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+
     shown = part if part is not None else f"{name}={text}"
     if isinstance(text, bool):
         raise ResourceSpecError(f"invalid resource {shown!r}: the value must be a number; {_FORM}")
     if isinstance(text, float):
+        import math
+
         if not math.isfinite(text):
             raise ResourceSpecError(f"invalid resource {shown!r}: the value must be finite; {_FORM}")
         text = repr(text)
     multiplier = 1
-    size = _SIZE.fullmatch(text.strip()) if isinstance(text, str) else None
+    size = re.fullmatch(_SIZE, text.strip()) if isinstance(text, str) else None
     if size is not None:
         power = _PREFIXES[size["prefix"].lower()]
         multiplier = 1024**power if size["binary"] else 1000**power
@@ -276,7 +285,7 @@ def parse_quantity(text: object, name: str = "", part: str | None = None) -> int
         ) from None
     if not value.is_finite():
         raise ResourceSpecError(f"invalid resource {shown!r}: the value must be finite; {_FORM}")
-    if not _NUMBER.fullmatch(str(text).strip()):
+    if not re.fullmatch(_NUMBER, str(text).strip()):
         why = ("the value may not hold '_' separators (write 1000 or 1e3)" if "_" in str(text)
                else "the value must be written with the ASCII digits 0-9")
         raise ResourceSpecError(f"invalid resource {shown!r}: {why}")
@@ -296,6 +305,8 @@ def parse_quantity(text: object, name: str = "", part: str | None = None) -> int
 
 def format_units(units: int) -> str:
     """Fixed-point units as short decimal text: ``2``, ``0.5``, ``1e11``."""
+    from decimal import Decimal
+
     value = (Decimal(units) / SCALE).normalize()
     _, digits, exponent = value.as_tuple()
     if isinstance(exponent, int) and exponent >= 6:
@@ -310,7 +321,7 @@ def _check_name(name: object, part: str) -> str:
                                 f"{type(name).__name__} {name!r}")
     if not name:
         raise ResourceSpecError(f"invalid resource {part!r}: the name is empty; {_FORM}")
-    if _BAD_NAME_CHARS.search(name):
+    if re.search(_BAD_NAME_CHARS, name):
         raise ResourceSpecError(
             f"invalid resource {part!r}: names may not hold spaces, commas or '='; {_FORM}"
         )
@@ -323,7 +334,7 @@ _PARSED: dict[str, "Resources"] = {}
 
 def _parse_text(spec: str) -> dict[str, int]:
     units: dict[str, int] = {}
-    for part in _SEPARATORS.split(spec.strip()):
+    for part in re.split(_SEPARATORS, spec.strip()):
         if not part:
             continue
         name, sep, value = part.partition("=")

@@ -21,11 +21,16 @@ from __future__ import annotations
 
 import _thread
 from dataclasses import MISSING, Field, dataclass, field
-from typing import Any, Callable, Iterator, TypeVar
 
 from . import config_kinds as k
 from .environ import setting_variable
 from .protocol.framing import MAX_FRAME_SIZE, MAX_MESSAGE_SIZE
+
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator, TypeVar
+
+    _Section = TypeVar("_Section", bound=type)
 
 MiB = 2**20
 
@@ -46,9 +51,6 @@ def table(section: type, help: str) -> Any:
 #: The fields of each section declared, by class, in order (those of its base first), as
 #: ``dataclasses.fields`` gives them once the class is made a dataclass.
 _FIELDS: dict[type, dict[str, Field]] = {}
-
-
-_Section = TypeVar("_Section", bound=type)
 
 
 def section(cls: _Section) -> _Section:

@@ -24,7 +24,7 @@ from dsched.jobspec import submission_id
 #: What the fast path must not load: each is costly, and none is needed for a plain call.
 HEAVY = {"click", "asyncio", "ssl", "threading", "logging", "pathlib", "secrets", "uuid",
          "platform", "urllib.parse", "encodings.idna", "shlex", "dsched.client.client",
-         "dsched.cli.sched", "dsched.cli.params"}
+         "dsched.cli.sched", "dsched.cli.params", "typing", "decimal"}
 
 FAST_PATH = """
 import json, sys
@@ -154,3 +154,41 @@ def test_the_status_table_writes_times_as_strftime_did():
         expected = moment.strftime("%H:%M:%S" if moment.date() == today else "%m-%d %H:%M")
         assert _clock(when, today) == clock(when, now) == expected
     assert _clock(None, today) == clock(None, now) == ""
+
+
+@pytest.mark.parametrize(("module", "kept_out"), [
+    ("dsched.protocol.handshake", {"typing"}),
+    ("dsched.protocol.messages", {"typing", "dataclasses"}),
+    ("dsched.resources", {"typing", "decimal", "math"}),
+    ("dsched.cli.options", {"typing"}),
+])
+def test_the_protocol_and_resources_load_neither_typing_nor_decimal(module, kept_out):
+    out = subprocess.run([sys.executable, "-c", f"import json, sys, {module}\n"
+                          "print(json.dumps(list(sys.modules)))"],
+                         capture_output=True, text=True, check=True, timeout=60)
+    assert not kept_out & set(json.loads(out.stdout.splitlines()[-1]))
+
+
+def test_the_command_line_records_are_the_tuples_they_were():
+    from dsched.cli.options import GROUP, Opt, Parsed, parse
+
+    opt = Opt(("--x",), "x", "text", "help")
+    assert opt.extra == {} and opt == (("--x",), "x", "text", "help", {})
+    assert opt._replace(dest="y").dest == "y" and type(opt._replace()) is Opt
+    assert repr(opt) == "Opt(names=('--x',), dest='x', kind='text', help='help', extra={})"
+    assert all(type(o) is Opt for o in GROUP)
+    parsed = parse(["--version"])
+    assert parsed == Parsed("version", parsed.group, {}) and parsed.command == "version"
+    command, group, params = parse(["status", "7"])
+    assert (command, params["job_ids"]) == ("status", (7,))
+
+
+def test_the_frame_and_alias_names_are_still_there():
+    from dsched import auth, resources
+    from dsched.protocol import framing, messages
+
+    assert framing.Frame(0, b"x") == (0, b"x") and framing.Frame(0, b"x").body == b"x"
+    assert isinstance(b"", messages.Chunk) and isinstance(memoryview(b""), framing.Body)
+    assert resources.Resources in resources.ResourcesLike.__args__
+    assert isinstance("/x", auth.PathLike)
+    assert isinstance(resources.EMPTY, resources.Mapping)

@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable
 
-Echo = Callable[..., None]
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    Echo = Callable[..., None]
 
 #: The exit status of a command that follows jobs (wait, submit --wait, logs -f) when its
 #: scheduler was lost and not back within client.connect_timeout: EX_TEMPFAIL of sysexits.h,

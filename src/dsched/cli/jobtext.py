@@ -7,11 +7,16 @@ Pure: no I/O; times come in as arguments (wall-clock seconds, as job views carry
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 
 from ..jobs import ENDED, JobState
 
-View = Mapping[str, Any]
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Sequence
+
+#: A job's view, as the scheduler sends it.
+View = Mapping[str, object]
 _ENDED = [state.value for state in JobState if state in ENDED]
 #: The states of jobs not ended, as a progress line counts them: the busiest first.
 _WAITING = ["running", "assigned", "queued", "held"]

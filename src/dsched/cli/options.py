@@ -12,22 +12,25 @@ the calls each makes.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections import namedtuple
 
 from ..environ import ARRAY_INDEX_ENV, CONFIG_ENV
 from ..protocol.ints import INT_MAX, INT_MIN
 
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
-class Opt(NamedTuple):
-    """An option: its names, the parameter it sets (``dest``), its ``kind`` (the click type
-    and the fast converter are looked up by it; ``flag``: takes no value), and what click is
-    told besides (``extra``: default, multiple, metavar, show_default)."""
+# The records below are ``collections.namedtuple``s, not ``typing.NamedTuple``s: the same
+# tuples, without loading ``typing`` for every ``sched`` call.
 
-    names: tuple[str, ...]
-    dest: str
-    kind: str
-    help: str
-    extra: dict = {}
+
+class Opt(namedtuple("Opt", ("names", "dest", "kind", "help", "extra"), defaults=({},))):
+    """An option: its ``names``, the parameter it sets (``dest``), its ``kind`` (the click
+    type and the fast converter are looked up by it; ``flag``: takes no value), its ``help``,
+    and what click is told besides (``extra``: default, multiple, metavar, show_default)."""
+
+    __slots__ = ()
 
 
 def _opt(*names: str, dest: str = "", kind: str = "text", help: str, **extra: Any) -> Opt:
@@ -169,14 +172,12 @@ FAST = {
 }
 
 
-class Parsed(NamedTuple):
-    """A command line the fast path understood: the command (``version``, ``submit``,
-    ``status``), ``sched``'s own options and the command's parameters, each by the name the
-    click command gives it."""
+class Parsed(namedtuple("Parsed", ("command", "group", "params"))):
+    """A command line the fast path understood: the ``command`` (``version``, ``submit``,
+    ``status``), ``sched``'s own options (``group``) and the command's ``params``, each by the
+    name the click command gives it."""
 
-    command: str
-    group: dict
-    params: dict
+    __slots__ = ()
 
 
 def parse(argv: list[str]) -> Parsed | None:

@@ -19,9 +19,14 @@ submission as long as the scheduler takes).
 from __future__ import annotations
 
 import sys
-from typing import Any
 
-from .options import Parsed, address_problem, load_config, parse
+from .options import address_problem, load_config, parse
+
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .options import Parsed
 
 
 def main() -> None:

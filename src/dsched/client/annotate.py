@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import contextvars
 from contextlib import contextmanager
-from typing import Any, Iterator
 
 from ..resources import Resources, check_demand
+
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
+if TYPE_CHECKING:
+    from typing import Any, Iterator
 
 KNOWN = ("resources", "priority", "retries", "workers")
 

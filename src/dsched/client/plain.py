@@ -20,7 +20,6 @@ from __future__ import annotations
 import collections
 import socket
 import time
-from typing import Any, Callable, Iterable
 
 from ..comm.addresses import parse_address
 from ..errors import ProtocolError, SchedError, SchedulerLostError
@@ -28,6 +27,10 @@ from ..jobspec import arrays_to_ask, job_numbers, job_spec, query_jobs, refusal
 from ..protocol import ops
 from ..protocol.handshake import INITIATOR, Handshake
 from ..protocol.messages import MessageDecoder, close_op, encode_ops
+
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable
 
 _RECEIVE = 1 << 18
 

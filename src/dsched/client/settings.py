@@ -7,12 +7,13 @@ config file).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
-
 from .. import config, config_kinds, settings
 from ..auth import load_token
 
+TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
 if TYPE_CHECKING:  # the dataclass is made where a connection's settings are built
+    from typing import Any, Mapping
+
     from ..settings import CommConfig
 
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from dataclasses import _FIELD, MISSING, Field, FrozenInstanceError
 from dataclasses import field as dataclass_field
-from typing import Any, Callable, Mapping
 
 from ..errors import RemoteProtocolError, ResourceSpecError
 from ..resources import EMPTY, Resources
 from .ints import INT_MAX, INT_MIN, checked_ids, checked_int  # noqa: F401 - theirs
 from .messages import OOB_THRESHOLD, Payload
+
+TYPE_CHECKING = False  # typing is for type checkers only (see ``ints.py``)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Mapping
 
 
 class BadOp(RemoteProtocolError):

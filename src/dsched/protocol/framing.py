@@ -16,7 +16,7 @@ Sans-IO: no sockets, no asyncio.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple, Union
+from collections import namedtuple
 
 from ..errors import LocalProtocolError, RemoteProtocolError
 
@@ -41,12 +41,11 @@ MAX_MESSAGE_SIZE = 4 * 2**30
 #: Bodies that fit in the scratch buffer are copied out of it; longer ones get their own buffer.
 SCRATCH_SIZE = 64 * 2**10
 
-Body = Union[bytes, memoryview]
+Body = bytes | memoryview
 
-
-class Frame(NamedTuple):
-    kind: int
-    body: Body
+#: A frame: its kind and its body (``bytes``, or a ``memoryview`` of a buffer of its own).
+#: ``namedtuple``, not ``typing.NamedTuple``: the ``sched`` command need not load ``typing``.
+Frame = namedtuple("Frame", ("kind", "body"))
 
 
 def encode_header(kind: int, length: int, max_frame_size: int = MAX_FRAME_SIZE) -> bytes:

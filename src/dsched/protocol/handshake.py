@@ -21,7 +21,6 @@ import hmac
 import os
 import struct
 from dataclasses import dataclass
-from typing import Collection
 
 from ..errors import (
     AuthenticationError,
@@ -49,6 +48,10 @@ MAX_NAME_LENGTH = 256
 _PREAMBLE, _HELLO, _PROOF, _DONE, _FAILED = "preamble", "hello", "proof", "done", "failed"
 _CLOSE_ERRORS = {"authentication": AuthenticationError, "version": VersionMismatchError}
 _LENGTH = struct.Struct(">I")
+
+TYPE_CHECKING = False  # typing is for type checkers only (see ``ints.py``)
+if TYPE_CHECKING:
+    from typing import Collection
 
 
 @dataclass(frozen=True)

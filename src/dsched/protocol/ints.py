@@ -4,7 +4,10 @@ msgpack or the op machinery (``fields`` gives these names too)."""
 
 from __future__ import annotations
 
-from typing import Any
+#: ``typing`` is read by type checkers only: importing it costs a ``sched`` call milliseconds.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The integers the wire carries (msgpack's signed 64 bits). A number outside is refused where
 #: a caller gives it (``checked_int``): sent, it would fail the whole connection instead.

@@ -12,7 +12,6 @@ Payloads are opaque bytes here: nothing is ever unpickled. Sans-IO: no sockets, 
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, List, Sequence, Union
 
 import msgpack
 
@@ -38,10 +37,15 @@ MAX_BUFFERS = 10_000
 
 _INDEX = struct.Struct(">I")
 
-Chunk = Union[bytes, memoryview]
+TYPE_CHECKING = False  # typing is for type checkers only (see ``ints.py``)
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Sequence
+
+#: What ``encode_ops`` gives to write: a header and body, or a payload's own memory.
+Chunk = bytes | memoryview
 
 
-class Batch(List[dict]):
+class Batch(list):
     """A received list of op dicts; ``nbytes`` is what the message took on the wire."""
 
     __slots__ = ("nbytes",)
