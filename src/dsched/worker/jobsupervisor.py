@@ -116,6 +116,12 @@ class Prepared:
         self.lifeline = Lifeline()  # its write end, held until this process ends, is the guard's
         self.guard = fork_job_guard(self.lifeline, cgroup if self.entered else "")
 
+    def leave(self) -> None:
+        """Leave the cgroup (the job runs, or none comes): whoever kills it must be out."""
+        if self.entered:
+            containment.leave_cgroup(self.cgroup)
+            self.entered = False
+
     def discard(self) -> None:
         """No job comes: the guard is killed (it would walk the session for a job) and this
         process leaves the cgroup (for its removal)."""
@@ -124,8 +130,7 @@ class Prepared:
             os.waitpid(self.guard, 0)
         except ChildProcessError:
             pass
-        if self.entered:
-            containment.leave_cgroup(self.cgroup)
+        self.leave()
 
 
 class Supervision:
@@ -180,7 +185,8 @@ class Supervision:
                                   tuple(self.record["gpus"]), started))
         if self.spawned is not None:
             self.spawned()
-        self._leave_cgroup()  # once the job runs: a first move in a while waits milliseconds
+        assert self.prepared is not None  # made by _spawn, if not before
+        self.prepared.leave()  # once the job runs: a first move in a while waits milliseconds
         returncode = self._watch(time.monotonic())
         outcome, error = self.ending or (("completed", "") if returncode == 0
                                          else ("failed", describe_exit(returncode)))
@@ -332,16 +338,10 @@ class Supervision:
             self._release()
         return ""
 
-    def _leave_cgroup(self) -> None:
-        if self.prepared is not None and self.prepared.entered:
-            containment.leave_cgroup(self.cgroup)
-            self.prepared.entered = False
-
     def _discard(self) -> None:
         """Nothing was spawned: its guard (if forked) goes now, and its cgroup."""
         if self.prepared is not None:
             self.prepared.discard()
-            self.prepared.entered = False
         self._release()
 
     def _release(self) -> None:
