@@ -2,9 +2,9 @@
 
 ``@op("wire-name")`` makes a class a frozen, slotted op class (as a frozen dataclass would
 be) with ``OP``, ``to_wire()`` (the dict that msgpack sends) and ``from_wire(d)`` (the op
-rebuilt from a peer's dict, every field's type checked). The field kinds are declared once, in ``_KINDS``, keyed by the annotation's text, and
-both functions are generated from them as straight-line code, so the hot path pays a few type
-checks per op and no reflection. A wrong field raises :class:`BadOp`, a RemoteProtocolError, so
+rebuilt from a peer's dict, every field's type checked). The field kinds are declared once,
+in ``_KINDS``, keyed by the annotation's text, and both functions are generated from them as
+straight-line code, so the hot path pays a few type checks per op and no reflection. A wrong field raises :class:`BadOp`, a RemoteProtocolError, so
 the shell answers or closes that connection with the reason, as it does for a bad frame.
 ``decode(d)`` finds the class by name in ``OPS``. It declares no op itself.
 

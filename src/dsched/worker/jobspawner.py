@@ -15,7 +15,8 @@ once it has reaped it.
 
 Once the worker has said where its cgroups go (``{"cgroups": PREFIX}``, "" for none), the
 spawner keeps supervisors forked ahead (``_Spares``): prepared as far as each can be without
-its job (``jobsupervisor.Prepared``), they wait for requests, which the spawner passes on. An attempt then costs no fork and no wait for the kernel's move into a cgroup.
+its job (``jobsupervisor.Prepared``), they wait for requests, which the spawner passes on.
+An attempt then costs no fork and no wait for the kernel's move into a cgroup.
 
 The spawner itself dies with its worker (a parent-death signal, and the end of the socket);
 the supervisors it started do not depend on it. Where it cannot start or is gone, the worker
@@ -96,7 +97,7 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
                     raise OSError(f"{len(fds)} descriptors came with the request")
                 pid, cgroup = spares.hand(data, fds)
                 if pid is None:
-                    pid, cgroup = _fork(fds, args, args[4]), args[4]
+                    pid, cgroup = _fork(fds, args), args[4]
             except OSError as error:  # nothing started: the worker may try otherwise
                 sock.send(json.dumps({"key": args[0], "error": str(error)}).encode())
                 continue
@@ -191,11 +192,12 @@ class _Spares:
         self.fork()
 
 
-def _fork(fds: list[int], args: list, cgroup: str) -> int:
-    """Fork a supervisor for the request ``args`` with its descriptors ``fds``; its pid."""
+def _fork(fds: list[int], args: list) -> int:
+    """Fork a supervisor for the request ``args`` (in the cgroup it names) with its
+    descriptors ``fds``; its pid."""
     pid = os.fork()
     if pid == 0:
-        _supervise(cgroup, fds=fds, args=args)
+        _supervise(args[4], fds=fds, args=args)
     return pid
 
 
