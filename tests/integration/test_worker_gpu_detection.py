@@ -44,7 +44,8 @@ def test_worker_finding_four_gpus_advertises_them_all(daemons):
     client = daemons.client()
     (worker,) = daemons.wait_for_workers(client, 1)["workers"].values()
 
-    assert worker["resources"] == {"GPU": 4.0}
+    # and their memory together (16 GiB each, the stand-in's): each device's is its own
+    assert worker["resources"] == {"GPU": 4.0, "GPU_MEMORY": 4 * 16 * 2**30}
     assert devices(worker) == [0, 1, 2, 3]
     assert len({gpu["uuid"] for gpu in worker["gpus"]}) == 4
 
@@ -56,7 +57,7 @@ def test_nworkers_2_divides_four_gpus_between_the_processes(daemons):
     workers = list(daemons.wait_for_workers(client, 2)["workers"].values())
 
     assert len(workers) == 2
-    assert [w["resources"] for w in workers] == [{"GPU": 2.0}, {"GPU": 2.0}]
+    assert [w["resources"] for w in workers] == [{"GPU": 2.0, "GPU_MEMORY": 32 * 2**30}] * 2
     assert sorted(map(devices, workers)) == [[0, 1], [2, 3]]
 
 
@@ -66,7 +67,7 @@ def test_cuda_visible_devices_limits_the_worker_and_its_tasks(daemons):
     client = daemons.client()
     (worker,) = daemons.wait_for_workers(client, 1)["workers"].values()
 
-    assert worker["resources"] == {"GPU": 2.0}
+    assert worker["resources"] == {"GPU": 2.0, "GPU_MEMORY": 32 * 2**30}
     assert devices(worker) == [2, 3]
 
     futures = [client.submit(pinned, 0.2, resources={"GPU": 1}, pure=False) for _ in range(4)]

@@ -1,13 +1,10 @@
 """The ops that daemons and clients exchange: one frozen dataclass per op and per direction,
-named for the outcome or command it carries: a worker reports ``TaskFinished`` to the scheduler,
-which tells each client that wants the key ``FutureFinished``. Inside a daemon the cores have
-names of their own (events and actions, see ``docs/architecture.md``), so no class name means
-two things.
-
-This module is the table of declarations: each class under ``@op("wire-name")`` with its
-annotated fields, and nothing else. ``fields.py`` turns each into an op with ``OP``,
-``to_wire()`` and a checking ``from_wire(d)``; ``decode(d)`` (from there too) finds the class by
-name, and a malformed op raises ``BadOp``.
+named for the outcome or command it carries (a worker reports ``TaskFinished``, the scheduler
+tells clients ``FutureFinished``; the cores' events and actions have names of their own, see
+``docs/architecture.md``). This module is the table of declarations: each class under
+``@op("wire-name")`` with its annotated fields, and nothing else. ``fields.py`` turns each into
+an op with ``OP``, ``to_wire()`` and a checking ``from_wire(d)``; ``decode(d)`` (from there
+too) finds the class by name, and a malformed op raises ``BadOp``.
 
 Pure: no I/O; payloads stay opaque bytes (nothing here unpickles).
 """
@@ -51,6 +48,7 @@ class Register:
     previous_exit: str | None = None
     attempts: tuple[dict, ...] = ()
     containment: str = ""
+    devices: tuple[int, ...] = ()
 
 
 @op("registered")
@@ -81,9 +79,9 @@ class Lease:
 
 @op("execute")
 class Execute:
-    """Run ``key`` now; ``who_has`` names the workers holding each input, ``nbytes`` sizes.
-    A shell-command job's attempt carries ``job`` (its command, ``env``, ``cwd``,
-    ``time_limit``; see ``dsched.jobs``) and an empty ``spec``."""
+    """Run ``key`` now, on the devices ``gpus`` (``dsched.devices``); ``who_has`` names the
+    workers holding each input, ``nbytes`` sizes. A shell-command job's attempt carries ``job``
+    (its command, ``env``, ``cwd``, ``time_limit``; see ``dsched.jobs``) and an empty ``spec``."""
 
     key: str
     spec: Spec
@@ -92,6 +90,7 @@ class Execute:
     who_has: dict[str, tuple[str, ...]] = field(default_factory=dict)
     nbytes: dict[str, int] = field(default_factory=dict)
     job: dict | None = None
+    gpus: tuple[int, ...] = ()
 
 
 @op("stop-task")

@@ -34,7 +34,8 @@ class SendExecute:
 
     ``who_has`` maps each dependency key to the addresses of the workers holding it and
     ``nbytes`` gives each one's size, so the worker fetches its inputs from its peers. The
-    attempt of a shell-command job carries ``job``, what to run (see ``Job.payload``).
+    attempt of a shell-command job carries ``job``, what to run (see ``Job.payload``); ``gpus``
+    are the devices granted (``dsched.devices``).
     """
 
     key: str
@@ -45,6 +46,7 @@ class SendExecute:
     who_has: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: NO_INPUTS)
     nbytes: Mapping[str, int] = field(default_factory=lambda: NO_INPUTS)
     job: Mapping | None = None
+    gpus: tuple[int, ...] = ()
 
 
 @_frozen

@@ -59,7 +59,8 @@ class WorkerJoined:
     ("killed by signal 11 (SIGSEGV)"). ``attempts``: the job attempts it knows (running, or
     ended and not yet acknowledged), as ``WorkerAttemptStarted``/``WorkerAttemptEnded`` ops on the wire;
     ``job_lease``: how long it lets jobs run when cut off from the scheduler; ``containment``:
-    how it kills what its jobs and GPU tasks start (shown, not used).
+    how it kills what its jobs and GPU tasks start (shown, not used); ``devices``: the indices
+    behind its ``GPU`` resource (none: abstract, 0 to N-1), their memory in ``gpus``.
     """
 
     address: str
@@ -73,6 +74,7 @@ class WorkerJoined:
     attempts: tuple[Mapping[str, Any], ...] = ()
     job_lease: float = default_of("worker.job_lease")
     containment: str = ""
+    devices: tuple[int, ...] = ()
     now: float
 
 

@@ -8,10 +8,13 @@ task now, or take it to start next; ``could_host`` says whether it could start o
 backfill, groups, the ready queue, the reasons a queue cannot run, and the booking of what a
 returning worker still runs all ask here.
 
-A new dimension (GPU memory per device, a limit per user, ...) is added here alone: what a
-task demands of it, on ``Shape``; what is free of it, on ``Room`` for one worker's or on
-``Fit`` for one across the cluster, kept by ``take`` and ``give``; its test in ``startable``,
-and in ``could_host`` when it also bounds what a worker could ever start.
+A new dimension (a limit per user, ...) is added here alone: what a task demands of it, on
+``Shape``; what is free of it, on ``Room`` for one worker's or on ``Fit`` for one across the
+cluster, kept by ``take`` and ``give``; its test in ``startable``, and in ``could_host`` when
+it also bounds what a worker could ever start. The GPU devices are such a dimension: a
+worker's ``Room`` holds their book (``dsched.devices``: each device's share and memory), a
+demand of ``GPU`` or ``GPU_MEMORY`` fits only where its devices are free, and ``take`` chooses
+them (``Task.gpus``, sent to the worker, which books the same devices).
 
 Pure: no I/O, no clock.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Mapping
 
+from ..devices import DeviceBook, asks_devices
 from ..resources import Resources
 
 if TYPE_CHECKING:
@@ -41,11 +45,11 @@ class Shape:
     demanded names; ``empty``, whether there are none; ``multi``, whether there are several;
     ``primary``, the name the worker index is searched by (a GPU name first, then the one the
     fewest workers offer, from ``offered``), with ``primary_units`` of it; ``best_fit``,
-    whether to search it smallest first.
+    whether to search it smallest first; ``devices``, whether it takes GPU devices.
     """
 
     __slots__ = ("resources", "restrict", "names", "empty", "multi", "primary",
-                 "primary_units", "best_fit")
+                 "primary_units", "best_fit", "devices")
 
     def __init__(self, resources: Resources, restrict: frozenset[str] | None,
                  offered: Mapping[str, int]):
@@ -63,19 +67,22 @@ class Shape:
             self.primary = ""
         self.best_fit = bool(gpus)
         self.primary_units = resources.get(self.primary, 0) if self.primary else 0
+        self.devices = asks_devices(resources)
 
 
 class Room:
     """What one worker has free for new tasks: ``free``, its resources less those of the tasks
     assigned to it (and of those it is stopping), with ``units`` the same as a plain dict, for
-    a fast ``Resources.fits``; ``total``, all it offers, as a plain dict."""
+    a fast ``Resources.fits``; ``total``, all it offers, as a plain dict; ``devices``, the
+    book of the GPU devices behind its ``GPU`` resource (None: it has none)."""
 
-    __slots__ = ("free", "units", "total")
+    __slots__ = ("free", "units", "total", "devices")
 
-    def __init__(self, resources: Resources):
+    def __init__(self, resources: Resources, devices: DeviceBook | None = None):
         self.free = resources
         self.units = resources.to_wire()
         self.total = resources.to_wire()
+        self.devices = devices
 
 
 def allows(restrict: frozenset[str] | None, w: WorkerInfo) -> bool:
@@ -97,7 +104,8 @@ def allowed_workers(restrict: frozenset[str], workers: Mapping[str, WorkerInfo],
 
 
 def holds(q: Shape, total: Mapping[str, int]) -> bool:
-    """Whether a worker offering ``total`` could start a task of ``q`` once idle."""
+    """Whether a worker offering ``total`` could start a task of ``q`` once idle, as far as
+    its totals say (``could_host`` asks its devices too)."""
     return q.resources.fits(total)
 
 
@@ -107,7 +115,10 @@ def could_host(q: Shape, w: WorkerInfo) -> bool:
     restrict = q.restrict  # ``allows``, inlined: backfill asks this of every candidate
     if restrict is not None and w.name not in restrict and w.address not in restrict:
         return False
-    return q.resources.fits(w.room.total)
+    if not q.resources.fits(w.room.total):
+        return False
+    devices = w.room.devices
+    return not q.devices or devices is None or devices.could_fit(q.resources)
 
 
 class Fit:
@@ -121,11 +132,12 @@ class Fit:
         self.ahead_for = ahead_for
         self._arithmetic = FreeArithmetic()
 
-    def startable(self, t: Task, q: Shape, w: WorkerInfo) -> bool:
+    def startable(self, t: Task, q: Shape, w: WorkerInfo, gpus: tuple[int, ...] = ()) -> bool:
         """Whether ``w`` can start ``t`` (of shape ``q``) now, or take it to start next: it
         is not draining; its restriction allows ``w``; ``w`` has a free thread, or may hold
-        ``t`` until one frees (``may_send_ahead``); ``w`` has its resources free; and ``w``
-        is not still stopping an earlier run of the same key."""
+        ``t`` until one frees (``may_send_ahead``); ``w`` has its resources free, and its
+        devices (``gpus``, where it runs on them already); and ``w`` is not still stopping an
+        earlier run of the same key."""
         if w.draining:
             return False
         restrict = q.restrict
@@ -139,12 +151,16 @@ class Fit:
             if not (q.resources.fits(units) if q.multi  # one name: a lookup
                     else units.get(q.primary, 0) >= q.primary_units):
                 return False
+            if q.devices and w.room.devices is not None \
+                    and devices_for(t.resources, w.room.devices, gpus) is None:
+                return False
         return not (w.stopping and t.key in w.stopping)
 
-    def startable_now(self, t: Task, q: Shape, w: WorkerInfo) -> bool:
+    def startable_now(self, t: Task, q: Shape, w: WorkerInfo, gpus: tuple[int, ...] = ()) -> bool:
         """Whether ``w`` can start ``t`` on a thread free now (not sent ahead): where a
-        returning worker still runs ``t``, it is booked there only so."""
-        return len(w.processing) + len(w.stopping) < w.nthreads and self.startable(t, q, w)
+        returning worker still runs ``t`` (on ``gpus``), it is booked there only so."""
+        return (len(w.processing) + len(w.stopping) < w.nthreads
+                and self.startable(t, q, w, gpus))
 
     def may_send_ahead(self, t: Task, q: Shape, w: WorkerInfo, assigned: int) -> bool:
         """Whether ``t`` may wait at ``w``, which has no free thread, for its next one (be
@@ -163,13 +179,19 @@ class Fit:
 
     # -- the only changes to a worker's room ---------------------------------------------------
 
-    def take(self, t: Task, q: Shape, w: WorkerInfo) -> bool:
+    def take(self, t: Task, q: Shape, w: WorkerInfo, gpus: tuple[int, ...] = ()) -> bool:
         """``t`` (of shape ``q``) was assigned to ``w``: take what it demands from the room
-        there. Returns whether the free resources changed."""
+        there, its devices the best fit (``Task.gpus``; ``gpus``: those it runs on already).
+        Returns whether the free resources changed."""
         if q.empty:
             return False
         room = w.room
         room.free, room.units = self._arithmetic.take(room.free, t.resources)
+        if q.devices and room.devices is not None:
+            devices = devices_for(t.resources, room.devices, gpus)
+            assert devices is not None, f"{t.key} placed without its devices free"
+            room.devices.take(t.key, t.resources, devices)
+            t.gpus = devices
         return True
 
     def give(self, t: Task, w: WorkerInfo) -> bool:
@@ -180,7 +202,20 @@ class Fit:
             return False
         room = w.room
         room.free, room.units = self._arithmetic.give(room.free, resources)
+        if room.devices is not None:
+            room.devices.give(t.key)
+        t.gpus = ()
         return True
+
+
+def devices_for(demand: Resources, book: DeviceBook,
+                gpus: tuple[int, ...] = ()) -> tuple[int, ...] | None:
+    """The devices ``demand`` would take of ``book`` now: ``gpus`` where given (a job found
+    running there on a worker that came back), else the best fit; None where not free."""
+    if gpus:
+        fits = all(d in book.memory and book.fits_on(demand, d) for d in gpus)
+        return gpus if fits else None
+    return book.choose(demand)
 
 
 class FreeArithmetic:

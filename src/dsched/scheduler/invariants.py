@@ -53,6 +53,10 @@ def _check_workers(s: SchedulerState) -> None:
             used = used + t.resources
         assert used.fits(w.resources), f"{w} over capacity: {used} of {w.resources}"
         assert used + w.free == w.resources, f"{w} accounting: {used} + {w.free}"
+        devices = w.room.devices
+        if devices is not None:  # no device over-committed, and only held tasks hold one
+            devices.check()
+            assert set(devices.held) <= {t.key for t in held}, (w, devices.held)
         for key, t in w.processing.items():
             assert t.key == key and s.tasks.get(key) is t, (w, key)
             assert t.state is PROCESSING and t.processing_on == address, (w, t)

@@ -115,7 +115,7 @@ class JobRecovery:
         t = book.graph.add(job.key, job.spec.resources, job.spec.priority, JOBS_CLIENT,
                            prefix="job")
         t.job = job
-        if not book.placer.book(t, w):
+        if not book.placer.book(t, w, tuple(report.gpus)):
             book.graph.drop(t)
             self.out.actions.append(SendStopTask(key=job.key, worker=w.address))
             book.attempt_lost(job, f"worker {w.name} came back without room for it")

@@ -68,7 +68,7 @@ class Membership:
             out.actions.append(CloseWorker(worker=e.address, reason=reason, refused=True))
             return
         w = WorkerInfo(e.address, e.name, e.nthreads, e.resources, tuple(e.gpus), out.now,
-                       e.job_lease, e.containment)
+                       e.job_lease, e.containment, e.devices)
         self.workers[e.address] = w
         self.placer.add_worker(w)
         out.actions.append(WorkerAccepted(worker=e.address))

@@ -65,7 +65,7 @@ def joined(o: ops.Register, now: float) -> ev.WorkerJoined:
         address=o.address, name=o.name or o.address, nthreads=o.nthreads,
         resources=o.resources, gpus=o.gpus, held=tuple(o.held.items()), running=o.running,
         previous_exit=o.previous_exit, attempts=o.attempts, job_lease=o.job_lease,
-        containment=o.containment, now=now)
+        containment=o.containment, devices=o.devices, now=now)
 
 
 # -- actions, as ops to send ------------------------------------------------------------------
@@ -74,7 +74,7 @@ def joined(o: ops.Register, now: float) -> ev.WorkerJoined:
 TO_WORKER: dict[type, Callable[[Any], Any]] = {
     act.SendExecute: lambda a: ops.Execute(
         key=a.key, spec=a.spec, resources=a.resources, priority=a.priority,
-        who_has=a.who_has, nbytes=a.nbytes, job=a.job),
+        who_has=a.who_has, nbytes=a.nbytes, job=a.job, gpus=a.gpus),
     act.SendAttemptAck: lambda a: ops.AttemptAck(keys=a.keys),
     act.SendStopTask: lambda a: ops.StopTask(key=a.key),
     act.SendFree: lambda a: ops.Free(keys=a.keys),

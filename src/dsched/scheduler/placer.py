@@ -192,13 +192,14 @@ class Placer:
         self.place(t, w, q)
         return True
 
-    def book(self, t: Task, w: WorkerInfo) -> bool:
-        """Book ``t``, already running on ``w`` (a job attempt found on a worker that came
-        back), if ``w`` can start it on a thread free now; sends nothing."""
+    def book(self, t: Task, w: WorkerInfo, gpus: tuple[int, ...] = ()) -> bool:
+        """Book ``t``, already running on ``w`` on the devices ``gpus`` (a job attempt found
+        on a worker that came back), if ``w`` can start it on a thread free now, on those
+        devices; sends nothing."""
         q = Shape(t.resources, t.restrict, self.index.offered)
-        if not self.fit.startable_now(t, q, w):
+        if not self.fit.startable_now(t, q, w, gpus):
             return False
-        self._book(t, w, q)
+        self._book(t, w, q, gpus)
         return True
 
     def take_placed_jobs(self) -> list[tuple[Task, WorkerInfo]]:
@@ -221,20 +222,20 @@ class Placer:
             self.placed_jobs.append((t, w))
             actions.append(SendExecute(key=t.key, worker=w.address, spec=t.spec,
                                    resources=t.resources, priority=t.priority,
-                                   job=t.job.payload()))
+                                   job=t.job.payload(), gpus=t.gpus))
         elif t.deps:
             who_has = {d.key: tuple(d.who_has or ()) for d in t.deps}
             out.counters["fetched"] += sum(w.address not in held for held in who_has.values())
             nbytes = {d.key: d.nbytes for d in t.deps}
             actions.append(SendExecute(key=t.key, worker=w.address, spec=t.spec,
                                    resources=t.resources, priority=t.priority,
-                                   who_has=who_has, nbytes=nbytes))
+                                   who_has=who_has, nbytes=nbytes, gpus=t.gpus))
         else:
             actions.append(SendExecute(key=t.key, worker=w.address, spec=t.spec,
                                    resources=t.resources, priority=t.priority,
-                                   who_has=NO_INPUTS, nbytes=NO_INPUTS))
+                                   who_has=NO_INPUTS, nbytes=NO_INPUTS, gpus=t.gpus))
 
-    def _book(self, t: Task, w: WorkerInfo, q: Shape) -> None:
+    def _book(self, t: Task, w: WorkerInfo, q: Shape, gpus: tuple[int, ...] = ()) -> None:
         t.move("start")
         t.processing_on = w.address
         t.started = self.out.now
@@ -244,7 +245,7 @@ class Placer:
             self.prefetching[w.address] = w
             self._count_ahead(t.priority, 1)
         w.processing[t.key] = t
-        self.index.update(w, self.fit.take(t, q, w))
+        self.index.update(w, self.fit.take(t, q, w, gpus))
         w.version += 1
 
     def release_slot(self, w: WorkerInfo, t: Task) -> None:

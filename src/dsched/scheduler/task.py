@@ -105,6 +105,7 @@ class Task:
     ``retries=``). ``retry_at``: the time a refused task waits for (state ``waiting``
     without ``waiting_on``) before it is queued again.
     ``job``: the shell-command job this task is an attempt of (None for a Python task).
+    ``gpus``: the devices it was granted where it was placed (``fit.py``), none while queued.
     """
 
     __slots__ = (
@@ -112,7 +113,7 @@ class Task:
         "order", "retries", "exceptions", "deaths", "restrict", "prefix", "wanted_by", "state",
         "error", "end_reason", "exception", "who_has", "nbytes", "processing_on", "started",
         "prefetched", "queue", "queued_at", "reported", "losses", "rejections", "retry_at",
-        "death_causes", "job",
+        "death_causes", "job", "gpus",
     )
 
     def __init__(
@@ -151,6 +152,7 @@ class Task:
         self.queued_at = 0.0
         self.reported = False
         self.job = None  # the Job (``job.py``) whose attempt this task is, if any
+        self.gpus: tuple[int, ...] = ()
 
     def move(self, name: str) -> None:
         """Take the transition ``name`` of ``TRANSITIONS``; one the table does not have from

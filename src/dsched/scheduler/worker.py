@@ -9,6 +9,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from typing import TYPE_CHECKING, Any, Mapping
 
+from ..devices import DeviceBook
 from ..resources import Resources
 from .fit import Room
 
@@ -29,7 +30,8 @@ class WorkerInfo:
     takes no new tasks (it is out of the index); ``evacuating`` maps each result it alone
     holds and is copying away to the worker copying it, and ``retired`` says it has been told
     it may leave. ``job_lease``: how long it lets its jobs run when cut off from the
-    scheduler; ``containment``: how it kills what they start (shown).
+    scheduler; ``containment``: how it kills what they start (shown). Its GPU devices
+    (``devices``, their memory in ``gpus``) are booked in its room (``fit.py``).
     """
 
     __slots__ = (
@@ -42,7 +44,7 @@ class WorkerInfo:
     def __init__(
         self, address: str, name: str, nthreads: int, resources: Resources,
         gpus: tuple[Mapping[str, Any], ...], now: float, job_lease: float,
-        containment: str = "",
+        containment: str = "", devices: tuple[int, ...] = (),
     ):
         self.address = address
         self.name = name
@@ -51,7 +53,7 @@ class WorkerInfo:
         self.gpus = gpus
         self.last_seen = now
         self.metrics: Mapping[str, Any] | None = None
-        self.room = Room(resources)
+        self.room = Room(resources, DeviceBook.offered(resources, devices, gpus))
         self.processing: dict[str, Task] = {}
         self.stopping: dict[str, Task] = {}
         self.has_what: dict[str, None] = {}

@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence, TypeVar
 
+from ..devices import GPU_MEMORY
 from ..environ import CUDA_VISIBLE_DEVICES_ENV, FAKE_NVML_ENV
 from ..errors import ConfigError, ResourceSpecError
 from ..resources import SCALE, Resources, device_index, format_units, named_devices
@@ -233,6 +234,20 @@ def resources_with_gpus(resources: Resources, gpus: Sequence[GpuDevice]) -> Reso
     if GPU in resources or not gpus or named_devices(resources):
         return resources  # devices named gpu<N> are the worker's GPUs: no second count of them
     return resources + Resources({GPU: len(gpus) * SCALE})
+
+
+def with_gpu_memory(resources: Resources, behind_gpu: Sequence[GpuDevice]) -> Resources:
+    """``resources`` with ``GPU_MEMORY``, the memory of the devices behind its ``GPU`` all
+    together (each device's own goes to the scheduler with them: ``dsched.devices``), where
+    NVML said each one's. A worker never takes ``GPU_MEMORY`` as given: it is measured."""
+    if GPU_MEMORY in resources:
+        raise ResourceSpecError(
+            f"invalid worker resource {GPU_MEMORY}={format_units(resources[GPU_MEMORY])}: a "
+            "worker offers each GPU's memory as NVML reports it, not as given")
+    if not behind_gpu or not all(device.memory_total for device in behind_gpu):
+        return resources
+    total = sum(device.memory_total for device in behind_gpu)
+    return resources + Resources({GPU_MEMORY: total * SCALE})
 
 
 def ledger_devices(resources: Resources, gpus: Sequence[GpuDevice],

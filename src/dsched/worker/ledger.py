@@ -1,21 +1,23 @@
 """The worker's GPU ledger: its devices, and which of them each running task holds.
 
-Quantities are ``Resources`` units of the ``GPU`` resource (``SCALE`` per device), so the
-arithmetic is exact. A request below one device is a fraction: it goes to the most-used device
-that still has room (best fit), so that whole devices stay free for tasks that need them. A
-request of one or more devices must be whole and takes that many fully free devices, lowest
-index first. Two tasks share a device only when both asked for a fraction of one.
+The devices are booked in a ``dsched.devices.DeviceBook``, by its one rule of what a demand
+takes of each device (its share, in ``GPU`` units with ``SCALE`` per device, and its memory,
+in ``GPU_MEMORY`` units): the scheduler chooses the devices with the same rule where it places
+the task and sends them with it, and the ledger books exactly those, once they are free here.
+A task sent without devices (a scheduler that chose none) gets the best fit here. Two tasks
+share a device only when both asked for part of one and both parts fit.
 
-Devices are physical NVML indices (see ``dsched.gpu_ids``); without NVML an abstract ``GPU=N``
-maps to ``0..N-1``.
+Devices are physical NVML indices (see ``dsched.gpu_ids``), each with its memory in bytes
+where NVML said it; without NVML an abstract ``GPU=N`` maps to ``0..N-1``, of unknown memory.
 
 Pure: no I/O, no clock, no NVML.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
+from ..devices import DeviceBook
 from ..errors import ResourceSpecError
 from ..resources import GPU, SCALE, Resources, check_offer, gpu_request_error
 
@@ -30,19 +32,23 @@ def check_gpu_request(units: int) -> None:
 
 
 class GpuLedger:
-    """Which devices are in use, and by which task, in ``SCALE`` units per device."""
+    """Which devices are in use, and by which task (``book``, a DeviceBook)."""
 
-    def __init__(self, devices: Iterable[int]):
-        indices = tuple(sorted(devices))
+    def __init__(self, devices: Iterable[int] | Mapping[int, int]):
+        """``devices``: their indices, or each index with its memory in bytes."""
+        if isinstance(devices, Mapping):
+            memory = dict(devices)
+        else:
+            listed = tuple(devices)
+            memory = dict.fromkeys(listed, 0)
+            if len(memory) != len(listed):
+                raise ValueError(f"GPU device indices repeat: {listed!r}")
+        indices = tuple(sorted(memory))
         for index in indices:
             if not isinstance(index, int) or isinstance(index, bool) or index < 0:
                 raise ValueError(f"GPU device indices must be non-negative integers: {indices!r}")
-        if len(set(indices)) != len(indices):
-            raise ValueError(f"GPU device indices repeat: {indices!r}")
         self.devices: tuple[int, ...] = indices
-        self._used: dict[int, int] = {index: 0 for index in indices}
-        # key -> ((device, units), ...): what each running task holds.
-        self._held: dict[str, tuple[tuple[int, int], ...]] = {}
+        self.book = DeviceBook({index: memory[index] * SCALE for index in indices})
 
     @classmethod
     def abstract(cls, units: int) -> "GpuLedger":
@@ -58,104 +64,78 @@ class GpuLedger:
         return len(self.devices) * SCALE
 
     def in_use(self) -> int:
-        """Units held by all tasks together."""
-        return sum(self._used.values())
+        """Share units held by all tasks together."""
+        return sum(self.book.share_used.values())
 
     def used(self, device: int) -> int:
-        return self._used[device]
+        return self.book.share_used[device]
 
     def held(self, key: str) -> tuple[int, ...]:
         """The devices ``key`` holds, in index order; ``()`` when it holds none."""
-        return tuple(device for device, _ in self._held.get(key, ()))
+        return self.book.devices_of(key)
 
     def units_held(self, key: str) -> int:
-        return sum(units for _, units in self._held.get(key, ()))
+        return sum(share for _, share, _ in self.book.held.get(key, ()))
 
     def holders(self) -> dict[str, tuple[int, ...]]:
-        return {key: self.held(key) for key in self._held}
+        return {key: self.held(key) for key in self.book.held}
 
     def free_devices(self) -> tuple[int, ...]:
         """Devices no task holds any part of."""
-        return tuple(device for device in self.devices if not self._used[device])
+        book = self.book
+        return tuple(d for d in self.devices
+                     if not book.share_used[d] and not book.memory_used[d])
 
-    def fits(self, units: int) -> bool:
+    def fits(self, demand: int | Resources) -> bool:
         """True when the request can be placed now."""
-        return self._place(units) is not None
+        return self.book.choose(_demand(demand)) is not None
 
     def snapshot(self) -> list[dict]:
         """Per-device use for heartbeats and the dashboard (units, holders)."""
         on_device: dict[int, list[str]] = {device: [] for device in self.devices}
-        for key, parts in self._held.items():
-            for device, _ in parts:
+        for key, parts in self.book.held.items():
+            for device, _, _ in parts:
                 on_device[device].append(key)
         return [
-            {"index": device, "used": self._used[device], "tasks": sorted(on_device[device])}
+            {"index": device, "used": self.book.share_used[device],
+             "tasks": sorted(on_device[device])}
             for device in self.devices
         ]
 
     # -- changes --------------------------------------------------------------------------
 
-    def allocate(self, key: str, units: int) -> tuple[int, ...] | None:
-        """Give ``key`` devices for ``units``; ``None`` (and no change) when they are not free.
+    def allocate(self, key: str, demand: int | Resources,
+                 granted: tuple[int, ...] = ()) -> tuple[int, ...] | None:
+        """Give ``key`` the devices its ``demand`` takes (``GPU`` units, or a Resources):
+        ``granted``, the scheduler's choice, else the best fit; ``None`` (and no change)
+        when they are not free.
 
         Raises ResourceSpecError for a fraction above one device, ValueError when ``key``
         already holds devices (a second grant would leak the first).
         """
-        check_gpu_request(units)
-        if key in self._held:
+        demand = _demand(demand)
+        check_gpu_request(demand.get(GPU, 0))
+        if key in self.book.held:
             raise ValueError(f"task {key!r} already holds GPUs {self.held(key)}")
-        parts = self._place(units)
-        if parts is None:
+        devices = granted or self.book.choose(demand)
+        if devices is None:
             return None
-        if parts:
-            self._held[key] = parts
-            for device, part in parts:
-                self._used[device] += part
-        return tuple(device for device, _ in parts)
+        if devices and not self.book.take(key, demand, devices):
+            return None
+        return tuple(sorted(devices))
 
     def release(self, key: str) -> tuple[int, ...]:
         """Give back what ``key`` holds (nothing when it holds nothing); returns the devices."""
-        parts = self._held.pop(key, ())
-        for device, units in parts:
-            self._used[device] -= units
-        return tuple(device for device, _ in parts)
-
-    def _place(self, units: int) -> tuple[tuple[int, int], ...] | None:
-        check_gpu_request(units)
-        if units == 0:
-            return ()
-        if units < SCALE:
-            # Best fit: the device with the least room that still fits; ties go to the lowest
-            # index. A fully free device has the most room, so it is chosen last.
-            best, best_room = None, SCALE + 1
-            for device in self.devices:
-                room = SCALE - self._used[device]
-                if units <= room < best_room:
-                    best, best_room = device, room
-            return None if best is None else ((best, units),)
-        free = self.free_devices()
-        wanted = units // SCALE
-        if len(free) < wanted:
-            return None
-        return tuple((device, SCALE) for device in free[:wanted])
+        return self.book.give(key)
 
     def validate(self) -> None:
-        """Raise AssertionError when the books do not balance.
+        """Raise AssertionError when the books do not balance or a device is over-committed;
+        a whole-device holder shares it with no one."""
+        self.book.check()
+        for key, parts in self.book.held.items():
+            fraction = len(parts) == 1 and 0 <= parts[0][1] < SCALE
+            assert fraction or all(share == SCALE for _, share, _ in parts), f"{key!r}: {parts}"
 
-        A device's total is at most one, so a whole-device holder shares it with no one.
-        """
-        totals = {device: 0 for device in self.devices}
-        for key, parts in self._held.items():
-            assert parts, f"{key!r} is recorded with no devices"
-            devices = [device for device, _ in parts]
-            assert len(set(devices)) == len(devices), f"{key!r} holds a device twice: {parts}"
-            fraction = len(parts) == 1 and 0 < parts[0][1] < SCALE
-            assert fraction or all(units == SCALE for _, units in parts), f"{key!r}: {parts}"
-            for device, units in parts:
-                assert device in totals, f"{key!r} holds unknown device {device}"
-                totals[device] += units
-        for device, total in totals.items():
-            assert total == self._used[device], (
-                f"device {device}: used {self._used[device]} but tasks hold {total}"
-            )
-            assert 0 <= total <= SCALE, f"device {device} is over-committed: {total}"
+
+def _demand(demand: int | Resources) -> Resources:
+    return Resources({GPU: demand}) if isinstance(demand, int) else demand

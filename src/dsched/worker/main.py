@@ -33,7 +33,7 @@ from ..environ import NANNY_PID_ENV, PREVIOUS_EXIT_ENV, setting_variable
 from ..errors import ConfigError, ResourceSpecError
 from ..resources import Resources
 from .gpus import (GpuDevice, check_division, detect_gpus, gpus_option, ledger_devices,
-                   resources_with_gpus, split_gpus)
+                   resources_with_gpus, split_gpus, with_gpu_memory)
 from .lifeline import die_with_parent
 from ..settings import CommConfig, WorkerConfig, build
 
@@ -106,7 +106,8 @@ def _credentials(w: WorkerConfig) -> tuple[str, Any, Any]:
 def _advertised(resources: Resources, devices) -> tuple[Resources, tuple[int, ...]]:
     """What a worker with ``devices`` offers, and the device indices behind its GPU resource."""
     resources = resources_with_gpus(resources, devices)
-    return resources, ledger_devices(resources, devices)
+    indices = ledger_devices(resources, devices)
+    return with_gpu_memory(resources, [d for d in devices if d.index in indices]), indices
 
 
 def _run_one(w: WorkerConfig, comm: CommConfig, devices: tuple[GpuDevice, ...], *,

@@ -82,7 +82,10 @@ class Worker:
     def __init__(self, config: WorkerConfig, comm: CommConfig, setup: WorkerSetup):
         self.config, self.comm_config, self.setup = config, comm, setup
         s = setup
-        self.state = WorkerState(s.nthreads, s.resources, gpus=s.ledger_indices,
+        devices = None if s.ledger_indices is None else {
+            index: next((g.memory_total for g in s.gpus if g.index == index), 0)
+            for index in s.ledger_indices}
+        self.state = WorkerState(s.nthreads, s.resources, gpus=devices,
                                  policy=WorkerPolicy.from_config(config))
         self.threads = ThreadRunner(s.nthreads)
         self.name = config.name or ""
@@ -280,7 +283,8 @@ class Worker:
             memory_limit=s.memory_limit, held=dict(snapshot.results),
             running=tuple(task.key for task in snapshot.running), previous_exit=previous_exit,
             attempts=tuple(attempt.to_wire() for attempt in snapshot.attempts),
-            job_lease=self.state.policy.job_lease, containment=self.containment.mode)
+            job_lease=self.state.policy.job_lease, containment=self.containment.mode,
+            devices=self.state.ledger.devices)
 
     def _session_opened(self) -> None:
         self._handle(ev.SessionOpened(self._register_sent))

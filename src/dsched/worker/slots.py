@@ -16,8 +16,9 @@ from __future__ import annotations
 import bisect
 from typing import Iterable, Mapping
 
+from ..devices import asks_devices, format_memory
 from ..resources import EMPTY, Resources, demand_error, format_units, named_devices
-from .ledger import GPU, GpuLedger
+from .ledger import GPU, SCALE, GpuLedger
 from .task import WorkerTaskState, WorkerTask
 
 
@@ -54,11 +55,19 @@ class Slots:
         if error:
             return error
         if resources.fits(self.total):
+            if asks_devices(resources) and not self.ledger.book.could_fit(resources):
+                return f"no device of this worker could grant {resources} ({self.devices()})"
             return ""
         absent = resources.missing_names(self.total.names())
         if absent:
             return f"this worker has no {', '.join(absent)} (it offers {self.total or 'nothing'})"
         return f"the task needs {resources} but this worker offers only {self.total}"
+
+    def devices(self) -> str:
+        """Its devices and their memory, in words."""
+        memory = self.ledger.book.memory
+        return ", ".join(f"device {d}: {format_memory(m)}" if m else f"device {d}"
+                         for d, m in memory.items()) or "no devices"
 
     def queue(self, task: WorkerTask) -> None:
         task.state = WorkerTaskState.READY
@@ -82,7 +91,8 @@ class Slots:
             gpus = None
             if self.free_threads and task.resources.fits(available) \
                     and (task.job is None or jobs_may_start):
-                gpus = self.ledger.allocate(task.key, task.resources.get(GPU))
+                gpus = (self.ledger.allocate(task.key, task.resources, task.granted)
+                        if asks_devices(task.resources) else ())
             if gpus is None:
                 waiting.append(entry)  # does not fit now; later tasks may
                 continue

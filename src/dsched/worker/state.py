@@ -179,7 +179,7 @@ class WorkerState:
         self._seq += 1
         task = WorkerTask(
             key, event.spec, event.resources, event.priority, self._seq, dependencies,
-            missing={dep for dep in dependencies if dep not in results},
+            missing={dep for dep in dependencies if dep not in results}, granted=event.gpus,
         )
         self.tasks[key] = task
         actions: list[Action] = []
@@ -198,7 +198,7 @@ class WorkerState:
                                      else never_fits)]
         self._seq += 1
         task = WorkerTask(event.key, event.spec, event.resources, event.priority, self._seq, (),
-                          set(), job=dict(event.job))
+                          set(), granted=event.gpus, job=dict(event.job))
         self.tasks[task.key] = task
         self.slots.queue(task)
         return []

@@ -38,7 +38,8 @@ class WorkerTask:
     dependencies: tuple[str, ...]
     missing: set[str]
     state: WorkerTaskState = WorkerTaskState.FETCHING
-    gpus: tuple[int, ...] = ()
+    gpus: tuple[int, ...] = ()  # the devices it holds while it runs
+    granted: tuple[int, ...] = ()  # the devices the scheduler granted it (Execute.gpus)
     job: dict | None = None  # a shell-command job's attempt: what Execute.job said
     #: Why a CANCELLING task is stopped: a user's cancel (the default), or the worker's shutdown
     #: (then it goes back to the scheduler as refused by a closing worker, never as an error).

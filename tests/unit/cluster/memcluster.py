@@ -841,7 +841,8 @@ class MemCluster:
             held=dict(snapshot.results), running=tuple(t.key for t in snapshot.running),
             previous_exit=previous_exit,
             attempts=tuple(attempt.to_wire() for attempt in snapshot.attempts),
-            job_lease=self.worker_policy.job_lease, containment="subreaper"))
+            job_lease=self.worker_policy.job_lease, containment="subreaper",
+            devices=node.state.ledger.devices))
 
     def _to_worker(self, node: Node, link: Link, m: Message) -> None:
         if not node.alive or node.link is not link:

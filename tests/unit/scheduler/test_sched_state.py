@@ -44,7 +44,7 @@ def test_execute_carries_spec_resources_and_where_the_inputs_are():
     actions = s.submit(task("y", "GPU=1", spec=b"g(x)", dependencies=("x",), priority=3))
     assert actions == [act.SendExecute(
         key="y", worker=addr("a"), spec=b"g(x)", resources=Resources.parse("GPU=1"),
-        priority=3, who_has={"x": (addr("a"),)}, nbytes={"x": 100},
+        priority=3, who_has={"x": (addr("a"),)}, nbytes={"x": 100}, gpus=(0,),
     )]
 
 
