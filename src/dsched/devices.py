@@ -158,8 +158,9 @@ class DeviceBook:
         return tuple(device for device, _, _ in self.held.get(key, ()))
 
     def most_memory_free(self) -> int:
-        """The most memory units free on any one device (none held whole)."""
+        """The most memory units free on any one device."""
         return max((self.memory[d] - self.memory_used[d] for d in self.memory), default=0)
+
 
     def check(self) -> None:
         """Raise AssertionError when a device is over-committed or the books do not balance."""
@@ -174,3 +175,21 @@ class DeviceBook:
             assert share[d] == self.share_used[d] and memory[d] == self.memory_used[d], d
             assert share[d] <= SCALE, f"device {d} over-committed: share {share[d]}"
             assert memory[d] <= self.memory[d], f"device {d} over-committed: memory {memory[d]}"
+
+
+def shortfall(demand: Resources, books: Iterable[DeviceBook], free: bool) -> str:
+    """Why no device of ``books`` grants ``demand``: now (``free``), or ever (all free), in
+    words that name what is short: "GPU_MEMORY: at most 8 GiB free on any device (18 GiB
+    asked)"."""
+    books = list(books) if free else [DeviceBook(book.memory) for book in books]
+    memory = demand.get(GPU_MEMORY, 0)
+    most = max((book.most_memory_free() for book in books), default=0)
+    if memory > most:
+        return (f"{GPU_MEMORY}: at most {format_memory(most)}{' free' if free else ''} on any "
+                f"device ({format_memory(memory)} asked)")
+    share = demand.get(GPU, 0)
+    if share >= SCALE:
+        return f"GPU={share // SCALE}: no worker has that many devices{' free' if free else ''}" \
+               + (f" with {format_memory(memory)} each" if memory else "")
+    return f"no device{' free' if free else ''} has both GPU={share / SCALE:g} and " \
+           f"{format_memory(memory or 0)} of memory"

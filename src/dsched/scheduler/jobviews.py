@@ -14,7 +14,10 @@ from functools import partial
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, Iterator
 
+from ..devices import GPU_MEMORY, shortfall
 from ..jobs import ENDED, JobState, Reason
+from ..resources import GPU
+from .fit import could_host, devices_for
 from .jobarray import array_view, shown_state
 from .task import QUEUED
 
@@ -176,11 +179,12 @@ def queued_reason(state: "SchedulerState", t) -> tuple[str, str]:
     if q.reason is not None:
         return _JOB_REASON[q.reason_kind], q.reason
     demand = t.resources
-    fitting = [w for w in state.workers.values() if not w.draining and demand.fits(w.resources)
-               and (not q.restrict or w.name in q.restrict or w.address in q.restrict)]
+    fitting = [w for w in state.workers.values() if not w.draining and could_host(q, w)]
     reservation = state.placer.backfill.reservation
     holder = reservation.task if reservation is not None else None
-    if any(demand.fits(w.free) and w.assigned < w.nthreads for w in fitting):
+    devices_free = [w for w in fitting if not q.devices or w.room.devices is None
+                    or devices_for(demand, w.room.devices) is not None]
+    if any(demand.fits(w.free) and w.assigned < w.nthreads for w in devices_free):
         if holder is not None and holder is not t:
             return "priority", (f"{_label(holder)}, ahead of it, has resources reserved on "
                                 f"{reservation.worker.name}")
@@ -192,6 +196,9 @@ def queued_reason(state: "SchedulerState", t) -> tuple[str, str]:
                                         -w.assigned, w.name))
     short = [n for n in sorted(demand) if w.free.get(n) < demand[n]]
     wanted = ", ".join(short) if short else "a free slot"
+    if w not in devices_free:  # its devices: what is short on them, said as it is
+        short = [n for n in (GPU, GPU_MEMORY) if demand.get(n)]
+        wanted = shortfall(demand, [w.room.devices], free=True)
     users = [_label(x) for x in w.processing.values()
              if any(x.resources.get(n) for n in short)][:3]
     detail = f"waiting for {wanted} on {w.name}"

@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections import deque
 from typing import Mapping
 
+from ..devices import shortfall
 from ..resources import demand_error, format_units
 from .actions import INFO
-from .fit import allowed_workers, holds
+from .fit import allowed_workers, could_host, holds
 from .outbox import Outbox
 from .queue import ReadyQueue, ShapeQueue
 from .task import Task
@@ -70,8 +71,12 @@ class Reasons:
             where = " among the allowed workers"
         else:
             totals = list(index.totals)
+            allowed = [self.workers[a] for total in totals for a in index.totals[total]]
         if q.empty or any(holds(q, total) for total in totals):
-            return None
+            if not q.devices or any(could_host(q, w) for w in allowed):
+                return None
+            books = [w.room.devices for w in allowed if w.room.devices is not None]
+            return "too_large", shortfall(demand, books, free=False)
         offered = set().union(*(total.names() for total in totals))
         missing = demand.missing_names(offered)
         if missing:

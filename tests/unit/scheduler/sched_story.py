@@ -14,6 +14,14 @@ def task(key: str, resources: str | None = None, **kw) -> ev.TaskSpec:
     return ev.TaskSpec(key=key, resources=Resources.parse(resources), **kw)
 
 
+def gpu_memory(memory: tuple[float, ...]) -> dict:
+    """A WorkerJoined's fields for devices 0, 1, ... with this much memory each (bytes)."""
+    if not memory:
+        return {}
+    return {"devices": tuple(range(len(memory))),
+            "gpus": tuple({"index": i, "memory_total": int(m)} for i, m in enumerate(memory))}
+
+
 def addr(name: str) -> str:
     return f"tcp://{name}"
 
@@ -46,9 +54,12 @@ class Story:
         self.now = now
         return self
 
-    def worker(self, name: str, nthreads: int = 1, resources: str | None = None) -> list:
+    def worker(self, name: str, nthreads: int = 1, resources: str | None = None,
+               memory: tuple[float, ...] = ()) -> list:
+        """``memory``: the GPU memory of each of its devices, in bytes (as NVML says it)."""
         return self(ev.WorkerJoined(address=addr(name), name=name, nthreads=nthreads,
-                                 resources=Resources.parse(resources), now=self.now))
+                                 resources=Resources.parse(resources), now=self.now,
+                                 **gpu_memory(memory)))
 
     def leave(self, name: str) -> list:
         return self(ev.WorkerLeft(address=addr(name), now=self.now))
@@ -114,11 +125,12 @@ class JobStory(Story):
     """A Story with jobs: submit them, have workers start and end their attempts."""
 
     def worker(self, name: str, nthreads: int = 1, resources: str | None = None,
-               attempts: tuple = (), job_lease: float = 100.0) -> list:
+               attempts: tuple = (), job_lease: float = 100.0,
+               memory: tuple[float, ...] = ()) -> list:
         return self(ev.WorkerJoined(address=addr(name), name=name, nthreads=nthreads,
                                     resources=Resources.parse(resources), now=self.now,
                                     attempts=tuple(a.to_wire() for a in attempts),
-                                    job_lease=job_lease))
+                                    job_lease=job_lease, **gpu_memory(memory)))
 
     def jobs(self, *specs, client: str = "c", request: int = 1) -> list:
         return self(ev.JobsSubmitted(client=client, request=request, jobs=specs, at=1000.0,

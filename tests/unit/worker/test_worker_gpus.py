@@ -250,3 +250,14 @@ def test_a_device_counted_as_gpu_and_named_gpu_n_too_is_refused():
         with pytest.raises(ResourceSpecError, match="names device.s. 0 as gpu<N> too"):
             ledger_devices(Resources.parse("GPU=1 gpu0=1"), devices)
     assert ledger_devices(Resources.parse("GPU=1 gpu1=1"), two) == (0,)
+
+
+def test_a_worker_offers_the_memory_of_its_devices_and_never_takes_it_as_given():
+    from dsched.worker.gpus import with_gpu_memory
+
+    found = [GpuDevice(0, "GPU-a", "A", 24 * 10**9), GpuDevice(1, "GPU-b", "B", 80 * 10**9)]
+    assert with_gpu_memory(Resources.parse("GPU=2"), found) == Resources.parse(
+        "GPU=2 GPU_MEMORY=104e9")
+    assert with_gpu_memory(Resources.parse("GPU=2"), []) == Resources.parse("GPU=2")
+    with pytest.raises(ResourceSpecError, match="GPU_MEMORY=1e9: a worker offers each GPU's"):
+        with_gpu_memory(Resources.parse("GPU=1 GPU_MEMORY=1G"), found)

@@ -325,3 +325,25 @@ def test_a_task_being_stopped_and_sent_again_ends_as_the_run_asked_for():
     handle(state, execute("y", "GPU=1"), StopTask("y"))
     assert handle(state, execute("y", "GPU=1")) == []
     assert list(started(handle(state, RunStopped("y", "killed by signal 9")))) == ["y"]
+
+
+def test_the_worker_books_the_devices_the_scheduler_granted_once_they_are_free_here():
+    gb = 10**9
+    state = WorkerState(nthreads=4, resources=R("GPU=2 GPU_MEMORY=48e9"),
+                        gpus={0: 24 * gb, 1: 24 * gb})
+    granted = Execute("a", b"spec-a", R("GPU_MEMORY=20G"), gpus=(1,))
+    assert started(handle(state, granted)) == {"a": (1,)}  # device 1, as granted
+    # device 1 has 4 GB left: a task granted it waits for it, though device 0 is free
+    second = Execute("b", b"spec-b", R("GPU_MEMORY=10G"), gpus=(1,))
+    assert started(handle(state, second)) == {}
+    assert state.state_of("b") is WorkerTaskState.READY
+    assert started(handle(state, done("a"))) == {"b": (1,)}
+
+
+def test_memory_more_than_any_device_of_the_worker_has_is_rejected_with_its_devices():
+    state = WorkerState(nthreads=2, resources=R("GPU=2 GPU_MEMORY=48e9"),
+                        gpus={0: 24 * 10**9, 1: 24 * 10**9})
+    [rejected] = handle(state, execute("big", "GPU_MEMORY=30G"))
+    assert isinstance(rejected, TaskRejected)
+    assert rejected.reason == ("no device of this worker could grant GPU_MEMORY=3e10 "
+                               "(device 0: 24 GB, device 1: 24 GB)")

@@ -1,0 +1,41 @@
+"""GPU memory as a consumable, end to end: a worker finds an 80 GB device through the NVML
+stand-in, offers its memory, and the scheduler runs four jobs asking 18 GB at once on it,
+pinned to it, while a fifth waits and says why."""
+
+from __future__ import annotations
+
+import json
+
+from deadline import wait_until
+
+ONE_80_GB_DEVICE = {"SCHED_FAKE_NVML": json.dumps({"gpus": [{"memory_total": 80 * 10**9}]})}
+
+
+def test_four_18_gb_jobs_share_one_80_gb_device_and_a_fifth_waits_with_its_reason(daemons,
+                                                                                 tmp_path):
+    daemons.scheduler()
+    daemons.worker("--nthreads", "8", env=ONE_80_GB_DEVICE)
+    client = daemons.client()
+    (worker,) = daemons.wait_for_workers(client, 1)["workers"].values()
+    assert worker["resources"] == {"GPU": 1, "GPU_MEMORY": 80 * 10**9}
+
+    release = tmp_path / "release"
+    futures = [client.submit_command(
+        ["sh", "-c", f"echo $CUDA_VISIBLE_DEVICES > {tmp_path}/seen-$SCHED_JOB_ID; "
+                     f"while [ ! -e {release} ]; do sleep 0.05; done"],
+        resources="GPU_MEMORY=18G") for _ in range(5)]
+    ids = [future.job_id() for future in futures]
+
+    def states() -> dict:
+        return {job["id"]: job for job in client.jobs(ids)["jobs"]}
+
+    wait_until(lambda: sum(j["state"] == "running" for j in states().values()) == 4,
+               what="four jobs to run at once")
+    [waiting] = [j for j in states().values() if j["state"] == "queued"]
+    assert "GPU_MEMORY: at most 8 GB free on any device (18 GB asked)" in waiting["detail"]
+
+    release.touch()
+    results = [future.result(60) for future in futures]
+    assert all(r.ok for r in results)
+    seen = {p.read_text().strip() for p in tmp_path.glob("seen-*")}
+    assert seen == {"0"}  # each pinned to the device it was granted

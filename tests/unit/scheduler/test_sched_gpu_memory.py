@@ -1,0 +1,84 @@
+"""GPU devices in the scheduler's fit: tasks and jobs get devices whose share and memory are
+free, through the same rule (``fit.py`` with ``dsched.devices``), and wait with a reason that
+says what is short where none are."""
+
+from __future__ import annotations
+
+from dsched.scheduler import actions as act
+
+from sched_story import JobStory, Story, job, started, task
+
+GB = 10**9
+
+
+def sent_gpus(actions: list) -> dict[str, tuple[int, ...]]:
+    return {a.key: a.gpus for a in actions if isinstance(a, act.SendExecute)}
+
+
+def test_four_tasks_of_18_gb_share_one_80_gb_device_and_a_fifth_waits():
+    s = Story()
+    s.worker("big", nthreads=8, resources="GPU=1 GPU_MEMORY=80e9", memory=(80 * GB,))
+    actions = s.submit(*(task(f"t{i}", "GPU_MEMORY=18G") for i in range(5)))
+    assert sent_gpus(actions) == {f"t{i}": (0,) for i in range(4)}
+    assert s.state_of("t4") == "queued"
+    actions = s.finish("t0")
+    assert sent_gpus(actions) == {"t4": (0,)}
+
+
+def test_four_jobs_of_18_gb_share_one_80_gb_device_and_a_fifth_waits_with_its_reason():
+    s = JobStory()
+    s.worker("big", nthreads=8, resources="GPU=1 GPU_MEMORY=80e9", memory=(80 * GB,))
+    ids = s.ids(s.jobs(*(job("train", resources="GPU_MEMORY=18G") for _ in range(5))))
+    running = [i for i in ids if s.job(i).state.value == "running" or s.job(i).worker]
+    assert len(running) == 4
+    waiting = s.view(ids[4])
+    assert waiting["state"] == "queued"
+    assert "GPU_MEMORY: at most 8 GB free on any device (18 GB asked)" in waiting["detail"]
+
+
+def test_a_fraction_goes_only_where_one_device_has_it_free_not_where_the_sum_is():
+    s = Story()
+    s.worker("w", nthreads=4, resources="GPU=2")
+    s.submit(task("a", "GPU=0.6"), task("b", "GPU=0.6"))
+    assert {s.where("a"), s.where("b")} == {"w"}
+    assert sorted(s.state.tasks[k].gpus for k in "ab") == [(0,), (1,)]
+    # GPU=0.8 is free on the worker in all, but on no one device: it waits here, not there
+    actions = s.submit(task("c", "GPU=0.8"))
+    assert started(actions) == [] and s.state_of("c") == "queued"
+    actions = s.finish("a")
+    assert started(actions) == [("c", "w")]
+
+
+def test_whole_devices_go_to_the_smallest_that_is_enough_across_mixed_devices():
+    s = Story()
+    s.worker("mixed", nthreads=4, resources="GPU=3 GPU_MEMORY=152e9", memory=(80 * GB, 24 * GB,
+                                                                              48 * GB))
+    actions = s.submit(task("small", "GPU=1"), task("mid", "GPU=1 GPU_MEMORY=30G"),
+                       task("large", "GPU=1 GPU_MEMORY=60G"))
+    assert sent_gpus(actions) == {"small": (1,), "mid": (2,), "large": (0,)}
+
+
+def test_more_memory_than_any_one_device_has_is_never_runnable_and_says_so():
+    s = Story()
+    s.worker("two", nthreads=2, resources="GPU=2 GPU_MEMORY=160e9", memory=(80 * GB, 80 * GB))
+    s.submit(task("huge", "GPU_MEMORY=100G"))
+    q = s.state.tasks["huge"].queue
+    assert q.reason_kind == "too_large"
+    assert q.reason == "GPU_MEMORY: at most 80 GB on any device (100 GB asked)"
+
+
+def test_a_job_found_running_on_a_returning_worker_is_booked_on_its_own_device():
+    from dsched.protocol import ops
+
+    s = JobStory()
+    s.worker("w", resources="GPU=2 GPU_MEMORY=160e9", memory=(80 * GB, 80 * GB))
+    [job_id] = s.ids(s.jobs(job("train", resources="GPU_MEMORY=50G")))
+    key = s.job(job_id).key
+    assert s.state.tasks[key].gpus == (0,)
+    s.start(key)
+    s.leave("w")
+    report = ops.AttemptStarted(key=key, pid=100, log="/x.log", gpus=(1,), started=0.0)
+    s.worker("w", resources="GPU=2 GPU_MEMORY=160e9", memory=(80 * GB, 80 * GB),
+             attempts=(report,))
+    assert s.state.tasks[key].gpus == (1,)
+    assert s.state.workers["tcp://w"].room.devices.devices_of(key) == (1,)
