@@ -14,9 +14,11 @@ the whole device) and its memory (``GPU_MEMORY`` units, ``SCALE`` per byte, as e
 - only ``m``: one device, ``m`` of its memory and none of its share.
 
 So a device is never over-committed on either dimension, and memory requests share a device
-only with work whose grants fit beside theirs. Among the devices that fit, a demand takes the
-best fit: the least memory left after it, then the least share left, then the lowest index;
-whole devices the smallest first (big devices stay free for big requests).
+only with work whose grants fit beside theirs. Memory that processes dsched did not start use
+on a device (``outside``, as its worker last measured it) is not granted either: new grants fit
+in what is left of it (work already running keeps its grant). Among the devices that fit, a
+demand takes the best fit: the least memory left after it, then the least share left, then the
+lowest index; whole devices the smallest first (big devices stay free for big requests).
 
 Pure: no I/O, no clock.
 """
@@ -52,12 +54,14 @@ class DeviceBook:
     """The devices of one worker (index -> memory units), what each grant holds of them, and
     what is left."""
 
-    __slots__ = ("memory", "share_used", "memory_used", "held")
+    __slots__ = ("memory", "share_used", "memory_used", "outside", "held")
 
     def __init__(self, memory: Mapping[int, int]):
         self.memory: dict[int, int] = dict(sorted(memory.items()))
         self.share_used: dict[int, int] = {d: 0 for d in self.memory}
         self.memory_used: dict[int, int] = {d: 0 for d in self.memory}
+        #: Memory units that processes dsched did not start use on each device.
+        self.outside: dict[int, int] = {d: 0 for d in self.memory}
         self.held: dict[str, tuple[Part, ...]] = {}
 
     @classmethod
@@ -94,11 +98,12 @@ class DeviceBook:
     def fits_on(self, demand: Resources, device: int) -> bool:
         """Whether ``demand``'s part of ``device`` is free there now."""
         _, share, memory = self.part(demand, device)
+        room = self.memory[device] - self.outside[device]
         if demand.get(GPU, 0) >= SCALE:  # a whole device: nothing of it held, memory enough
             return (not self.share_used[device] and not self.memory_used[device]
-                    and demand.get(GPU_MEMORY, 0) <= self.memory[device])
+                    and demand.get(GPU_MEMORY, 0) <= room)
         return (self.share_used[device] + share <= SCALE
-                and self.memory_used[device] + memory <= self.memory[device])
+                and self.memory_used[device] + memory <= room)
 
     def choose(self, demand: Resources) -> tuple[int, ...] | None:
         """The devices ``demand`` would be granted now (best fit), ``()`` when it asks for
@@ -119,7 +124,7 @@ class DeviceBook:
     def left(self, demand: Resources, device: int) -> tuple[int, int]:
         """The memory and share ``device`` would have left once ``demand`` took its part."""
         _, share, memory = self.part(demand, device)
-        return (self.memory[device] - self.memory_used[device] - memory,
+        return (self.memory[device] - self.outside[device] - self.memory_used[device] - memory,
                 SCALE - self.share_used[device] - share)
 
     def could_fit(self, demand: Resources) -> bool:
@@ -127,6 +132,16 @@ class DeviceBook:
         return DeviceBook(self.memory).choose(demand) is not None
 
     # -- changes ----------------------------------------------------------------------------
+
+    def measured(self, outside: Mapping[int, int]) -> bool:
+        """The memory units others use on each device, as measured (devices not named keep
+        theirs); whether any grew less, so that more may fit now."""
+        freed = False
+        for device, units in outside.items():
+            if device in self.outside:
+                freed = freed or units < self.outside[device]
+                self.outside[device] = units
+        return freed
 
     def take(self, key: str, demand: Resources, devices: Iterable[int]) -> bool:
         """Book ``demand``'s parts of ``devices`` for ``key``; False (nothing booked) when
@@ -159,7 +174,8 @@ class DeviceBook:
 
     def most_memory_free(self) -> int:
         """The most memory units free on any one device."""
-        return max((self.memory[d] - self.memory_used[d] for d in self.memory), default=0)
+        return max((self.memory[d] - self.outside[d] - self.memory_used[d] for d in self.memory),
+                   default=0)
 
 
     def check(self) -> None:
@@ -184,9 +200,12 @@ def shortfall(demand: Resources, books: Iterable[DeviceBook], free: bool) -> str
     books = list(books) if free else [DeviceBook(book.memory) for book in books]
     memory = demand.get(GPU_MEMORY, 0)
     most = max((book.most_memory_free() for book in books), default=0)
+    outside = max((sum(book.outside.values()) for book in books), default=0)
     if memory > most:
+        others = (f"; processes dsched did not start use {format_memory(outside)}"
+                  if free and outside else "")
         return (f"{GPU_MEMORY}: at most {format_memory(most)}{' free' if free else ''} on any "
-                f"device ({format_memory(memory)} asked)")
+                f"device ({format_memory(memory)} asked{others})")
     share = demand.get(GPU, 0)
     if share >= SCALE:
         return f"GPU={share // SCALE}: no worker has that many devices{' free' if free else ''}" \

@@ -53,7 +53,10 @@ def test_the_api_shows_workers_their_gpus_tasks_waiting_work_and_failures(daemon
         return worker["gpus"] and worker["gpus"][0]["memory_used"] is not None and worker
     worker = wait_until(gpus_reported, what="a heartbeat with GPU use")
     assert worker["name"] == "gpu-a" and worker["state"] == "connected"
-    assert worker["resources"] == [{"name": "GPU", "used": 1, "total": 2}]
+    # a whole device holds all its memory (16 GiB of the stand-in's two)
+    assert worker["resources"] == [{"name": "GPU", "used": 1, "total": 2},
+                                   {"name": "GPU_MEMORY", "used": 16 * 2**30,
+                                    "total": 32 * 2**30}]
     assert (worker["nthreads"], worker["threads_busy"]) == (2, 1)
     first, second = worker["gpus"]
     assert (first["index"], first["name"], first["memory_used"], first["memory_total"],
@@ -63,7 +66,8 @@ def test_the_api_shows_workers_their_gpus_tasks_waiting_work_and_failures(daemon
 
     cluster = get_json(url, "api/v1/cluster")
     assert cluster["ready"] and cluster["clients"] == 1
-    assert cluster["resources"] == {"GPU": {"used": 1, "total": 2}}
+    assert cluster["resources"] == {"GPU": {"used": 1, "total": 2},
+                                    "GPU_MEMORY": {"used": 16 * 2**30, "total": 32 * 2**30}}
     (tmp_path / "release").touch()
     assert running.result(timeout=30) is None
     del stuck

@@ -113,3 +113,18 @@ def test_no_device_is_ever_over_committed_and_a_refusal_means_no_device_fits(ste
             assert b.take(f"k{n}", demand, devices)
             held.append(f"k{n}")
         b.check()
+
+
+def test_memory_others_use_is_not_granted_and_its_end_is_said():
+    b = book(80)
+    assert not b.measured({0: 40 * GB * SCALE})  # more used by others: nothing freed
+    assert b.take("a", ask("GPU_MEMORY=18G"), b.choose(ask("GPU_MEMORY=18G")))
+    assert b.take("b", ask("GPU_MEMORY=18G"), b.choose(ask("GPU_MEMORY=18G")))
+    assert b.choose(ask("GPU_MEMORY=18G")) is None  # 40 + 36 of 80 GB
+    assert b.choose(ask("GPU=1")) is None
+    assert shortfall(ask("GPU_MEMORY=18G"), [b], free=True) == (
+        "GPU_MEMORY: at most 4 GB free on any device (18 GB asked; processes dsched did not "
+        "start use 40 GB)")
+    assert b.could_fit(ask("GPU_MEMORY=18G"))  # others' use passes: not "never"
+    assert b.measured({0: 0, 7: 5})  # a device it does not have is passed over
+    assert b.choose(ask("GPU_MEMORY=18G")) == (0,)

@@ -13,7 +13,10 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from ..jobs import parse_job_key
+from ..resources import SCALE
 from . import events as ev
 from .actions import (INFO, WARNING, CloseWorker, GrantLease, SendReplicate, TellMoved, SendRetire,
                       SendStopTask, TellWorkerCount, WorkerAccepted)
@@ -135,8 +138,21 @@ class Membership:
             w.last_seen = self.out.now
             if e.metrics is not None:
                 w.metrics = e.metrics
+                self._measured(w, e.metrics.get("gpus") or ())
             if e.sent:
                 self.out.actions.append(GrantLease(worker=w.address, sent=e.sent))
+
+    def _measured(self, w: WorkerInfo, gpus) -> None:
+        """What processes dsched did not start use of ``w``'s device memory, as heartbeats
+        say it: new grants fit in the rest, from now on."""
+        devices = w.room.devices
+        if devices is None or not gpus:
+            return
+        outside = {g["index"]: g.get("memory_outside", 0) * SCALE for g in gpus
+                   if isinstance(g, Mapping) and type(g.get("index")) is int
+                   and type(g.get("memory_outside", 0)) is int and g.get("memory_outside", 0) >= 0}
+        if devices.measured(outside):
+            self.placer.room_grew(w)
 
     # -- leaving -----------------------------------------------------------------------------
 

@@ -63,6 +63,12 @@ class Placer:
         self.index.add(w)
         self._dirty[w.address] = w
 
+    def room_grew(self, w: WorkerInfo) -> None:
+        """``w`` has more room than its tasks' ends said (less memory used by others on its
+        devices): the next pass looks at it."""
+        w.version += 1
+        self._dirty[w.address] = w
+
     def withdraw_worker(self, w: WorkerInfo) -> None:
         """``w`` is draining: nothing may start there any more."""
         self.index.withdraw(w)

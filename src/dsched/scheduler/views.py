@@ -33,7 +33,7 @@ def worker_info(state: "SchedulerState") -> dict[str, dict[str, Any]]:
             "executing": w.assigned,
             "resources": _quantities(w.resources),
             "used": _quantities(w.used),
-            "free": _quantities(w.free),
+            "free": _quantities(w.resources - w.used),
             "gpus": _gpus(w.gpus, (w.metrics or {}).get("gpus") or ()),
             "metrics": dict(w.metrics or {}),
             "draining": w.draining,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..devices import DeviceBook
+from ..devices import GPU_MEMORY, DeviceBook
 from ..resources import Resources
 from .fit import Room
 
@@ -80,7 +80,14 @@ class WorkerInfo:
 
     @property
     def used(self) -> Resources:
-        return self.resources - self.room.free
+        """What its tasks hold, as shown: of ``GPU_MEMORY``, what their devices hold (a whole
+        device holds all its memory, a fraction its part)."""
+        used = self.resources - self.room.free
+        devices = self.room.devices
+        if devices is not None and GPU_MEMORY in self.resources:
+            held = sum(devices.memory_used.values())
+            used = Resources({**used.to_wire(), GPU_MEMORY: min(held, self.resources[GPU_MEMORY])})
+        return used
 
     @property
     def assigned(self) -> int:

@@ -5,10 +5,14 @@ real worker daemons "with 4 GPUs" on a machine that has none. The variable holds
 description, inline (text starting with ``{``) or in the file it names::
 
     {"gpus": [{"uuid": "GPU-...", "name": "...", "memory_total": 17179869184,
-               "memory_used": 0, "utilization": 0}],
+               "memory_used": 0, "utilization": 0,
+               "processes": [{"pid": 4242, "memory": 4294967296}]}],
      "init_error": null}
 
-Every device field is optional. ``{"count": 4}`` is short for four default devices.
+Every device field is optional. ``{"count": 4}`` is short for four default devices. A device's
+``processes`` are what ``nvmlDeviceGetComputeRunningProcesses`` lists, each using ``memory``
+bytes, counted in its used memory beside ``memory_used``. A file is read again at each
+``load_nvml``, so a test changes what a running worker measures by rewriting it.
 ``init_error`` makes ``nvmlInit`` fail as real NVML does: ``"library_not_found"``,
 ``"driver_not_loaded"``, ``"no_permission"`` or ``"unknown"``. A device with
 ``"error": "gpu_lost"`` fails when it is read.
@@ -113,8 +117,16 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: SimpleNamespace) -> SimpleNamespace:  # noqa: N802
         gpu = self._device(handle)
-        total, used = int(gpu["memory_total"]), int(gpu["memory_used"])
+        total = int(gpu["memory_total"])
+        processes = gpu.get("processes", ())
+        used = int(gpu["memory_used"]) + sum(int(p["memory"] or 0) for p in processes)
         return SimpleNamespace(total=total, used=used, free=total - used)
+
+    def nvmlDeviceGetComputeRunningProcesses(  # noqa: N802
+        self, handle: SimpleNamespace
+    ) -> list[SimpleNamespace]:
+        return [SimpleNamespace(pid=int(p["pid"]), usedGpuMemory=p.get("memory"))
+                for p in self._device(handle).get("processes", ())]
 
     def nvmlDeviceGetUtilizationRates(  # noqa: N802
         self, handle: SimpleNamespace

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from ..devices import GPU_MEMORY
 from ..environ import CUDA_VISIBLE_DEVICES_ENV, FAKE_NVML_ENV
@@ -62,6 +62,7 @@ class GpuUsage:
     utilization: int  # percent of time a kernel ran, over NVML's last sample period
     memory_used: int  # bytes
     memory_total: int
+    memory_outside: int = 0  # bytes used by processes this worker did not start
 
 
 def load_nvml(environ: Any = os.environ) -> Any:
@@ -355,13 +356,32 @@ def check_division(resources: Resources, gpus: Sequence[GpuDevice],
         )
 
 
+def _outside(nvml: Any, handle: Any, ours: Callable[[], set[int]], mine: list) -> int:
+    """Bytes of the device's memory its compute processes use but ours (0 where NVML cannot
+    list them)."""
+    try:
+        processes = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except getattr(nvml, "NVMLError", Exception):
+        return 0
+    if not processes:
+        return 0
+    if not mine:
+        mine.append(set(ours()))
+    return sum(int(p.usedGpuMemory or 0) for p in processes if p.pid not in mine[0])
+
+
 def gpus_option(share: Sequence[GpuDevice]) -> str:
     """The ``--gpus`` value that gives one worker process exactly ``share``."""
     return ",".join(str(device.index) for device in share) or "none"
 
 
-def gpu_usage(indices: Iterable[int], backend: Any = None) -> list[GpuUsage]:
-    """Utilization and memory of these devices for a heartbeat; ``[]`` without NVML.
+def gpu_usage(indices: Iterable[int], backend: Any = None,
+              ours: Callable[[], set[int]] = frozenset) -> list[GpuUsage]:
+    """Utilization and memory of these devices for a heartbeat; ``[]`` without NVML. Each
+    device's ``memory_outside`` is the memory its compute processes use but those whose pids
+    ``ours()`` gives (the worker and what it started; asked once, where a device has any):
+    what no grant of this worker may count on. A process whose memory NVML does not say
+    counts none.
 
     A device that cannot be read is left out (logged at debug level: heartbeats repeat).
     """
@@ -375,13 +395,16 @@ def gpu_usage(indices: Iterable[int], backend: Any = None) -> list[GpuUsage]:
         logger.debug("GPU usage unavailable: %s", exc)
         return []
     usage = []
+    mine: list[set[int]] = []  # ``ours()``, once asked
     try:
         for index in indices:
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 memory = nvml.nvmlDeviceGetMemoryInfo(handle)
                 rates = nvml.nvmlDeviceGetUtilizationRates(handle)
-                usage.append(GpuUsage(index, int(rates.gpu), int(memory.used), int(memory.total)))
+                outside = _outside(nvml, handle, ours, mine)
+                usage.append(GpuUsage(index, int(rates.gpu), int(memory.used), int(memory.total),
+                                      outside))
             except getattr(nvml, "NVMLError", Exception) as exc:
                 logger.debug("GPU %d usage unavailable: %s", index, exc)
     finally:

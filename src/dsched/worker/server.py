@@ -300,11 +300,21 @@ class Worker:
             raise ops.BadOp(f"{op.OP} is not an op the scheduler sends a worker")
 
     def _heartbeat(self) -> ops.Heartbeat:
-        usage = gpu_usage(tuple(gpu.index for gpu in self.setup.gpus))
+        usage = gpu_usage(tuple(gpu.index for gpu in self.setup.gpus), ours=self._our_pids)
         return ops.Heartbeat(
             cpu=self._process.cpu_percent(), memory=self._process.memory_info().rss,
             memory_limit=self.setup.memory_limit, gpus=tuple(vars(u) for u in usage),
             executing=self.setup.nthreads - self.state.free_threads, sent=time.monotonic())
+
+    def _our_pids(self) -> set[int]:
+        """This process and every process under it (GPU task processes, jobs' spawner,
+        supervisors and what they run): the GPU memory they use is granted, not others'."""
+        pids = {self._process.pid}
+        try:
+            pids.update(child.pid for child in self._process.children(recursive=True))
+        except psutil.Error:
+            pass
+        return pids
 
     # -- decisions and actions --------------------------------------------------------------
 

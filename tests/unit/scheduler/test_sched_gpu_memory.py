@@ -82,3 +82,22 @@ def test_a_job_found_running_on_a_returning_worker_is_booked_on_its_own_device()
              attempts=(report,))
     assert s.state.tasks[key].gpus == (1,)
     assert s.state.workers["tcp://w"].room.devices.devices_of(key) == (1,)
+
+
+def test_memory_others_use_on_a_device_lowers_what_is_granted_within_one_heartbeat():
+    from dsched.scheduler import events as ev
+
+    def heartbeat(outside: int) -> list:
+        gpus = ({"index": 0, "memory_used": outside, "memory_total": 80 * GB,
+                 "memory_outside": outside},)
+        return s(ev.WorkerHeartbeat(address="tcp://big", metrics={"gpus": gpus}, now=s.now))
+
+    s = JobStory()
+    s.worker("big", nthreads=8, resources="GPU=1 GPU_MEMORY=80e9", memory=(80 * GB,))
+    heartbeat(40 * GB)
+    ids = s.ids(s.jobs(*(job("train", resources="GPU_MEMORY=18G") for _ in range(3))))
+    assert [s.job(i).state.value for i in ids] == ["assigned", "assigned", "queued"]
+    assert s.view(ids[2])["detail"].startswith(
+        "waiting for GPU_MEMORY: at most 4 GB free on any device (18 GB asked; processes dsched "
+        "did not start use 40 GB)")
+    assert sent_gpus(heartbeat(0)) == {s.job(ids[2]).key: (0,)}

@@ -261,3 +261,19 @@ def test_a_worker_offers_the_memory_of_its_devices_and_never_takes_it_as_given()
     assert with_gpu_memory(Resources.parse("GPU=2"), []) == Resources.parse("GPU=2")
     with pytest.raises(ResourceSpecError, match="GPU_MEMORY=1e9: a worker offers each GPU's"):
         with_gpu_memory(Resources.parse("GPU=1 GPU_MEMORY=1G"), found)
+
+
+def test_memory_used_by_processes_the_worker_did_not_start_is_measured_apart():
+    fake = FakeNvml([{"memory_total": 80 * 10**9, "processes": [
+        {"pid": 11, "memory": 10 * 10**9}, {"pid": 22, "memory": 40 * 10**9},
+        {"pid": 33, "memory": None}]}, {}])
+    asked = []
+
+    def ours() -> set[int]:
+        asked.append(1)
+        return {11}
+
+    first, second = gpu_usage([0, 1], backend=fake, ours=ours)
+    assert (first.memory_used, first.memory_outside) == (50 * 10**9, 40 * 10**9)
+    assert second.memory_outside == 0
+    assert asked == [1]  # the worker's processes are listed once, where a device has any
