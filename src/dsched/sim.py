@@ -4,7 +4,8 @@ Workers have threads and resources; tasks have durations; a virtual clock advanc
 an event heap. The simulated workers check their own capacity on every SendExecute, apart from
 the scheduler's accounting: they hold what they are sent, up to their threads plus the
 scheduler's prefetch, and start the highest priority task they hold as a thread frees, as real
-workers do. The simulator can call ``validate()`` after every event. It
+workers do; a worker with GPU devices of known memory (``gpu_memory``) books each task on the
+devices it was granted, and a device over-committed on its share or memory is an error. The simulator can call ``validate()`` after every event. It
 reports the makespan, each task's wait (first start less submission) and the number of
 placement decisions. Used by the tests and the benchmarks.
 
@@ -17,7 +18,8 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .resources import EMPTY, Resources, ResourcesLike
+from .devices import GPU_MEMORY, DeviceBook
+from .resources import EMPTY, GPU, SCALE, Resources, ResourcesLike
 from .scheduler import events as ev
 from .scheduler.actions import (CloseWorker, SendExecute, TellMoved, SendStopTask, TellCancelled,
                                 TellErred, TellFinished)
@@ -35,10 +37,19 @@ class SimWorker:
     resources: ResourcesLike = None
     join_at: float = 0.0
     leave_at: float | None = None
+    #: Its GPU devices' memory in bytes, one each (they add ``GPU`` and ``GPU_MEMORY``).
+    gpu_memory: tuple[int, ...] = ()
 
     @property
     def address(self) -> str:
         return f"sim://{self.name}"
+
+    def offer(self) -> Resources:
+        resources = Resources.parse(self.resources)
+        if self.gpu_memory:
+            resources = resources + Resources({GPU: len(self.gpu_memory) * SCALE,
+                                               GPU_MEMORY: sum(self.gpu_memory) * SCALE})
+        return resources
 
 
 @dataclass(frozen=True)
@@ -73,10 +84,12 @@ class SimReport:
 
 
 class _Running:
-    __slots__ = ("key", "resources", "priority", "token")
+    __slots__ = ("key", "resources", "priority", "token", "gpus")
 
-    def __init__(self, key: str, resources: Resources, priority: int, token: int):
+    def __init__(self, key: str, resources: Resources, priority: int, token: int,
+                 gpus: tuple[int, ...] = ()):
         self.key, self.resources, self.priority, self.token = key, resources, priority, token
+        self.gpus = gpus
 
 
 class Simulation:
@@ -109,6 +122,7 @@ class Simulation:
         self._prefetched: dict[str, dict[str, _Running]] = {}
         self._capacity: dict[str, tuple[int, Resources]] = {}
         self._used: dict[str, Resources] = {}
+        self._devices: dict[str, DeviceBook] = {}
         self._errors_left = {t.key: t.errors for t in self.tasks.values()}
         self._token = 0
         self.starts: dict[str, float] = {}
@@ -175,13 +189,17 @@ class Simulation:
     # -- events into the scheduler ----------------------------------------------------------------
 
     def _make_join(self, w: SimWorker):
-        resources = Resources.parse(w.resources)
+        resources = w.offer()
         self._running[w.address] = {}
         self._prefetched[w.address] = {}
         self._capacity[w.address] = (w.nthreads, resources)
         self._used[w.address] = EMPTY
+        devices = tuple(range(len(w.gpu_memory)))
+        self._devices[w.address] = DeviceBook({d: m * SCALE for d, m in zip(devices,
+                                                                           w.gpu_memory)})
+        gpus = tuple({"index": d, "memory_total": m} for d, m in zip(devices, w.gpu_memory))
         return ev.WorkerJoined(address=w.address, name=w.name, nthreads=w.nthreads,
-                               resources=resources, now=self.now)
+                               resources=resources, devices=devices, gpus=gpus, now=self.now)
 
     def _make_leave(self, address: str, reason: str):
         if self._running.pop(address, None) is None:
@@ -229,6 +247,7 @@ class Simulation:
         if r is None:
             return
         self._used[address] = self._used[address] - r.resources
+        self._devices[address].give(key)
         self._start_held(address)
 
     def _start_held(self, address: str) -> None:
@@ -244,6 +263,10 @@ class Simulation:
             self._start(address, r)
 
     def _start(self, address: str, r: _Running) -> None:
+        devices = self._devices[address]
+        if r.gpus and not devices.take(r.key, r.resources, r.gpus):
+            raise SimulationError(f"{address} devices {r.gpus} over-committed with {r.key} "
+                                  f"({r.resources}): {devices.held}")
         self._running[address][r.key] = r
         self._used[address] = self._used[address] + r.resources
         self.starts.setdefault(r.key, self.now)
@@ -290,5 +313,5 @@ class Simulation:
         self._token += 1
         self.decisions += 1
         self.placements.setdefault(a.key, []).append(a.worker)
-        prefetched[a.key] = _Running(a.key, a.resources, a.priority, self._token)
+        prefetched[a.key] = _Running(a.key, a.resources, a.priority, self._token, a.gpus)
         self._start_held(a.worker)

@@ -28,8 +28,8 @@ WORKER_CORE = ["actions", "attempts", "events", "holdings", "invariants", "ledge
                "state", "task"]
 CORES = ([f"scheduler/{name}.py" for name in SCHEDULER_CORE]
          + [f"worker/{name}.py" for name in WORKER_CORE]
-         + ["protocol/fields.py", "protocol/ops.py", "resources.py", "jobs.py", "settings.py",
-            "policy.py", "environ.py", "sim.py"])
+         + ["protocol/fields.py", "protocol/ops.py", "resources.py", "devices.py", "jobs.py",
+            "settings.py", "policy.py", "environ.py", "sim.py"])
 SANS_IO = ["protocol/__init__.py", "protocol/framing.py", "protocol/messages.py",
            "protocol/handshake.py"]
 #: The longest a core module may grow.

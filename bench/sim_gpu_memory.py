@@ -1,0 +1,94 @@
+"""GPU memory as a consumable, simulated: prints one JSON line.
+
+Random mixes of jobs asking 4 to 70 GB of GPU memory (half of them with a GPU fraction too) on a
+worker with devices of 24, 48 and 80 GB, through the real scheduler core (``dsched.sim``,
+``validate`` after every event: no device over-committed on memory or share, checked by the
+scheduler's books and, apart from them, by the simulated worker's). For each mix: the makespan
+over a lower bound of it, and the makespan of the same jobs asking a whole GPU each (as a
+scheduler without memory accounting would have to run them) over the same bound.
+
+The bound is the largest of: the longest job; for each device size s (and 0), the memory-time
+of the jobs that only devices larger than s can hold over those devices' memory; the same for
+GPU share over their number.
+
+    python bench/sim_gpu_memory.py [--mixes 200] [--jobs 60] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import os
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+from dsched.sim import Simulation, SimTask, SimWorker  # noqa: E402
+
+GB = 10**9
+DEVICES = (24, 48, 80)
+
+
+def mix(rng: random.Random, n: int) -> list[tuple[int, float, float]]:
+    """``n`` jobs: (memory in GB, GPU fraction or 0, duration in seconds)."""
+    return [(rng.randint(4, 70), rng.choice((0.0, 0.1, 0.25, 0.5)), rng.uniform(1.0, 10.0))
+            for _ in range(n)]
+
+
+def lower_bound(jobs: list[tuple[int, float, float]]) -> float:
+    bound = max(d for _, _, d in jobs)
+    for size in (0, *DEVICES[:-1]):
+        hosts = [c for c in DEVICES if c > size]
+        some = [(m, f, d) for m, f, d in jobs if m > size]
+        bound = max(bound, sum(m * d for m, _, d in some) / sum(hosts),
+                    sum(f * d for _, f, d in some) / len(hosts))
+    # Jobs of more than half the largest device never share one: each device that can hold
+    # them runs one at a time.
+    for size in (0, *DEVICES[:-1]):
+        big = [d for m, _, d in jobs if m > max(size, DEVICES[-1] / 2)]
+        hosts = [c for c in DEVICES if c > size]
+        bound = max(bound, sum(big) / len(hosts))
+    return bound
+
+
+def makespan(jobs: list[tuple[int, float, float]], whole: bool) -> float:
+    def resources(memory: int, fraction: float) -> str:
+        if whole:
+            return f"GPU=1 GPU_MEMORY={memory}G"
+        return f"GPU_MEMORY={memory}G" + (f" GPU={fraction}" if fraction else "")
+
+    worker = SimWorker("gpus", nthreads=64, gpu_memory=tuple(c * GB for c in DEVICES))
+    tasks = [SimTask(f"job-{i}", d, resources(m, f)) for i, (m, f, d) in enumerate(jobs)]
+    report = Simulation([worker], tasks, validate=True).run()
+    assert not report.unfinished, report.unfinished
+    return report.makespan
+
+
+def figures(mixes: int, n: int, seed: int) -> dict:
+    rng = random.Random(seed)
+    shared, whole = [], []
+    for _ in range(mixes):
+        jobs = mix(rng, n)
+        bound = lower_bound(jobs)
+        shared.append(makespan(jobs, whole=False) / bound)
+        whole.append(makespan(jobs, whole=True) / bound)
+    return {"mixes": mixes, "jobs": n, "devices_gb": list(DEVICES),
+            "memory_over_bound": {"median": round(statistics.median(shared), 3),
+                                  "max": round(max(shared), 3)},
+            "whole_gpus_over_bound": {"median": round(statistics.median(whole), 3),
+                                      "max": round(max(whole), 3)}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mixes", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    print(json.dumps({"bench": "sim_gpu_memory", **figures(args.mixes, args.jobs, args.seed)}))
+
+
+if __name__ == "__main__":
+    main()
