@@ -16,7 +16,8 @@ the whole device) and its memory (``GPU_MEMORY`` units, ``SCALE`` per byte, as e
 So a device is never over-committed on either dimension, and memory requests share a device
 only with work whose grants fit beside theirs. Memory that processes dsched did not start use
 on a device (``outside``, as its worker last measured it) is not granted either: new grants fit
-in what is left of it (work already running keeps its grant). Among the devices that fit, a
+in what is left of it (work already running keeps its grant). A device ``fenced`` for a fault
+takes no new grant at all. Among the devices that fit, a
 demand takes the best fit: the least memory left after it, then the least share left, then the
 lowest index; whole devices the smallest first (big devices stay free for big requests).
 
@@ -54,7 +55,7 @@ class DeviceBook:
     """The devices of one worker (index -> memory units), what each grant holds of them, and
     what is left."""
 
-    __slots__ = ("memory", "share_used", "memory_used", "outside", "held")
+    __slots__ = ("memory", "share_used", "memory_used", "outside", "fenced", "held")
 
     def __init__(self, memory: Mapping[int, int]):
         self.memory: dict[int, int] = dict(sorted(memory.items()))
@@ -62,6 +63,8 @@ class DeviceBook:
         self.memory_used: dict[int, int] = {d: 0 for d in self.memory}
         #: Memory units that processes dsched did not start use on each device.
         self.outside: dict[int, int] = {d: 0 for d in self.memory}
+        #: Devices that reported a fatal fault, each with its reason: no new grants there.
+        self.fenced: dict[int, str] = {}
         self.held: dict[str, tuple[Part, ...]] = {}
 
     @classmethod
@@ -97,6 +100,8 @@ class DeviceBook:
 
     def fits_on(self, demand: Resources, device: int) -> bool:
         """Whether ``demand``'s part of ``device`` is free there now."""
+        if device in self.fenced:
+            return False
         _, share, memory = self.part(demand, device)
         room = self.memory[device] - self.outside[device]
         if demand.get(GPU, 0) >= SCALE:  # a whole device: nothing of it held, memory enough
@@ -142,6 +147,21 @@ class DeviceBook:
                 freed = freed or units < self.outside[device]
                 self.outside[device] = units
         return freed
+
+    def fence(self, device: int, reason: str) -> bool:
+        """No new grants on ``device`` (a fault, ``reason``); whether it was not fenced yet."""
+        if device not in self.memory or device in self.fenced:
+            return False
+        self.fenced[device] = reason
+        return True
+
+    def unfence(self, device: int) -> bool:
+        """``device`` takes grants again; whether it was fenced."""
+        return self.fenced.pop(device, None) is not None
+
+    def holders(self, device: int) -> list[str]:
+        """The keys holding part of ``device``."""
+        return [key for key, parts in self.held.items() if any(d == device for d, _, _ in parts)]
 
     def take(self, key: str, demand: Resources, devices: Iterable[int]) -> bool:
         """Book ``demand``'s parts of ``devices`` for ``key``; False (nothing booked) when

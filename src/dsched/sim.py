@@ -195,9 +195,8 @@ class Simulation:
         self._capacity[w.address] = (w.nthreads, resources)
         self._used[w.address] = EMPTY
         devices = tuple(range(len(w.gpu_memory)))
-        self._devices[w.address] = DeviceBook({d: m * SCALE for d, m in zip(devices,
-                                                                           w.gpu_memory)})
         gpus = tuple({"index": d, "memory_total": m} for d, m in zip(devices, w.gpu_memory))
+        self._devices[w.address] = DeviceBook.offered(resources, devices, gpus) or DeviceBook({})
         return ev.WorkerJoined(address=w.address, name=w.name, nthreads=w.nthreads,
                                resources=resources, devices=devices, gpus=gpus, now=self.now)
 

@@ -24,8 +24,8 @@ SCHEDULER_CORE = [
     "job", "jobbook", "jobrecovery", "membership", "optables", "outbox", "placer", "queue",
     "reasons", "reconcile", "state", "submission", "task", "views", "worker",
 ]
-WORKER_CORE = ["actions", "attempts", "events", "holdings", "invariants", "ledger", "slots",
-               "state", "task"]
+WORKER_CORE = ["actions", "attempts", "events", "gpufaults", "holdings", "invariants", "ledger",
+               "slots", "state", "task"]
 CORES = ([f"scheduler/{name}.py" for name in SCHEDULER_CORE]
          + [f"worker/{name}.py" for name in WORKER_CORE]
          + ["protocol/fields.py", "protocol/ops.py", "resources.py", "devices.py", "jobs.py",
@@ -36,7 +36,7 @@ SANS_IO = ["protocol/__init__.py", "protocol/framing.py", "protocol/messages.py"
 MAX_LINES = 400
 #: ops.py holds the op declarations alone (their machinery is fields.py): one table, read in
 #: one place, that grows by one small class per op; cut in two it would only be harder to find.
-LONGER = {"protocol/ops.py": 460}
+LONGER = {"protocol/ops.py": 500}
 
 
 def imports(path: Path) -> set[str]:

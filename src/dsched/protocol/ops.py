@@ -126,6 +126,29 @@ class Draining:
     """This worker takes no new work."""
 
 
+@op("gpu-fenced")
+class GpuFenced:
+    """The device ``index`` of this worker reported a fatal fault (``reason``): it takes no
+    new work until released; the work on it has been stopped (each ends lost)."""
+
+    index: int
+    reason: str
+
+
+@op("gpu-released")
+class GpuReleased:
+    """The fenced device ``index`` takes work again."""
+
+    index: int
+
+
+@op("unfence-gpu")
+class UnfenceGpu:
+    """To a worker: take work on the fenced device ``index`` again (an operator said so)."""
+
+    index: int
+
+
 @op("replicated")
 class Replicated:
     key: str
@@ -378,6 +401,16 @@ class JobEnded:
     """To a client: how a job ended (``job``: the job as ``sched status --json`` shows it)."""
 
     job: dict
+
+
+@op("release-gpu")
+class ReleaseGpu:
+    """A fenced device (``index``) of the worker named ``worker`` takes work again; answered
+    by a Reply ("" or why not)."""
+
+    id: int
+    worker: str
+    index: int
 
 
 @op("watch-workers")

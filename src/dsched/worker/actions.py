@@ -82,6 +82,7 @@ class KillJob:
 
     key: str
     why: str = CANCEL
+    reason: str = ""  # for a fault: what failed (the job's error)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Union
 
 from ..protocol.ops import (
     AttemptAck, AttemptEnded, AttemptStarted, Execute, Free, Lease, Replicate, StopTask,
+    UnfenceGpu,
 )
 
 
@@ -102,6 +103,15 @@ class SessionLost:
 
 
 @dataclass(frozen=True)
+class GpuFaulted:
+    """The device ``index`` reported a fatal fault (``reason``: "gpu fault: Xid 79 on gpu1
+    (GPU-...)"), as the worker's watch of NVML's events saw it."""
+
+    index: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class AttemptsRecovered:
     """A worker process that starts found these ended attempts in its job directory, kept
     until the scheduler acknowledges them."""
@@ -112,12 +122,13 @@ class AttemptsRecovered:
 Event = Union[
     Execute, StopTask, Free, Replicate, Lease, AttemptAck, RunFinished, RunErred, RunStopped,
     AttemptStarted, AttemptEnded, DependencyFetched, DependencyFetchFailed, DrainRequested,
-    DrainTimedOut, SessionOpened, SessionLost, AttemptsRecovered,
+    DrainTimedOut, SessionOpened, SessionLost, AttemptsRecovered, GpuFaulted, UnfenceGpu,
 ]
 
 __all__ = [
     "AttemptAck", "AttemptEnded", "AttemptStarted", "AttemptsRecovered", "DependencyFetchFailed",
-    "DependencyFetched", "DrainRequested", "DrainTimedOut", "Event", "Execute", "Free", "Lease",
+    "DependencyFetched", "DrainRequested", "DrainTimedOut", "Event", "Execute", "Free",
+    "GpuFaulted", "Lease", "UnfenceGpu",
     "Replicate", "RunErred", "RunFinished", "RunStopped", "SessionLost", "SessionOpened",
     "StopTask",
 ]

@@ -29,6 +29,7 @@ from ..jobs import parse_job_key
 from ..protocol import ops
 from . import containment
 from .actions import SHUTDOWN, StartJob
+from .gpufaults import FAULT
 from .spawnerclient import Spawner
 from .jobrecords import (
     ended_of, lock_directory, log_path, new_record, open_locked_log, read_log, read_record,
@@ -209,8 +210,9 @@ class JobRunner:
         for key in list(self._supervisors):
             self._tell(key, repr(self.lease_until))
 
-    def kill(self, key: str, why: str) -> None:
-        order = "shutdown" if why == SHUTDOWN else "kill"
+    def kill(self, key: str, why: str, reason: str = "") -> None:
+        order = ("shutdown" if why == SHUTDOWN else f"fault {reason}" if why == FAULT
+                 else "kill")
         process = self._supervisors.get(key)
         if process is None or process.pid is None:  # being started: kept, and told again
             self._orders[key] = order  # once it is known to run (or to its replacement)

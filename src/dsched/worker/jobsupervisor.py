@@ -12,8 +12,9 @@ process, however it ends), with stdout and stderr appended to the job's log, and
   ``CGROUP`` (``containment``), the job runs in that cgroup, which is killed and removed;
 - its stdin from the worker, one line at a time: a number is a new lease deadline (the
   worker's ``time.monotonic()``, the same clock in every process of the machine); ``kill``
-  cancels the job; ``shutdown`` stops it because the worker is shutting down; end of file means
-  the worker is gone: the group is killed at once;
+  cancels the job; ``shutdown`` stops it because the worker is shutting down; ``fault WHAT``
+  stops it because its GPU failed (it ends lost); end of file means the worker is gone: the
+  group is killed at once;
 - the job's time limit and its lease deadline. A job that outlives its lease is killed here, so
   that happens even while the worker process is frozen or busy; and one whose lease is over
   when its supervisor would spawn it (the worker froze, or was slow, after deciding to start
@@ -167,7 +168,8 @@ class Supervision:
             self.ending = LEASE_EXPIRED
         if self.ending is not None:
             self._discard()
-            outcome, error = self.ending[0], NOT_STARTED[self.ending]
+            outcome = self.ending[0]
+            error = NOT_STARTED.get(self.ending, f"not started: {self.ending[1]}")
             self._note(f"{self.key} {error}")
             return self._end(outcome, None, error)
         if not problem:
@@ -277,6 +279,8 @@ class Supervision:
             self._stop(CANCELLED)
         elif line == "shutdown":
             self._stop(SHUTDOWN)
+        elif line.startswith("fault "):  # its GPU failed: lost, with what the worker saw
+            self._stop(("lost", f"killed because its {line[6:]}"))
         elif line:
             try:
                 self.lease_until = max(self.lease_until, float(line))

@@ -339,7 +339,7 @@ class Worker:
             elif kind is act.ExtendLease:
                 self.jobs.extend(action.until)
             elif kind is act.KillJob:
-                self.jobs.kill(action.key, action.why)
+                self.jobs.kill(action.key, action.why, action.reason)
             elif kind is act.ForgetAttempt:
                 self._spawn(self.jobs.forget(action.key))
             elif kind is act.EndUnstartedJob:

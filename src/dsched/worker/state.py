@@ -1,11 +1,10 @@
 """WorkerState: every decision a worker makes, in one object changed only by ``handle``.
 
 It holds the tasks the scheduler sent and where each stands, from their inputs to their
-outcome. What it can run at once is counted by its ``Slots`` (``slots.py``: threads,
-resources, GPU devices, and the queue of tasks waiting for them), and the results held here and
-the inputs on their way by its ``Holdings`` (``holdings.py``). The async shell turns messages
-and executor outcomes into events (``events.py``) and carries out the actions (``actions.py``)
-that ``handle`` returns, in order.
+outcome. Its ``Slots`` count what it can run at once (threads, resources, GPU devices, and the
+queue of tasks waiting for them; a faulted device is fenced by ``gpufaults.py``), its
+``Holdings`` the results held here and the inputs on their way. The async shell turns messages
+and outcomes into events (``events.py``) and carries out the actions ``handle`` returns.
 
 It trusts the scheduler with nothing it can check: it never runs more tasks than ``nthreads``
 or than its resources allow. A shell-command job's attempt takes a thread and its resources
@@ -19,12 +18,13 @@ Pure: no I/O, no clock, no asyncio, no NVML.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Iterable
 
 from ..policy import WorkerPolicy
 from ..protocol import ops
 from ..resources import EMPTY, Resources
-from . import events as ev
+from . import events as ev, gpufaults
 from .actions import (
     CANCEL, GPU_PROCESS, SHUTDOWN, THREAD, Action, EndUnstartedJob, KillJob, KillTask,
     ReleaseResult, RunningTask, StartJob, StartTask, WorkerSnapshot,
@@ -35,8 +35,7 @@ from .slots import Slots
 from .task import RUNNING, WorkerTaskState, WorkerTask
 
 
-#: ``WorkerTask.stopped_for`` of a task being stopped that the scheduler sent again (it had
-#: told this worker to stop it while it was cut off): its end is reported as a run's.
+#: ``stopped_for`` of a task being stopped that the scheduler sent again: its end is a run's.
 AGAIN = "again"
 
 
@@ -73,7 +72,7 @@ class WorkerState:
             ops.Free: self.holdings.free,
             ev.DrainRequested: self._drain,
             ops.Replicate: self._replicate,
-            ev.SessionOpened: self.attempts.opened,
+            ev.SessionOpened: self._session_opened,
             ev.SessionLost: self._session_lost,
             ops.Lease: self.attempts.leased,
             ops.AttemptStarted: self.attempts.heard_started,
@@ -81,6 +80,8 @@ class WorkerState:
             ops.AttemptAck: self.attempts.acknowledged,
             ev.AttemptsRecovered: self.attempts.recovered,
             ev.DrainTimedOut: self._drain_timed_out,
+            ev.GpuFaulted: partial(gpufaults.faulted, self),
+            ops.UnfenceGpu: partial(gpufaults.unfence, self),
         }
 
     # -- the one mutator ------------------------------------------------------------------
@@ -230,7 +231,7 @@ class WorkerState:
             task.key, event.nbytes, event.start, event.stop, duration, event.peak_memory, task.gpus
         )
         self.holdings.computed(report)
-        actions: list[Action] = [report, *self._forget(task)]
+        actions: list[Action] = [report, *self.forget(task)]
         self._input_arrived(task.key)
         return actions
 
@@ -271,7 +272,7 @@ class WorkerState:
             return [KillJob(task.key, CANCEL) if task.job is not None else KillTask(task.key)]
         if task.job is not None:
             self.attempts.ending_unstarted.add(task.key)
-            return [*self._forget(task),
+            return [*self.forget(task),
                     EndUnstartedJob(task.key, "cancelled", "cancelled before it started")]
         return [ops.TaskStopped(task.key)] + self._end_without_result(task)
 
@@ -283,7 +284,7 @@ class WorkerState:
         for task in sorted(self.tasks.values(), key=lambda t: t.seq):
             if task.state not in RUNNING:
                 actions.append(ops.TaskRejected(task.key, "the worker is closing"))
-                actions += self._forget(task)
+                actions += self.forget(task)
         return actions
 
     def _replicate(self, event: ops.Replicate) -> list[Action]:
@@ -293,6 +294,9 @@ class WorkerState:
 
     # -- jobs -------------------------------------------------------------------------------
 
+    def _session_opened(self, event: ev.SessionOpened) -> list[Action]:  # fences, said again
+        return self.attempts.opened(event) + gpufaults.announce(self)
+
     def _session_lost(self, event: ev.SessionLost) -> list[Action]:
         # A job not yet started is dropped unreported: the scheduler, which lost the session
         # too, puts it back itself. Started ones run on under their lease.
@@ -300,14 +304,14 @@ class WorkerState:
         actions: list[Action] = []
         for task in sorted(self.tasks.values(), key=lambda t: t.seq):
             if task.job is not None and task.state not in RUNNING:
-                actions += self._forget(task)
+                actions += self.forget(task)
         return actions
 
     def _attempt_ended(self, event: ops.AttemptEnded) -> list[Action]:
         task = self.tasks.get(event.key)
         if task is not None and task.job is not None and task.state in RUNNING:
             self.slots.free(task)
-            self._forget(task)
+            self.forget(task)
         return self.attempts.heard_ended(event)
 
     def _drain_timed_out(self, event: ev.DrainTimedOut) -> list[Action]:
@@ -334,6 +338,8 @@ class WorkerState:
         """What the scheduler hears of a task stopped here before it ended by itself."""
         if task.stopped_for == SHUTDOWN:
             return ops.TaskRejected(task.key, "the worker is closing")
+        if task.stopped_for == gpufaults.FAULT:
+            return ops.TaskRejected(task.key, task.stop_reason)
         return ops.TaskStopped(task.key)
 
     # -- bookkeeping ----------------------------------------------------------------------
@@ -356,7 +362,7 @@ class WorkerState:
                                          task.dependencies, task.resources))
         return actions
 
-    def _forget(self, task: WorkerTask) -> list[Action]:
+    def forget(self, task: WorkerTask) -> list[Action]:
         """Drop a task that holds no resources; release fetched inputs nobody needs now."""
         del self.tasks[task.key]
         if task.state is WorkerTaskState.READY:
@@ -364,7 +370,7 @@ class WorkerState:
         return self.holdings.release(task.key, task.dependencies) if task.dependencies else []
 
     def _end_without_result(self, task: WorkerTask) -> list[Action]:
-        return self._forget(task) + self._lose_input(task.key, ())
+        return self.forget(task) + self._lose_input(task.key, ())
 
     def _lose_input(self, dep: str, tried: tuple[str, ...], reason: str = "",
                     permanent: bool = False) -> list[Action]:

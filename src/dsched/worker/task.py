@@ -44,6 +44,7 @@ class WorkerTask:
     #: Why a CANCELLING task is stopped: a user's cancel (the default), or the worker's shutdown
     #: (then it goes back to the scheduler as refused by a closing worker, never as an error).
     stopped_for: str = "cancel"
+    stop_reason: str = ""  # for a fault (``gpufaults``): what failed
 
     @property
     def queue_entry(self) -> tuple[int, int, str]:
