@@ -143,7 +143,7 @@ def test_metric_families_from_a_snapshot_follow_prometheus_rules():
             {"name": "a", "nthreads": 4, "threads_busy": 1, "memory": None,
              "heartbeat_age": 0.5, "resources": [{"name": "GPU", "used": 1, "total": 4}],
              "gpus": [{"index": 3, "memory_total": 80, "memory_used": None,
-                       "utilization": None}]}]},
+                       "utilization": None, "fenced": "gpu fault: Xid 79 on gpu3"}]}]},
         "tasks": {"counts": {"queued": 2}, "pending": {"by_reason": {"too_large": 2}},
                   "counters": {"placed": 9}, "failed": {"killed_worker": 1},
                   "queue_wait": histogram, "run_time": histogram},
@@ -166,4 +166,5 @@ def test_metric_families_from_a_snapshot_follow_prometheus_rules():
     assert samples[("dsched_tasks_pending", (("reason", "no_workers"),))] == 0
     assert samples[("dsched_gpu_memory_total_bytes", (("gpu", "3"), ("worker", "a")))] == 80
     assert not [k for k in samples if k[0] == "dsched_gpu_memory_used_bytes"]  # unknown yet
+    assert samples[("dsched_gpu_fenced", (("gpu", "3"), ("worker", "a")))] == 1
     assert samples[("dsched_workers", (("state", "draining"),))] == 1

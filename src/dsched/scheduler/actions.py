@@ -78,6 +78,14 @@ class SendReplicate:
 
 
 @_frozen
+class SendUnfenceGpu:
+    """The fenced device ``index`` of ``worker`` may take work again (an operator said so)."""
+
+    worker: str
+    index: int
+
+
+@_frozen
 class SendRetire:
     """The draining ``worker`` may leave: it runs nothing, and what it alone held that is
     still needed is held elsewhere now (or cannot be moved)."""
@@ -257,7 +265,8 @@ class Refused:
 DEBUG, INFO, WARNING = 10, 20, 30
 
 Action = Union[
-    SendExecute, SendStopTask, SendFree, SendReplicate, SendRetire, SendAttemptAck, CloseWorker, TellFinished,
+    SendExecute, SendStopTask, SendFree, SendReplicate, SendRetire, SendAttemptAck, SendUnfenceGpu,
+    CloseWorker, TellFinished,
     TellMoved, TellErred, TellCancelled, TellWaiting, JobsReply, TellJobEnded, TellWorkerCount,
     JournalWrite, LogLine, WorkerAccepted, GrantLease, Refused,
 ]
@@ -266,4 +275,5 @@ __all__ = [
     "Action", "SendAttemptAck", "TellJobEnded", "JobsReply", "JournalWrite", "SendStopTask", "CloseWorker", "SendExecute", "SendFree", "LogLine", "NO_INPUTS",
     "SendReplicate", "TellCancelled", "TellErred", "TellFinished", "TellMoved",
     "TellWaiting", "TellWorkerCount", "SendRetire", "WorkerAccepted", "GrantLease", "Refused",
+    "SendUnfenceGpu",
 ]

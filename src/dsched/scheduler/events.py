@@ -314,6 +314,37 @@ class JobsLoaded:
     next_id: int = 1
 
 
+@_frozen
+class WorkerGpuFenced:
+    """The device ``index`` of ``worker`` faulted (``reason``): no new work there."""
+
+    worker: str
+    index: int
+    reason: str
+    now: float
+
+
+@_frozen
+class WorkerGpuReleased:
+    """The fenced device ``index`` of ``worker`` takes work again."""
+
+    worker: str
+    index: int
+    now: float
+
+
+@_frozen
+class GpuReleaseRequested:
+    """``client`` (an operator) asks that the fenced device ``index`` of the worker named
+    ``worker`` take work again; answered to ``request``."""
+
+    client: str
+    request: int
+    worker: str
+    index: int
+    now: float
+
+
 # -- the clock ----------------------------------------------------------------------------
 
 
@@ -337,7 +368,7 @@ Event = Union[
     WorkerTaskStopped, WorkerTaskRejected, WorkerMissingData, WorkerReplicated, WorkerReplicateFailed, WorkerAttemptStarted,
     WorkerAttemptEnded, TasksSubmitted, CancelRequested, KeysReleased, ClientDisconnected,
     JobsSubmitted, JobsCancelled, JobsReleased, JobsWatched, WorkersWatched, JobsLoaded,
-    SchedulerDraining, Tick,
+    WorkerGpuFenced, WorkerGpuReleased, GpuReleaseRequested, SchedulerDraining, Tick,
 ]
 
 __all__ = [
@@ -345,6 +376,6 @@ __all__ = [
     "JobsSubmitted", "JobsWatched", "WorkerTaskStopped", "CancelRequested", "ClientDisconnected", "Event", "KeysReleased",
     "WorkerMissingData", "WorkerReplicateFailed", "WorkerReplicated", "WorkerTaskErred", "WorkerTaskFinished",
     "WorkerTaskRejected", "TaskSpec", "TasksSubmitted", "Tick", "WorkerDraining", "SchedulerDraining",
-    "WorkerHeartbeat",
+    "WorkerHeartbeat", "WorkerGpuFenced", "WorkerGpuReleased", "GpuReleaseRequested",
     "WorkerJoined", "WorkerLeft", "WorkersWatched",
 ]

@@ -18,7 +18,8 @@ from typing import Mapping
 from ..jobs import parse_job_key
 from ..resources import SCALE
 from . import events as ev
-from .actions import (INFO, WARNING, CloseWorker, GrantLease, SendReplicate, TellMoved, SendRetire,
+from .actions import (INFO, WARNING, CloseWorker, GrantLease, JobsReply, SendReplicate,
+                      SendUnfenceGpu, TellMoved, SendRetire,
                       SendStopTask, TellWorkerCount, WorkerAccepted)
 from .budget import DIED
 from .graph import TaskGraph
@@ -153,6 +154,42 @@ class Membership:
                    and type(g.get("memory_outside", 0)) is int and g.get("memory_outside", 0) >= 0}
         if devices.measured(outside):
             self.placer.room_grew(w)
+
+    # -- faulty GPUs --------------------------------------------------------------------------
+
+    def gpu_fenced(self, e: ev.WorkerGpuFenced) -> None:
+        """A device of ``e.worker`` faulted: nothing new is granted there (its worker stops
+        the work on it, which ends as the worker says)."""
+        w = self.workers.get(e.worker)
+        devices = w.room.devices if w is not None else None
+        if devices is not None and devices.fence(e.index, e.reason):
+            self.out.counters["gpus_fenced"] += 1
+            self.out.log(WARNING, "GPU %d of worker %s fenced: %s", e.index, w.name, e.reason)
+
+    def gpu_released(self, e: ev.WorkerGpuReleased) -> None:
+        w = self.workers.get(e.worker)
+        devices = w.room.devices if w is not None else None
+        if devices is not None and devices.unfence(e.index):
+            self.out.log(INFO, "GPU %d of worker %s released: it takes work again", e.index,
+                         w.name)
+            self.placer.room_grew(w)
+
+    def release_gpu(self, e: ev.GpuReleaseRequested) -> None:
+        """An operator releases a fenced device; the worker confirms (``gpu_released``)."""
+        address = self.placer.index.by_name.get(e.worker, e.worker)
+        w = self.workers.get(address)
+        devices = w.room.devices if w is not None else None
+        if w is None:
+            error = f"no worker named {e.worker} is connected"
+        elif devices is None or e.index not in devices.memory:
+            error = f"worker {e.worker} has no GPU {e.index}"
+        elif e.index not in devices.fenced:
+            error = f"GPU {e.index} of worker {e.worker} is not fenced"
+        else:
+            error = ""
+            self.out.actions.append(SendUnfenceGpu(worker=w.address, index=e.index))
+        self.out.actions.append(JobsReply(client=e.client, request=e.request, value=not error,
+                                          error=error))
 
     # -- leaving -----------------------------------------------------------------------------
 

@@ -43,6 +43,9 @@ WORKER_OPS: dict[type, Callable[[Any, str, float], Any]] = {
                                                               reason=o.reason, now=now),
     ops.AttemptStarted: lambda o, w, now: ev.WorkerAttemptStarted(worker=w, report=o, now=now),
     ops.AttemptEnded: lambda o, w, now: ev.WorkerAttemptEnded(worker=w, report=o, now=now),
+    ops.GpuFenced: lambda o, w, now: ev.WorkerGpuFenced(worker=w, index=o.index,
+                                                        reason=o.reason, now=now),
+    ops.GpuReleased: lambda o, w, now: ev.WorkerGpuReleased(worker=w, index=o.index, now=now),
 }
 
 #: op class -> event maker, for the client ops that change the state (requests aside).
@@ -57,6 +60,9 @@ CLIENT_OPS: dict[type, Callable[[Any, str, float], Any]] = {
                                                        now=now),
     ops.WatchJobs: lambda o, c, now: ev.JobsWatched(client=c, jobs=o.jobs, now=now),
     ops.WatchWorkers: lambda o, c, now: ev.WorkersWatched(client=c, now=now),
+    ops.ReleaseGpu: lambda o, c, now: ev.GpuReleaseRequested(client=c, request=o.id,
+                                                             worker=o.worker, index=o.index,
+                                                             now=now),
 }
 
 
@@ -80,6 +86,7 @@ TO_WORKER: dict[type, Callable[[Any], Any]] = {
     act.SendFree: lambda a: ops.Free(keys=a.keys),
     act.SendReplicate: lambda a: ops.Replicate(key=a.key, who_has=(a.source,), nbytes=a.nbytes),
     act.SendRetire: lambda a: ops.Retire(),
+    act.SendUnfenceGpu: lambda a: ops.UnfenceGpu(index=a.index),
     act.WorkerAccepted: lambda a: ops.Registered(address=a.worker),
     act.GrantLease: lambda a: ops.Lease(sent=a.sent),
 }

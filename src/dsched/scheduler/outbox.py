@@ -20,7 +20,8 @@ LINE_LIMIT = 200
 class Outbox:
     """``counters``, since start: ``placed`` tasks, worker ``deaths`` counted against tasks,
     ``rejected`` refusals, ``recomputed`` lost results, ``replicated`` results copied off
-    draining workers, ``fetched`` inputs of placed tasks not held where they were placed."""
+    draining workers, ``fetched`` inputs of placed tasks not held where they were placed,
+    ``gpus_fenced`` devices fenced for a fault."""
 
     __slots__ = ("actions", "to_free", "waiting", "now", "counters", "rows", "causes")
 
@@ -30,7 +31,8 @@ class Outbox:
         self.waiting: dict[tuple[str, str | None], list[str]] = {}
         self.now = 0.0
         self.counters: dict[str, int] = dict(
-            placed=0, deaths=0, rejected=0, recomputed=0, replicated=0, fetched=0)
+            placed=0, deaths=0, rejected=0, recomputed=0, replicated=0, fetched=0,
+            gpus_fenced=0)
         self.rows: dict[int, Any] = {}
         self.causes: set[str] = set()
 

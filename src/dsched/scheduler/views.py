@@ -34,7 +34,7 @@ def worker_info(state: "SchedulerState") -> dict[str, dict[str, Any]]:
             "resources": _quantities(w.resources),
             "used": _quantities(w.used),
             "free": _quantities(w.resources - w.used),
-            "gpus": _gpus(w.gpus, (w.metrics or {}).get("gpus") or ()),
+            "gpus": _gpus(w.gpus, (w.metrics or {}).get("gpus") or (), _fenced(w)),
             "metrics": dict(w.metrics or {}),
             "draining": w.draining,
             "containment": w.containment,
@@ -74,7 +74,7 @@ def workers(state: "SchedulerState") -> list[dict[str, Any]]:
             "tasks_waiting": w.prefetched,
             "resources": [{"name": name, "used": used.quantity(name),
                            "total": w.resources.quantity(name)} for name in sorted(w.resources)],
-            "gpus": _gpus(w.gpus, metrics.get("gpus") or ()),
+            "gpus": _gpus(w.gpus, metrics.get("gpus") or (), _fenced(w)),
             "cpu": metrics.get("cpu"),
             "memory": metrics.get("memory"),
             "memory_limit": metrics.get("memory_limit"),
@@ -83,9 +83,14 @@ def workers(state: "SchedulerState") -> list[dict[str, Any]]:
     return out
 
 
-def _gpus(devices, usage) -> list[dict[str, Any]]:
+def _fenced(w: WorkerInfo) -> dict[int, str]:
+    return w.room.devices.fenced if w.room.devices is not None else {}
+
+
+def _gpus(devices, usage, fenced: dict[int, str]) -> list[dict[str, Any]]:
     """The devices a worker registered, joined by index with its last heartbeat's use of
-    them (``utilization`` as a fraction of time busy; None until a heartbeat says)."""
+    them (``utilization`` as a fraction of time busy; None until a heartbeat says), and why
+    each is fenced ("" when it is not)."""
     by_index = {u.get("index"): u for u in usage}
     out = []
     for device in sorted(devices, key=lambda d: d.get("index", 0)):
@@ -98,6 +103,7 @@ def _gpus(devices, usage) -> list[dict[str, Any]]:
             "memory_total": u.get("memory_total") or device.get("memory_total") or 0,
             "memory_used": u.get("memory_used"),
             "utilization": None if utilization is None else utilization / 100,
+            "fenced": fenced.get(device.get("index"), ""),
         })
     return out
 

@@ -5,6 +5,7 @@ says what is short where none are."""
 from __future__ import annotations
 
 from dsched.scheduler import actions as act
+from dsched.scheduler.views import worker_info
 
 from sched_story import JobStory, Story, job, started, task
 
@@ -101,3 +102,28 @@ def test_memory_others_use_on_a_device_lowers_what_is_granted_within_one_heartbe
         "waiting for GPU_MEMORY: at most 4 GB free on any device (18 GB asked; processes dsched "
         "did not start use 40 GB)")
     assert sent_gpus(heartbeat(0)) == {s.job(ids[2]).key: (0,)}
+
+
+def test_a_fenced_device_gets_no_grant_until_an_operator_releases_it():
+    from dsched.scheduler import events as ev
+
+    s = Story()
+    s.worker("w", nthreads=4, resources="GPU=2 GPU_MEMORY=160e9", memory=(80 * GB, 80 * GB))
+    reason = "gpu fault: Xid 79 on gpu1 (GPU-1)"
+    s(ev.WorkerGpuFenced(worker="tcp://w", index=1, reason=reason, now=s.now))
+    assert s.state.workers["tcp://w"].room.devices.fenced == {1: reason}
+    actions = s.submit(task("a", "GPU=1"), task("b", "GPU=1"), task("c", "GPU_MEMORY=1G"))
+    assert sent_gpus(actions) == {"a": (0,)}  # b and c wait: device 1 is fenced
+    shown = worker_info(s.state)["tcp://w"]["gpus"]
+    assert [g["fenced"] for g in shown] == ["", reason]
+
+    def release(worker: str, index: int) -> list:
+        return s(ev.GpuReleaseRequested(client="c", request=5, worker=worker, index=index,
+                                        now=s.now))
+
+    assert [a.error for a in release("x", 1)] == ["no worker named x is connected"]
+    assert [a.error for a in release("w", 0)] == ["GPU 0 of worker w is not fenced"]
+    assert release("w", 1) == [act.SendUnfenceGpu(worker="tcp://w", index=1),
+                               act.JobsReply(client="c", request=5, value=True)]
+    actions = s(ev.WorkerGpuReleased(worker="tcp://w", index=1, now=s.now))
+    assert sent_gpus(actions) == {"b": (1,)}

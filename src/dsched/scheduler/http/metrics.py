@@ -38,6 +38,8 @@ COUNTERS = {
     "fetched": ("dsched_input_fetches_total",
                 "Task inputs a worker had to fetch from another worker (the task was placed "
                 "where the input was not held)"),
+    "gpus_fenced": ("dsched_gpu_faults_total",
+                    "GPU devices fenced because they reported a fatal fault"),
 }
 PENDING_REASONS = tuple(PENDING_TEXTS) + REASON_KINDS
 ENDED_STATES = sorted(s.value for s in ENDED)
@@ -91,6 +93,8 @@ def worker_metrics(part: dict[str, Any]) -> Iterator[Metric]:
     yield _gauge("dsched_worker_heartbeat_age_seconds", "Seconds since a worker's last heartbeat",
                  ["worker"], ((w["name"], w["heartbeat_age"]) for w in items))
     gpus = [(w["name"], g) for w in items for g in w["gpus"]]
+    yield _gauge("dsched_gpu_fenced", "1 for a GPU fenced for a fault (no new work there)",
+                 ["worker", "gpu"], ((name, g["index"], int(bool(g["fenced"]))) for name, g in gpus))
     yield _gauge("dsched_gpu_memory_total_bytes", "Memory of each GPU", ["worker", "gpu"],
                  ((name, g["index"], g["memory_total"]) for name, g in gpus))
     yield _gauge("dsched_gpu_memory_used_bytes", "Memory in use on each GPU, by the last "
