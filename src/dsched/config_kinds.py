@@ -108,6 +108,18 @@ def gpus(v: Any) -> Any:
     return devices
 
 
+def xids(v: Any) -> tuple[int, ...]:
+    """Xid numbers: ``'48,79'``, ``[48, 79]``, or ``'none'`` (an empty list)."""
+    if isinstance(v, str) and v.strip().lower() in ("", "none"):
+        return ()
+    items = v.split(",") if isinstance(v, str) else [v] if isinstance(v, int) else v
+    numbers = [int(i) if isinstance(i, str) and i.strip().isdigit() else i
+               for i in (items if isinstance(items, (list, tuple)) else [None])]
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in numbers):
+        raise Bad("Xid numbers as in '48,79' or [48, 79], or 'none'")
+    return tuple(sorted(set(numbers)))
+
+
 def resource_table(v: Any) -> dict[str, int | float]:
     # Resources.parse is the one parser; its ResourceSpecError reaches the user unchanged.
     if not isinstance(v, (str, Mapping)):

@@ -214,21 +214,27 @@ class DeviceBook:
 
 
 def shortfall(demand: Resources, books: Iterable[DeviceBook], free: bool) -> str:
-    """Why no device of ``books`` grants ``demand``: now (``free``), or ever (all free), in
-    words that name what is short: "GPU_MEMORY: at most 8 GiB free on any device (18 GiB
-    asked)"."""
+    """Why no device of ``books`` grants ``demand``: now (``free``: with what others use and
+    the devices fenced), or ever (all free), in words that name what is short: "GPU_MEMORY: at
+    most 8 GB free on any device (18 GB asked)"."""
     books = list(books) if free else [DeviceBook(book.memory) for book in books]
-    memory = demand.get(GPU_MEMORY, 0)
-    most = max((book.most_memory_free() for book in books), default=0)
+    memory, share = demand.get(GPU_MEMORY, 0), demand.get(GPU, 0)
+    room = [book.memory[d] - book.outside[d] - book.memory_used[d]
+            for book in books for d in book.memory if d not in book.fenced]
+    notes = []
     outside = max((sum(book.outside.values()) for book in books), default=0)
-    if memory > most:
-        others = (f"; processes dsched did not start use {format_memory(outside)}"
-                  if free and outside else "")
-        return (f"{GPU_MEMORY}: at most {format_memory(most)}{' free' if free else ''} on any "
-                f"device ({format_memory(memory)} asked{others})")
-    share = demand.get(GPU, 0)
+    if free and outside:
+        notes.append(f"processes dsched did not start use {format_memory(outside)}")
+    notes += [f"GPU {d} fenced: {why}" for book in books for d, why in book.fenced.items()]
+    said = "".join(f"; {note}" for note in notes)
+    if memory > max(room, default=0):
+        return (f"{GPU_MEMORY}: at most {format_memory(max(room, default=0))}"
+                f"{' free' if free else ''} on any device ({format_memory(memory)} asked{said})")
     if share >= SCALE:
-        return f"GPU={share // SCALE}: no worker has that many devices{' free' if free else ''}" \
-               + (f" with {format_memory(memory)} each" if memory else "")
-    return f"no device{' free' if free else ''} has both GPU={share / SCALE:g} and " \
-           f"{format_memory(memory or 0)} of memory"
+        count = max((sum(book.fits_on(demand, d) for d in book.memory) for book in books),
+                    default=0)
+        each = f" with {format_memory(memory)}" if memory else ""
+        return (f"GPU={share // SCALE}: at most {count} device{'' if count == 1 else 's'}{each}"
+                f"{' free' if free else ''} on any worker{said}")
+    return (f"no device{' free' if free else ''} has both GPU={share / SCALE:g} and "
+            f"{format_memory(memory)} of memory{said}")

@@ -161,6 +161,10 @@ class WorkerConfig:
     local_directory: str | None = setting(None, k.nullable(k.path),
                                           "Scratch directory; none: under the temp dir")
     heartbeat_interval: float = setting(2.0, k.seconds, "Seconds between heartbeats")
+    gpu_fault_xids: Any = setting((48, 64, 74, 79, 94, 95, 119, 120), k.xids,
+                                  "NVML Xid errors that fence a GPU (no new work on it; its "
+                                  "work ends lost): hardware faults, not application errors "
+                                  "(13, 31, 43, 45); none: Xids fence nothing")
     reconnect_backoff_min: float = setting(0.5, k.seconds, "Seconds before the first reconnect; "
                                            "doubles with each try")
     reconnect_backoff_max: float = setting(30.0, k.seconds, "The longest wait between reconnects")

@@ -262,6 +262,30 @@ def release(ctx: click.Context, job_ids: tuple[int, ...]) -> None:
     _answer(ctx, job_ids, "release_jobs", ("released",))
 
 
+@main.group()
+def gpu() -> None:
+    """Act on workers' GPUs."""
+
+
+@gpu.command("release")
+@click.argument("worker")
+@click.argument("device", type=click.IntRange(0))
+@click.pass_context
+def gpu_release(ctx: click.Context, worker: str, device: int) -> None:
+    """Let a fenced GPU take work again.
+
+    A GPU that reported a fatal fault (a critical Xid, a double-bit ECC error) is fenced: it
+    gets no new work until released here, or until its worker starts again. WORKER is the
+    worker's name; DEVICE its NVML index, as `sched workers` shows it.
+    """
+    def work(client: Any) -> int:
+        client.release_gpu(worker, device)
+        click.echo(f"GPU {device} of worker {worker} released")
+        return 0
+
+    _with_client(ctx, work)
+
+
 @main.command("run-local")
 @click.argument("jobfile", type=click.Path(exists=True, dir_okay=False))
 @click.option("--resources", type=ConfigValue("worker.resources", "NAME=VALUE ..."),

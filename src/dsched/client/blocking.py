@@ -152,6 +152,10 @@ class Client:
         client's loop thread; see :meth:`AsyncClient.wait_for_jobs`."""
         return self._run(self._async.wait_for_jobs(jobs, on_update, timeout, interval))
 
+    def release_gpu(self, worker: str, index: int) -> None:
+        """See :meth:`AsyncClient.release_gpu`."""
+        return self._run(self._async.release_gpu(worker, index))
+
     def workers(self) -> list[dict]:
         """The connected workers as ``sched workers`` shows them."""
         return self._run(self._async.workers())

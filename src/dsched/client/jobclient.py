@@ -91,6 +91,11 @@ class JobRequests:
         return await wait_for_jobs(self, await self.resolve_jobs(jobs), on_update, timeout,
                                    interval)
 
+    async def release_gpu(self, worker: str, index: int) -> None:
+        """Let the fenced GPU ``index`` (NVML's) of the worker named ``worker`` take work
+        again (``sched gpu release``); SchedError saying why where it cannot be."""
+        await self._request(lambda i: ops.ReleaseGpu(id=i, worker=worker, index=index))
+
     async def workers(self) -> list[dict]:
         """The connected workers with their resources (total, used, free), GPUs and who
         uses them, and their jobs, as ``sched workers`` shows them."""

@@ -11,8 +11,11 @@ description, inline (text starting with ``{``) or in the file it names::
 
 Every device field is optional. ``{"count": 4}`` is short for four default devices. A device's
 ``processes`` are what ``nvmlDeviceGetComputeRunningProcesses`` lists, each using ``memory``
-bytes, counted in its used memory beside ``memory_used``. A file is read again at each
-``load_nvml``, so a test changes what a running worker measures by rewriting it.
+bytes, counted in its used memory beside ``memory_used``. A device's ``events`` are what an
+event set it is registered in delivers, in order: ``{"xid": 79}`` (a critical Xid error) or
+``{"ecc": "double_bit"}``; ``"remap_failed": true`` is a failed row remapping. A file is read
+again at each ``load_nvml``, and at each wait for events, so a test changes what a running
+worker measures, and injects faults, by rewriting it.
 ``init_error`` makes ``nvmlInit`` fail as real NVML does: ``"library_not_found"``,
 ``"driver_not_loaded"``, ``"no_permission"`` or ``"unknown"``. A device with
 ``"error": "gpu_lost"`` fails when it is read.
@@ -24,6 +27,7 @@ test catches exactly what it would for real. It must never call the real NVML li
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Mapping
@@ -57,6 +61,11 @@ class FakeNvml:
     NVMLError = pynvml.NVMLError
     NVML_ERROR_LIBRARY_NOT_FOUND = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
     NVML_ERROR_DRIVER_NOT_LOADED = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    NVML_ERROR_TIMEOUT = pynvml.NVML_ERROR_TIMEOUT
+    nvmlEventTypeXidCriticalError = pynvml.nvmlEventTypeXidCriticalError
+    nvmlEventTypeDoubleBitEccError = pynvml.nvmlEventTypeDoubleBitEccError
+    #: The file it was read from, read again for events (None: inline).
+    source: Path | None = None
 
     def __init__(self, gpus: list[Mapping[str, Any]] | None = None, init_error: str | None = None):
         if init_error is not None and init_error not in _INIT_ERRORS:
@@ -80,8 +89,11 @@ class FakeNvml:
     @classmethod
     def from_env_value(cls, value: str) -> "FakeNvml":
         """Read ``SCHED_FAKE_NVML``: inline JSON, or the path of a JSON file."""
-        text = value if value.lstrip().startswith("{") else Path(value).read_text(encoding="utf-8")
-        return cls.from_description(json.loads(text))
+        if value.lstrip().startswith("{"):
+            return cls.from_description(json.loads(value))
+        fake = cls.from_description(json.loads(Path(value).read_text(encoding="utf-8")))
+        fake.source = Path(value)
+        return fake
 
     @classmethod
     def with_count(cls, count: int) -> "FakeNvml":
@@ -132,6 +144,47 @@ class FakeNvml:
         self, handle: SimpleNamespace
     ) -> SimpleNamespace:
         return SimpleNamespace(gpu=int(self._device(handle)["utilization"]), memory=0)
+
+    def nvmlDeviceGetIndex(self, handle: SimpleNamespace) -> int:  # noqa: N802
+        return handle.index
+
+    def nvmlDeviceGetRemappedRows(self, handle: SimpleNamespace) -> tuple:  # noqa: N802
+        return 0, 0, False, bool(self._device(handle).get("remap_failed"))
+
+    # -- events: what a device's "events" list, delivered once each ------------------------
+
+    def nvmlEventSetCreate(self) -> SimpleNamespace:  # noqa: N802
+        self._check_initialized()
+        return SimpleNamespace(types={}, delivered={})
+
+    def nvmlDeviceRegisterEvents(self, handle: SimpleNamespace, types: int,  # noqa: N802
+                                 events: SimpleNamespace) -> None:
+        self._device(handle)
+        events.types[handle.index] = events.types.get(handle.index, 0) | types
+
+    def nvmlEventSetWait_v2(self, events: SimpleNamespace,  # noqa: N802
+                            timeout_ms: int) -> SimpleNamespace:
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            if self.source is not None:  # a test may have written faults since
+                self.gpus = FakeNvml.from_env_value(str(self.source)).gpus
+            for index, types in sorted(events.types.items()):
+                seen = events.delivered.get(index, 0)
+                pending = self.gpus[index].get("events", ())[seen:]
+                if pending:
+                    events.delivered[index] = seen + 1
+                    kind = (self.nvmlEventTypeXidCriticalError if "xid" in pending[0]
+                            else self.nvmlEventTypeDoubleBitEccError)
+                    if kind & types:
+                        return SimpleNamespace(device=SimpleNamespace(index=index),
+                                               eventType=kind,
+                                               eventData=int(pending[0].get("xid", 0)))
+            if time.monotonic() >= deadline:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    def nvmlEventSetFree(self, events: SimpleNamespace) -> None:  # noqa: N802
+        events.types.clear()
 
     def _device(self, handle: SimpleNamespace) -> dict[str, Any]:
         self._check_initialized()

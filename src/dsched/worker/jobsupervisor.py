@@ -280,7 +280,7 @@ class Supervision:
         elif line == "shutdown":
             self._stop(SHUTDOWN)
         elif line.startswith("fault "):  # its GPU failed: lost, with what the worker saw
-            self._stop(("lost", f"killed because its {line[6:]}"))
+            self._stop(("lost", f"killed: {line[6:]}"))
         elif line:
             try:
                 self.lease_until = max(self.lease_until, float(line))

@@ -251,4 +251,5 @@ _AS_OPTIONS = frozenset((
 
 
 def _literal(value) -> str:
-    return "none" if value is None else repr(value)
+    """``value`` as a TOML literal, as a ``SCHED_*`` variable is read (a tuple as a list)."""
+    return "none" if value is None else repr(list(value) if isinstance(value, tuple) else value)

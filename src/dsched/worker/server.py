@@ -45,6 +45,7 @@ from .containment import SUBREAPER, Containment, settle
 from .data import ResultStore
 from .executor import GpuProcessPool, Outcome, TaskKilled, ThreadRunner
 from .gpus import GpuDevice, gpu_usage
+from .gpuwatch import GpuWatch
 from .jobrecords import default_directory
 from .jobrunner import JobRunner
 from .session import SchedulerSession
@@ -54,7 +55,7 @@ logger = logging.getLogger("dsched.worker")
 
 #: The ops the scheduler sends that the state takes as they are.
 _TO_STATE = frozenset((ops.Execute, ops.StopTask, ops.Free, ops.Replicate, ops.Lease,
-                       ops.AttemptAck))
+                       ops.AttemptAck, ops.UnfenceGpu))
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,7 @@ class Worker:
         self._group: asyncio.TaskGroup | None = None
         self._tasks: set[asyncio.Task] = set()
         self._supervisor: asyncio.Task | None = None
+        self.gpu_watch: GpuWatch | None = None
         #: Why the worker stopped when a background activity (or a drain) failed: its process
         #: then exits non-zero.
         self.failure: str | None = None
@@ -172,7 +174,18 @@ class Worker:
         self.jobs.contain(self.containment)
         self.gpu_children.containment = self.containment
         self._handle(ev.AttemptsRecovered(tuple(opened)))
+        loop = asyncio.get_running_loop()
+        self.gpu_watch = GpuWatch([gpu.index for gpu in self.setup.gpus],
+                                  config.gpu_fault_xids,
+                                  lambda index, reason: loop.call_soon_threadsafe(
+                                      self._gpu_faulted, index, reason))
+        self.gpu_watch.start()
         self._supervisor = asyncio.ensure_future(self._supervise())
+
+    def _gpu_faulted(self, index: int, reason: str) -> None:
+        logger.warning("GPU %d fenced: %s; its work is stopped, and it takes none until "
+                       "released (sched gpu release %s %d)", index, reason, self.name, index)
+        self._handle(ev.GpuFaulted(index, reason))
 
     async def _supervise(self) -> None:
         """Run every background activity in one group until the worker stops; a failure in
@@ -222,6 +235,8 @@ class Worker:
         """Stop every activity, then close the session (saying goodbye first when
         ``unregister``: the scheduler then expects us gone), the data port and the children."""
         self.stopped.set()
+        if self.gpu_watch is not None:
+            await asyncio.to_thread(self.gpu_watch.stop)
         if self._supervisor is not None:
             await self._supervisor
         await self.session.close(reason, last=ops.Unregister(reason=reason) if unregister else None)
