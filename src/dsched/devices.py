@@ -46,6 +46,11 @@ def format_memory(units: int) -> str:
     return f"{size / 2**30:.3g} GiB" if size >= 2**20 else f"{size:.0f} bytes"
 
 
+def _bytes(value: object) -> int:
+    """A peer's memory figure: a non-negative int, else 0 (not known)."""
+    return value if type(value) is int and value > 0 else 0
+
+
 def asks_devices(demand: Resources) -> bool:
     """Whether ``demand`` takes devices (a ``GPU`` or ``GPU_MEMORY`` quantity)."""
     return bool(demand.get(GPU, 0) or demand.get(GPU_MEMORY, 0))
@@ -82,10 +87,18 @@ class DeviceBook:
         if not count:
             return None
         devices = tuple(devices)
-        if len(devices) != count:
+        if len(devices) != count or len(set(devices)) != count:
             return cls.abstract(count)
-        memory = {g.get("index"): g.get("memory_total", 0) for g in gpus}
-        return cls({d: int(memory.get(d) or 0) * SCALE for d in devices})
+        memory = {g["index"]: g.get("memory_total") for g in gpus
+                  if isinstance(g, Mapping) and type(g.get("index")) is int}
+        return cls({d: _bytes(memory.get(d)) * SCALE for d in devices})
+
+    def copy(self) -> "DeviceBook":
+        book = DeviceBook(self.memory)
+        book.share_used, book.memory_used = dict(self.share_used), dict(self.memory_used)
+        book.outside, book.fenced = dict(self.outside), dict(self.fenced)
+        book.held = dict(self.held)
+        return book
 
     # -- the rule ---------------------------------------------------------------------------
 
@@ -103,7 +116,10 @@ class DeviceBook:
         if device in self.fenced:
             return False
         _, share, memory = self.part(demand, device)
-        room = self.memory[device] - self.outside[device]
+        # What others use counts against memory asked for, not against the memory a fraction
+        # holds by its share alone (a user who asked for none did not count on it).
+        asked = demand.get(GPU_MEMORY, 0)
+        room = self.memory[device] - (self.outside[device] if asked else 0)
         if demand.get(GPU, 0) >= SCALE:  # a whole device: nothing of it held, memory enough
             return (not self.share_used[device] and not self.memory_used[device]
                     and demand.get(GPU_MEMORY, 0) <= room)
@@ -133,8 +149,19 @@ class DeviceBook:
                 SCALE - self.share_used[device] - share)
 
     def could_fit(self, demand: Resources) -> bool:
-        """Whether ``demand`` fits these devices when nothing holds any of them."""
-        return DeviceBook(self.memory).choose(demand) is not None
+        """Whether ``demand`` fits these devices when nothing holds any of them (nor fences
+        them, nor uses their memory)."""
+        share, memory = demand.get(GPU, 0), demand.get(GPU_MEMORY, 0)
+        enough = sum(total >= memory for total in self.memory.values())
+        return enough >= (share // SCALE if share >= SCALE else 1)
+
+    def can_take(self, demand: Resources, devices: tuple[int, ...]) -> bool:
+        """Whether ``demand`` may take ``devices`` now: as many as it asks, each one of these
+        and free for its part."""
+        share = demand.get(GPU, 0)
+        wanted = share // SCALE if share >= SCALE else 1
+        return len(set(devices)) == len(devices) == wanted and all(
+            d in self.memory and self.fits_on(demand, d) for d in devices)
 
     # -- changes ----------------------------------------------------------------------------
 
@@ -167,10 +194,7 @@ class DeviceBook:
         """Book ``demand``'s parts of ``devices`` for ``key``; False (nothing booked) when
         they are not all free, or are not the number it asks for."""
         devices = tuple(devices)
-        share = demand.get(GPU, 0)
-        wanted = share // SCALE if share >= SCALE else 1
-        if key in self.held or len(set(devices)) != wanted or not all(
-                d in self.memory and self.fits_on(demand, d) for d in devices):
+        if key in self.held or not self.can_take(demand, devices):
             return False
         parts = tuple(self.part(demand, d) for d in devices)
         self.held[key] = parts
@@ -193,9 +217,9 @@ class DeviceBook:
         return tuple(device for device, _, _ in self.held.get(key, ()))
 
     def most_memory_free(self) -> int:
-        """The most memory units free on any one device."""
-        return max((self.memory[d] - self.outside[d] - self.memory_used[d] for d in self.memory),
-                   default=0)
+        """The most memory units free on any one device (not fenced)."""
+        return max((max(0, self.memory[d] - self.outside[d] - self.memory_used[d])
+                    for d in self.memory if d not in self.fenced), default=0)
 
 
     def check(self) -> None:
@@ -219,8 +243,7 @@ def shortfall(demand: Resources, books: Iterable[DeviceBook], free: bool) -> str
     most 8 GB free on any device (18 GB asked)"."""
     books = list(books) if free else [DeviceBook(book.memory) for book in books]
     memory, share = demand.get(GPU_MEMORY, 0), demand.get(GPU, 0)
-    room = [book.memory[d] - book.outside[d] - book.memory_used[d]
-            for book in books for d in book.memory if d not in book.fenced]
+    room = [book.most_memory_free() for book in books]
     notes = []
     outside = max((sum(book.outside.values()) for book in books), default=0)
     if free and outside:
@@ -234,7 +257,8 @@ def shortfall(demand: Resources, books: Iterable[DeviceBook], free: bool) -> str
         count = max((sum(book.fits_on(demand, d) for d in book.memory) for book in books),
                     default=0)
         each = f" with {format_memory(memory)}" if memory else ""
-        return (f"GPU={share // SCALE}: at most {count} device{'' if count == 1 else 's'}{each}"
-                f"{' free' if free else ''} on any worker{said}")
+        devices = f"{count} device{'' if count == 1 else 's'}{each}"
+        return (f"GPU={share // SCALE}: {devices} free{said}" if free
+                else f"GPU={share // SCALE}: at most {devices} on any worker")
     return (f"no device{' free' if free else ''} has both GPU={share / SCALE:g} and "
             f"{format_memory(memory)} of memory{said}")

@@ -208,3 +208,11 @@ class NotifySocket:
 
     def close(self) -> None:
         self.socket.close()
+
+
+def write_atomically(path, text: str) -> None:
+    """A file a daemon reads while it runs (the NVML stand-in's), replaced whole: the daemon
+    never reads half of it."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(text)
+    os.replace(partial, path)

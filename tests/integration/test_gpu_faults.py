@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 
+from cluster_helpers import write_atomically
 from deadline import wait_until
 
 
@@ -17,9 +18,9 @@ def test_an_xid_79_fences_its_device_and_requeues_its_job_once_while_an_xid_43_d
     nvml = tmp_path / "nvml.json"
 
     def devices(events_on_gpu1: list) -> None:
-        nvml.write_text(json.dumps({"gpus": [{"memory_total": 80 * 10**9},
-                                             {"memory_total": 80 * 10**9,
-                                              "events": events_on_gpu1}]}))
+        gpus = [{"memory_total": 80 * 10**9},
+                {"memory_total": 80 * 10**9, "events": events_on_gpu1}]
+        write_atomically(nvml, json.dumps({"gpus": gpus}))
 
     devices([])
     daemons.scheduler()

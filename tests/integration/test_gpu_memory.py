@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from cluster_helpers import write_atomically
 from deadline import wait_until
 
 ONE_80_GB_DEVICE = {"SCHED_FAKE_NVML": json.dumps({"gpus": [{"memory_total": 80 * 10**9}]})}
@@ -47,8 +48,8 @@ def test_memory_an_outside_process_takes_lowers_what_is_offered_within_one_heart
 
     def outside(gigabytes: int) -> None:
         processes = [{"pid": 999999, "memory": gigabytes * 10**9}] if gigabytes else []
-        nvml.write_text(json.dumps({"gpus": [{"memory_total": 80 * 10**9,
-                                              "processes": processes}]}))
+        write_atomically(nvml, json.dumps({"gpus": [{"memory_total": 80 * 10**9,
+                                                     "processes": processes}]}))
 
     outside(40)
     daemons.scheduler()

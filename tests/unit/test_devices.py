@@ -128,3 +128,19 @@ def test_memory_others_use_is_not_granted_and_its_end_is_said():
     assert b.could_fit(ask("GPU_MEMORY=18G"))  # others' use passes: not "never"
     assert b.measured({0: 0, 7: 5})  # a device it does not have is passed over
     assert b.choose(ask("GPU_MEMORY=18G")) == (0,)
+
+
+def test_others_memory_counts_against_memory_asked_not_against_a_fractions_share():
+    b = book(80)
+    b.measured({0: 1 * GB * SCALE})
+    assert b.take("a", ask("GPU=0.5"), (0,)) and b.take("b", ask("GPU=0.5"), (0,))
+    assert shortfall(ask("GPU_MEMORY=1G"), [b], free=True).startswith(
+        "GPU_MEMORY: at most 0 bytes free on any device")  # never less than none
+
+
+def test_a_peers_device_list_that_makes_no_sense_books_devices_of_unknown_memory():
+    resources = Resources.parse("GPU=2")
+    weird = DeviceBook.offered(resources, (0, 1), ({"index": [0]}, {"index": 1,
+                                                                   "memory_total": "80GB"}))
+    assert weird.memory == {0: 0, 1: 0}
+    assert DeviceBook.offered(resources, (0, 0)).memory == {0: 0, 1: 0}  # abstract

@@ -32,7 +32,9 @@ class Register:
     it knows of, each an AttemptStarted (still running) or AttemptEnded (not yet acknowledged)
     as on the wire; ``job_lease``: its ``worker.job_lease``, always said (the scheduler holds
     its jobs by it). ``containment``: how it kills all that a job or GPU task started
-    (``cgroup``, ``subreaper``; "" from a worker that does not say)."""
+    (``cgroup``, ``subreaper``; "" from a worker that does not say). ``devices``: the indices
+    behind its ``GPU`` resource (their memory in ``gpus``; none: abstract, 0 to N-1);
+    ``running_gpus``: the devices of each running task that holds some, by key."""
 
     name: str
     address: str
@@ -49,6 +51,7 @@ class Register:
     attempts: tuple[dict, ...] = ()
     containment: str = ""
     devices: tuple[int, ...] = ()
+    running_gpus: dict = field(default_factory=dict)
 
 
 @op("registered")

@@ -110,7 +110,7 @@ class Backfill:
         r = self.reserve(x, xq)
         if r is None or r.worker is not w:
             return False
-        if r.spare_threads >= 1:
+        if r.spare_threads >= 1 and not (xq.devices and q.devices):  # devices: none spare
             demand = q.resources
             for name, units in r.spare.items():
                 if demand.get(name, 0) > units:
@@ -145,6 +145,9 @@ class Backfill:
             return [w for w in allowed_workers(xq.restrict, workers, index.by_name)
                     if could_host(xq, w)]
         fitting_totals = [a for total, a in index.totals.items() if holds(xq, total)]
+        if xq.devices:  # the same totals may stand for devices of other sizes
+            fitting_totals = [[a for a in addresses if could_host(xq, workers[a])]
+                              for addresses in fitting_totals]
         if sum(len(a) for a in fitting_totals) <= RESERVATION_SCAN:
             return [workers[a] for addresses in fitting_totals for a in addresses]
         hosts: dict[str, WorkerInfo] = {}
@@ -172,8 +175,11 @@ class Backfill:
         free_units = w.room.units
         free = {n: free_units.get(n, 0) for n in names}
         threads = w.nthreads - len(w.processing) - len(w.stopping)
+        # Its devices too: a copy of the worker's book, given back what each task holds
+        book = w.room.devices.copy() if xq.devices and w.room.devices is not None else None
         start = now
-        if threads < 1 or any(free[n] < demand[n] for n in names):
+        if threads < 1 or any(free[n] < demand[n] for n in names) or (
+                book is not None and book.choose(demand) is None):
             durations = self.durations
             ends = []
             for t in w.processing.values():
@@ -189,7 +195,10 @@ class Backfill:
                 if res:
                     for n in names:
                         free[n] += res.get(n, 0)
-                if threads >= 1 and all(free[n] >= demand[n] for n in names):
+                if book is not None:
+                    book.give(t.key)
+                if threads >= 1 and all(free[n] >= demand[n] for n in names) and (
+                        book is None or book.choose(demand) is not None):
                     start = end
                     break
         spare = {n: free[n] - demand[n] for n in names}

@@ -10,7 +10,7 @@ Pure data: no I/O, no clock, no logic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
 from ..jobs import JobSpec
@@ -60,7 +60,8 @@ class WorkerJoined:
     ended and not yet acknowledged), as ``WorkerAttemptStarted``/``WorkerAttemptEnded`` ops on the wire;
     ``job_lease``: how long it lets jobs run when cut off from the scheduler; ``containment``:
     how it kills what its jobs and GPU tasks start (shown, not used); ``devices``: the indices
-    behind its ``GPU`` resource (none: abstract, 0 to N-1), their memory in ``gpus``.
+    behind its ``GPU`` resource (none: abstract, 0 to N-1), their memory in ``gpus``;
+    ``running_gpus``: the devices each running task holds, by key (a peer's: checked on use).
     """
 
     address: str
@@ -75,6 +76,7 @@ class WorkerJoined:
     job_lease: float = default_of("worker.job_lease")
     containment: str = ""
     devices: tuple[int, ...] = ()
+    running_gpus: Mapping[str, Any] = field(default_factory=dict)
     now: float
 
 

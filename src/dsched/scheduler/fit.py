@@ -187,10 +187,11 @@ class Fit:
             return False
         room = w.room
         room.free, room.units = self._arithmetic.take(room.free, t.resources)
+        t.gpus = ()
         if q.devices and room.devices is not None:
             devices = devices_for(t.resources, room.devices, gpus)
-            assert devices is not None, f"{t.key} placed without its devices free"
-            room.devices.take(t.key, t.resources, devices)
+            if devices is None or not room.devices.take(t.key, t.resources, devices):
+                raise AssertionError(f"{t.key} placed without its devices free")
             t.gpus = devices
         return True
 
@@ -212,9 +213,9 @@ def devices_for(demand: Resources, book: DeviceBook,
                 gpus: tuple[int, ...] = ()) -> tuple[int, ...] | None:
     """The devices ``demand`` would take of ``book`` now: ``gpus`` where given (a job found
     running there on a worker that came back), else the best fit; None where not free."""
-    if gpus:
-        fits = all(d in book.memory and book.fits_on(demand, d) for d in gpus)
-        return gpus if fits else None
+    if gpus:  # those behind its GPU resource (a job's also lists its gpu<N> devices)
+        gpus = tuple(d for d in gpus if d in book.memory)
+        return gpus if book.can_take(demand, gpus) else None
     return book.choose(demand)
 
 

@@ -196,7 +196,8 @@ def queued_reason(state: "SchedulerState", t) -> tuple[str, str]:
                                         -w.assigned, w.name))
     short = [n for n in sorted(demand) if w.free.get(n) < demand[n]]
     wanted = ", ".join(short) if short else "a free slot"
-    if w not in devices_free:  # its devices: what is short on them, said as it is
+    if w not in devices_free and (not short or demand.get(GPU_MEMORY)):
+        # what is short on its devices, where the totals do not say it (or memory is asked)
         short = [n for n in (GPU, GPU_MEMORY) if demand.get(n)]
         wanted = shortfall(demand, [w.room.devices], free=True)
     users = [_label(x) for x in w.processing.values()

@@ -13,10 +13,11 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
+from ..errors import ResourceSpecError
 from ..jobs import parse_job_key
-from ..resources import SCALE
+from ..resources import SCALE, check_offer
 from . import events as ev
 from .actions import (INFO, WARNING, CloseWorker, GrantLease, JobsReply, SendReplicate,
                       SendUnfenceGpu, TellMoved, SendRetire,
@@ -71,6 +72,11 @@ class Membership:
             reason = f"a worker needs at least one thread, not {e.nthreads}"
             out.actions.append(CloseWorker(worker=e.address, reason=reason, refused=True))
             return
+        try:  # its GPUs are whole devices, and few enough to book one by one
+            check_offer(e.resources)
+        except ResourceSpecError as error:
+            out.actions.append(CloseWorker(worker=e.address, reason=str(error), refused=True))
+            return
         w = WorkerInfo(e.address, e.name, e.nthreads, e.resources, tuple(e.gpus), out.now,
                        e.job_lease, e.containment, e.devices)
         self.workers[e.address] = w
@@ -81,7 +87,7 @@ class Membership:
         if e.previous_exit:
             self._explain_crash(e.name, e.previous_exit)
         if e.held or e.running:
-            self._reconcile(w, e.held, e.running)
+            self._reconcile(w, e.held, e.running, e.running_gpus)
         self.jobs.worker_joined(w, e.attempts)
         self.placer.reasons.refresh()
 
@@ -105,13 +111,14 @@ class Membership:
                 t.death_causes = (*t.death_causes[:-1], f"{t.death_causes[-1]}; its process {how}")
 
     def _reconcile(self, w: WorkerInfo, held: tuple[tuple[str, int], ...],
-                   running: tuple[str, ...]) -> None:
+                   running: tuple[str, ...], running_gpus: Mapping[str, Any]) -> None:
         """Adopt what a reconnecting worker kept that is still needed; drop the rest there.
 
         A result still needed and not yet recomputed ends its task here; a result already
         in memory elsewhere becomes one more copy. A task it still runs is adopted when it is
         queued to run again and can start on this worker now (the worker ignores the repeated
-        Execute); any other running task is stopped there.
+        Execute), on the devices it runs on (``running_gpus``); any other running task is
+        stopped there.
         """
         graph, out = self.graph, self.out
         for key, nbytes in held:
@@ -130,7 +137,10 @@ class Membership:
             if parse_job_key(key) is not None:
                 continue  # a job attempt: the job book settles it
             t = graph.tasks.get(key)
-            if t is None or t.state is not QUEUED or not self.placer.adopt(t, w):
+            gpus = running_gpus.get(key)
+            gpus = tuple(gpus) if isinstance(gpus, (list, tuple)) and all(
+                type(d) is int for d in gpus) else ()
+            if t is None or t.state is not QUEUED or not self.placer.adopt(t, w, gpus):
                 out.actions.append(SendStopTask(key=key, worker=w.address))
 
     def heartbeat(self, e: ev.WorkerHeartbeat) -> None:

@@ -187,15 +187,15 @@ class Placer:
 
     # -- booking -----------------------------------------------------------------------------
 
-    def adopt(self, t: Task, w: WorkerInfo) -> bool:
-        """``w`` reconnected still running ``t`` (a task, not a job attempt), which was queued
-        to run again: book it there if ``w`` can start it on a thread free now (the worker
-        ignores the SendExecute)."""
+    def adopt(self, t: Task, w: WorkerInfo, gpus: tuple[int, ...] = ()) -> bool:
+        """``w`` reconnected still running ``t`` (a task, not a job attempt) on the devices
+        ``gpus``, which was queued to run again: book it there, on those devices, if ``w``
+        can start it on a thread free now (the worker ignores the SendExecute)."""
         q = t.queue
-        if q is None or not self.fit.startable_now(t, q, w):
+        if q is None or not self.fit.startable_now(t, q, w, gpus):
             return False
         self.dequeue(t)
-        self.place(t, w, q)
+        self.place(t, w, q, gpus)
         return True
 
     def book(self, t: Task, w: WorkerInfo, gpus: tuple[int, ...] = ()) -> bool:
@@ -213,8 +213,8 @@ class Placer:
         placed, self.placed_jobs = self.placed_jobs, []
         return placed
 
-    def place(self, t: Task, w: WorkerInfo, q: ShapeQueue) -> None:
-        self._book(t, w, q)
+    def place(self, t: Task, w: WorkerInfo, q: ShapeQueue, gpus: tuple[int, ...] = ()) -> None:
+        self._book(t, w, q, gpus)
         out = self.out
         out.counters["placed"] += 1
         actions = out.actions

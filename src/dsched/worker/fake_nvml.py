@@ -13,7 +13,8 @@ Every device field is optional. ``{"count": 4}`` is short for four default devic
 ``processes`` are what ``nvmlDeviceGetComputeRunningProcesses`` lists, each using ``memory``
 bytes, counted in its used memory beside ``memory_used``. A device's ``events`` are what an
 event set it is registered in delivers, in order: ``{"xid": 79}`` (a critical Xid error) or
-``{"ecc": "double_bit"}``; ``"remap_failed": true`` is a failed row remapping. A file is read
+``{"ecc": "double_bit"}``; ``"remap_failed": true`` is a failed row remapping, and ``"ecc":
+false`` a device without ECC (registering for its ECC events fails, as NVML's does). A file is read
 again at each ``load_nvml``, and at each wait for events, so a test changes what a running
 worker measures, and injects faults, by rewriting it.
 ``init_error`` makes ``nvmlInit`` fail as real NVML does: ``"library_not_found"``,
@@ -159,7 +160,9 @@ class FakeNvml:
 
     def nvmlDeviceRegisterEvents(self, handle: SimpleNamespace, types: int,  # noqa: N802
                                  events: SimpleNamespace) -> None:
-        self._device(handle)
+        gpu = self._device(handle)
+        if types & self.nvmlEventTypeDoubleBitEccError and gpu.get("ecc") is False:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # as NVML: none of them
         events.types[handle.index] = events.types.get(handle.index, 0) | types
 
     def nvmlEventSetWait_v2(self, events: SimpleNamespace,  # noqa: N802
@@ -167,7 +170,10 @@ class FakeNvml:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             if self.source is not None:  # a test may have written faults since
-                self.gpus = FakeNvml.from_env_value(str(self.source)).gpus
+                try:
+                    self.gpus = FakeNvml.from_env_value(str(self.source)).gpus
+                except (OSError, ValueError):  # being written: as it was
+                    pass
             for index, types in sorted(events.types.items()):
                 seen = events.delivered.get(index, 0)
                 pending = self.gpus[index].get("events", ())[seen:]

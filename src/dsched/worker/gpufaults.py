@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ..protocol import ops
 from .actions import Action, KillJob, KillTask
 from .events import GpuFaulted
-from .task import WorkerTaskState
+from .task import RUNNING, WorkerTaskState
 
 if TYPE_CHECKING:
     from .state import WorkerState
@@ -40,10 +40,17 @@ def faulted(state: WorkerState, event: GpuFaulted) -> list[Action]:
                 WorkerTaskState.CANCELLING, FAULT, reason)
             actions.append(KillJob(task.key, FAULT, reason) if task.job is not None
                            else KillTask(task.key))
-        elif task.state is WorkerTaskState.READY and event.index in task.granted:
+        elif task.state not in RUNNING and event.index in task.granted:  # ready, or fetching
             actions.append(ops.TaskRejected(task.key, reason))
             actions += state.forget(task)
     return actions
+
+
+def fenced(state: WorkerState, gpus: tuple[int, ...]) -> str:
+    """Why work granted ``gpus`` cannot run here ("" when it can): one of them is fenced (the
+    grant crossed the fence on the wire, or came before the scheduler heard of it)."""
+    fences = state.slots.ledger.book.fenced
+    return next((fences[d] for d in gpus if d in fences), "")
 
 
 def unfence(state: WorkerState, event: ops.UnfenceGpu) -> list[Action]:

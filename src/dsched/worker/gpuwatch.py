@@ -49,6 +49,10 @@ class GpuWatch:
         if self.indices:
             self._thread.start()
 
+    def rearm(self, index: int) -> None:
+        """``index`` was released: a fault it reports from now on fences it again."""
+        self.said.discard(index)
+
     def stop(self) -> None:
         """Stop watching; returns once the thread is gone (within a wait)."""
         self._stop.set()
@@ -75,15 +79,26 @@ class GpuWatch:
                 pass
 
     def _watch(self, nvml: Any) -> None:
-        events = nvml.nvmlEventSetCreate()
+        try:
+            events = nvml.nvmlEventSetCreate()
+        except nvml.NVMLError as error:
+            logger.debug("GPU faults are not watched: %s", error)
+            return
         handles = {}
-        kinds = nvml.nvmlEventTypeXidCriticalError | nvml.nvmlEventTypeDoubleBitEccError
         for index in self.indices:
             try:
-                handle = handles[index] = nvml.nvmlDeviceGetHandleByIndex(index)
-                nvml.nvmlDeviceRegisterEvents(handle, kinds, events)
+                handles[index] = nvml.nvmlDeviceGetHandleByIndex(index)
             except nvml.NVMLError as error:
-                logger.debug("GPU %d: its fault events cannot be watched: %s", index, error)
+                logger.debug("GPU %d cannot be watched: %s", index, error)
+                continue
+            # One type at a time: a device without ECC refuses the ECC events, and NVML then
+            # registers none of a mask.
+            for kind in (nvml.nvmlEventTypeXidCriticalError,
+                         nvml.nvmlEventTypeDoubleBitEccError):
+                try:
+                    nvml.nvmlDeviceRegisterEvents(handles[index], kind, events)
+                except nvml.NVMLError as error:
+                    logger.debug("GPU %d: events %#x cannot be watched: %s", index, kind, error)
         remap_due = 0.0
         try:
             while not self._stop.is_set():

@@ -175,10 +175,14 @@ class Worker:
         self.gpu_children.containment = self.containment
         self._handle(ev.AttemptsRecovered(tuple(opened)))
         loop = asyncio.get_running_loop()
+        def faulted(index: int, reason: str) -> None:  # on the watch's thread
+            try:
+                loop.call_soon_threadsafe(self._gpu_faulted, index, reason)
+            except RuntimeError:  # the loop has closed: the worker is gone
+                pass
+
         self.gpu_watch = GpuWatch([gpu.index for gpu in self.setup.gpus],
-                                  config.gpu_fault_xids,
-                                  lambda index, reason: loop.call_soon_threadsafe(
-                                      self._gpu_faulted, index, reason))
+                                  config.gpu_fault_xids, faulted)
         self.gpu_watch.start()
         self._supervisor = asyncio.ensure_future(self._supervise())
 
@@ -297,6 +301,7 @@ class Worker:
             gpus=tuple(vars(gpu) for gpu in s.gpus), pid=os.getpid(), host=socket.gethostname(),
             memory_limit=s.memory_limit, held=dict(snapshot.results),
             running=tuple(task.key for task in snapshot.running), previous_exit=previous_exit,
+            running_gpus={task.key: list(task.gpus) for task in snapshot.running if task.gpus},
             attempts=tuple(attempt.to_wire() for attempt in snapshot.attempts),
             job_lease=self.state.policy.job_lease, containment=self.containment.mode,
             devices=self.state.ledger.devices)
@@ -307,6 +312,8 @@ class Worker:
     def _on_op(self, op: Any) -> None:
         kind = type(op)
         if kind in _TO_STATE:
+            if kind is ops.UnfenceGpu and self.gpu_watch is not None:
+                self.gpu_watch.rearm(op.index)
             self._handle(op)
         elif kind is ops.Retire:
             self._retired.set()

@@ -119,10 +119,8 @@ class WorkerState:
     def snapshot(self) -> WorkerSnapshot:
         tasks = sorted((t for t in self.tasks.values() if t.job is None), key=lambda t: t.seq)
         return WorkerSnapshot(
-            running=tuple(
-                RunningTask(t.key, t.state.value, t.resources, t.gpus)
-                for t in tasks if t.state in RUNNING
-            ),
+            running=tuple(RunningTask(t.key, t.state.value, t.resources, t.gpus)
+                          for t in tasks if t.state in RUNNING),
             waiting=tuple(t.key for t in tasks if t.state not in RUNNING),
             results={key: held.nbytes for key, held in self.holdings.results.items()
                      if held.owned},
@@ -150,6 +148,8 @@ class WorkerState:
         if task is not None:  # sent again (a reconnect): the copy here stands and will report
             if task.state is WorkerTaskState.CANCELLING and task.stopped_for == CANCEL:
                 task.stopped_for = AGAIN  # wanted after all: its end is the run asked for
+            elif task.state not in RUNNING:  # on the devices granted now
+                task.granted = event.gpus
             return []
         held = self.holdings.results.get(key)
         if held is not None and held.report is not None:
@@ -160,7 +160,7 @@ class WorkerState:
             return [ops.TaskRejected(key, f"{key} is an input held or being fetched here")]
         if self.closing:
             return [ops.TaskRejected(key, "the worker is closing")]
-        reason = self.slots.never_fits(event.resources)
+        reason = self.slots.never_fits(event.resources) or gpufaults.fenced(self, event.gpus)
         if event.job is not None:
             return self._execute_job(event, reason)
         if reason:

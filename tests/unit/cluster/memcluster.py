@@ -839,6 +839,7 @@ class MemCluster:
             name=node.name, address=node.address, nthreads=node.spec.nthreads,
             resources=node.resources, gpus=(), pid=next(self._pids), host="memcluster",
             held=dict(snapshot.results), running=tuple(t.key for t in snapshot.running),
+            running_gpus={t.key: list(t.gpus) for t in snapshot.running if t.gpus},
             previous_exit=previous_exit,
             attempts=tuple(attempt.to_wire() for attempt in snapshot.attempts),
             job_lease=self.worker_policy.job_lease, containment="subreaper",

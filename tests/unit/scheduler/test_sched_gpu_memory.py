@@ -127,3 +127,55 @@ def test_a_fenced_device_gets_no_grant_until_an_operator_releases_it():
                                act.JobsReply(client="c", request=5, value=True)]
     actions = s(ev.WorkerGpuReleased(worker="tcp://w", index=1, now=s.now))
     assert sent_gpus(actions) == {"b": (1,)}
+
+
+def test_a_task_still_running_on_a_returning_worker_is_booked_on_its_own_devices():
+    from dsched.resources import Resources
+    from dsched.scheduler import events as ev
+
+    s = Story()
+    s.worker("w", nthreads=4, resources="GPU=2 GPU_MEMORY=160e9", memory=(80 * GB, 80 * GB))
+    s.submit(task("first", "GPU=1"), task("p", "GPU=1"))
+    assert s.state.tasks["p"].gpus == (1,)
+    s.leave("w")
+    actions = s(ev.WorkerJoined(
+        address="tcp://w", name="w", nthreads=4, resources=Resources.parse("GPU=2 "
+                                                                           "GPU_MEMORY=160e9"),
+        devices=(0, 1), running=("p",), running_gpus={"p": [1]}, now=s.now,
+        gpus=({"index": 0, "memory_total": 80 * GB}, {"index": 1, "memory_total": 80 * GB})))
+    assert s.where("p") == "w" and s.state.tasks["p"].gpus == (1,)  # not the best fit, 0
+    assert sent_gpus(actions)["first"] == (0,)  # queued again, and placed on the other
+
+
+def test_a_worker_offering_gpus_that_are_not_whole_devices_or_too_many_is_refused():
+    from dsched.resources import Resources
+    from dsched.scheduler import events as ev
+
+    s = Story()
+    for offer in ("GPU=2e6", "GPU=1.5"):
+        [refused] = [a for a in s(ev.WorkerJoined(address="tcp://x", name="x", nthreads=1,
+                                                  resources=Resources.parse(offer), now=s.now))
+                     if isinstance(a, act.CloseWorker)]
+        assert refused.refused and "invalid worker resource GPU" in refused.reason
+
+
+def test_a_memory_request_is_not_starved_by_a_stream_of_fractions():
+    s = Story()
+    s.worker("w", nthreads=8, resources="GPU=1 GPU_MEMORY=80e9", memory=(80 * GB,))
+    s.submit(task("half-0", "GPU=0.5", prefix="half"))
+    s.submit(task("big", "GPU_MEMORY=60G", prefix="big"))  # 40 GB held: it waits
+    s.submit(task("half-1", "GPU=0.5", prefix="half"))  # would fit, but would delay big
+    assert s.where("half-1") is None
+    s.now += 1
+    actions = s.finish("half-0")
+    assert started(actions)[0] == ("big", "w")
+
+
+def test_a_returning_job_that_lists_its_named_devices_too_is_booked_on_its_gpu_devices():
+    from dsched.resources import Resources
+    from dsched.scheduler.fit import devices_for
+    from dsched.devices import DeviceBook
+
+    book = DeviceBook({0: 80 * GB, 1: 80 * GB})
+    assert devices_for(Resources.parse("GPU=1 gpu5=1"), book, (1, 5)) == (1,)
+    assert devices_for(Resources.parse("GPU=2"), book, (1,)) is None

@@ -70,3 +70,21 @@ def test_a_fence_is_said_again_at_each_registration_until_an_operator_releases_i
 def test_a_fault_of_a_device_the_worker_does_not_have_changes_nothing():
     state = worker()
     assert handle(state, GpuFaulted(7, "gpu fault: Xid 79 on gpu7")) == []
+
+
+def test_work_granted_a_fenced_device_is_refused_whether_it_arrives_late_or_waits_for_input():
+    state = worker()
+    fetching = Execute("needs-x", b"spec", R("GPU=1"), who_has={"x": ("peer:1",)}, gpus=(1,))
+    handle(state, fetching)
+    actions = handle(state, GpuFaulted(1, XID_79))
+    assert TaskRejected("needs-x", XID_79) in actions and "needs-x" not in state.tasks
+    late = handle(state, task("late", "GPU=1", (1,)), job("job-2.1", "GPU=1", (1,)))
+    assert late == [TaskRejected("late", XID_79), TaskRejected("job-2.1", XID_79)]
+
+
+def test_a_task_sent_again_waits_for_the_devices_granted_now():
+    state = worker()
+    handle(state, task("a", "GPU=2", (0, 1)), task("b", "GPU=1", (1,)))
+    assert state.tasks["b"].granted == (1,)
+    handle(state, task("b", "GPU=1", (0,)))  # placed again, on device 0, after a reconnect
+    assert state.tasks["b"].granted == (0,)

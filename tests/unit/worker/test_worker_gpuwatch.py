@@ -57,3 +57,25 @@ def test_the_xids_setting_takes_lists_text_and_none():
     assert xids("79, 48") == (48, 79) and xids([79]) == (79,) and xids("none") == ()
     with pytest.raises(Bad, match="Xid numbers"):
         xids("79,bus")
+
+
+def test_a_device_without_ecc_still_has_its_xids_watched():
+    w, seen = watch([{"ecc": False, "events": [{"xid": 79}]}], indices=(0,))
+    try:
+        wait_until(lambda: seen, what="device 0 fenced")
+    finally:
+        w.stop()
+
+
+def test_a_released_device_that_faults_again_is_fenced_again():
+    fake = FakeNvml([{"events": [{"xid": 79}, {"xid": 79}]}])
+    seen: list = []
+    w = GpuWatch((0,), (79,), lambda index, reason: seen.append(index), backend=fake)
+    w.start()
+    try:
+        wait_until(lambda: seen == [0], what="the first fault")
+        w.rearm(0)
+        fake.gpus[0]["events"].append({"xid": 79})
+        wait_until(lambda: seen == [0, 0], what="the fault after the release")
+    finally:
+        w.stop()
