@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from cluster_helpers import write_atomically
+from dashboard_helpers import get_json
 from deadline import wait_until
 
 
@@ -62,6 +63,8 @@ def test_an_xid_79_fences_its_device_and_requeues_its_job_once_while_an_xid_43_d
     assert waiting["error"] == f"killed: {reason_words}"
     assert f"GPU 1 fenced: {reason_words}" in waiting["detail"]
     assert job(first)["state"] == "running"  # gpu0 is not touched
+    panels = get_json(daemons.dashboard, "api/v1/panels")["panels"]
+    assert f"fenced: {reason_words}" in panels["workers"]  # as the dashboard shows it
 
     (tmp_path / "first.done").touch()  # gpu0 frees: the second job runs again, there
     assert first.result(60).ok

@@ -316,6 +316,19 @@ def test_workers_prints_resources_used_of_total_free_and_gpus_with_their_jobs(cl
     assert run("workers").output == "no workers connected\n"
 
 
+def test_workers_shows_gpu_memory_in_gb_and_a_fenced_device_with_its_fault(client):
+    client(workers=[{"name": "g", "address": "127.0.0.1:6", "nthreads": 2, "busy": 1,
+                     "draining": False, "jobs": [3],
+                     "resources": {"GPU": {"total": 2, "used": 1, "free": 1},
+                                   "GPU_MEMORY": {"total": 160e9, "used": 80e9, "free": 80e9}},
+                     "gpus": [{"index": 0, "jobs": [3], "utilization": None, "fenced": ""},
+                              {"index": 1, "jobs": [], "utilization": None,
+                               "fenced": "gpu fault: Xid 79 on gpu1 (GPU-1)"}]}])
+    _, row = run("workers").output.splitlines()
+    assert "GPU=1/2 GPU_MEMORY=80G/160G" in row and "GPU=1 GPU_MEMORY=80G" in row
+    assert "1: free FENCED (gpu fault: Xid 79 on gpu1 (GPU-1))" in row
+
+
 def test_run_local_refuses_a_bad_jobfile_before_it_starts_anything(tmp_path, monkeypatch):
     from dsched.client import cluster
 

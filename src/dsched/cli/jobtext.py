@@ -107,14 +107,16 @@ def job_table(views: Sequence[View], now: float) -> list[str]:
         reason(v)] for v in views))
 
 
-def _amount(value: float) -> str:
-    return f"{value:g}"
+def _amount(value: float, name: str = "") -> str:
+    """A quantity as ``sched workers`` shows it: GPU memory in GB (``80G``)."""
+    return f"{value / 1e9:g}G" if name == "GPU_MEMORY" else f"{value:g}"
 
 
 def _gpu(gpu: Mapping[str, Any]) -> str:
     users = "+".join(f"job {job}" for job in gpu["jobs"]) or "free"
     use = "" if gpu.get("utilization") is None else f" {gpu['utilization']:.0%} busy"
-    return f"{gpu['index']}: {users}{use}"
+    fenced = f" FENCED ({gpu['fenced']})" if gpu.get("fenced") else ""
+    return f"{gpu['index']}: {users}{use}{fenced}"
 
 
 WORKER_COLUMNS = ("WORKER", "ADDRESS", "SLOTS", "RESOURCES (USED/TOTAL)", "FREE", "GPUS",
@@ -131,9 +133,9 @@ def worker_table(workers: Sequence[Mapping[str, Any]]) -> list[str]:
         name = w["name"] + (" (draining)" if w["draining"] else "")
         rows.append([
             name, w["address"], f"{w['busy']}/{w['nthreads']}",
-            " ".join(f"{n}={_amount(r['used'])}/{_amount(r['total'])}"
+            " ".join(f"{n}={_amount(r['used'], n)}/{_amount(r['total'], n)}"
                      for n, r in sorted(resources.items())),
-            " ".join(f"{n}={_amount(r['free'])}" for n, r in sorted(resources.items())),
+            " ".join(f"{n}={_amount(r['free'], n)}" for n, r in sorted(resources.items())),
             ", ".join(_gpu(gpu) for gpu in w["gpus"]), w.get("containment", ""),
             ",".join(map(str, w["jobs"]))])
     return table(WORKER_COLUMNS, rows)
