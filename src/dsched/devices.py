@@ -60,10 +60,12 @@ class DeviceBook:
     """The devices of one worker (index -> memory units), what each grant holds of them, and
     what is left."""
 
-    __slots__ = ("memory", "share_used", "memory_used", "outside", "fenced", "held")
+    __slots__ = ("memory", "sizes", "share_used", "memory_used", "outside", "fenced", "held",
+                 "partial")
 
     def __init__(self, memory: Mapping[int, int]):
         self.memory: dict[int, int] = dict(sorted(memory.items()))
+        self.sizes = sorted(self.memory.values(), reverse=True)  # for ``could_fit``
         self.share_used: dict[int, int] = {d: 0 for d in self.memory}
         self.memory_used: dict[int, int] = {d: 0 for d in self.memory}
         #: Memory units that processes dsched did not start use on each device.
@@ -71,6 +73,10 @@ class DeviceBook:
         #: Devices that reported a fatal fault, each with its reason: no new grants there.
         self.fenced: dict[int, str] = {}
         self.held: dict[str, tuple[Part, ...]] = {}
+        #: Grants of part of a device (a fraction, or memory alone): while there are none, no
+        #: device is fenced and no memory is asked, a worker's ``GPU`` count says what fits
+        #: (``fit.Fit.startable`` asks the book only otherwise).
+        self.partial = 0
 
     @classmethod
     def abstract(cls, count: int) -> "DeviceBook":
@@ -97,7 +103,7 @@ class DeviceBook:
         book = DeviceBook(self.memory)
         book.share_used, book.memory_used = dict(self.share_used), dict(self.memory_used)
         book.outside, book.fenced = dict(self.outside), dict(self.fenced)
-        book.held = dict(self.held)
+        book.held, book.partial = dict(self.held), self.partial
         return book
 
     # -- the rule ---------------------------------------------------------------------------
@@ -152,8 +158,9 @@ class DeviceBook:
         """Whether ``demand`` fits these devices when nothing holds any of them (nor fences
         them, nor uses their memory)."""
         share, memory = demand.get(GPU, 0), demand.get(GPU_MEMORY, 0)
-        enough = sum(total >= memory for total in self.memory.values())
-        return enough >= (share // SCALE if share >= SCALE else 1)
+        wanted = share // SCALE if share >= SCALE else 1
+        return wanted <= len(self.sizes) and self.sizes[wanted - 1] >= memory
+
 
     def can_take(self, demand: Resources, devices: tuple[int, ...]) -> bool:
         """Whether ``demand`` may take ``devices`` now: as many as it asks, each one of these
@@ -201,6 +208,7 @@ class DeviceBook:
         for device, share, memory in parts:
             self.share_used[device] += share
             self.memory_used[device] += memory
+            self.partial += share < SCALE
         return True
 
     def give(self, key: str) -> tuple[int, ...]:
@@ -209,6 +217,7 @@ class DeviceBook:
         for device, share, memory in parts:
             self.share_used[device] -= share
             self.memory_used[device] -= memory
+            self.partial -= share < SCALE
         return tuple(device for device, _, _ in parts)
 
     # -- what is left -------------------------------------------------------------------------
@@ -235,6 +244,7 @@ class DeviceBook:
             assert share[d] == self.share_used[d] and memory[d] == self.memory_used[d], d
             assert share[d] <= SCALE, f"device {d} over-committed: share {share[d]}"
             assert memory[d] <= self.memory[d], f"device {d} over-committed: memory {memory[d]}"
+        assert self.partial == sum(s < SCALE for parts in self.held.values() for _, s, _ in parts)
 
 
 def shortfall(demand: Resources, books: Iterable[DeviceBook], free: bool) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from ..devices import DeviceBook, asks_devices
+from ..devices import GPU_MEMORY, DeviceBook, asks_devices
 from ..resources import Resources
 
 if TYPE_CHECKING:
@@ -45,11 +45,12 @@ class Shape:
     demanded names; ``empty``, whether there are none; ``multi``, whether there are several;
     ``primary``, the name the worker index is searched by (a GPU name first, then the one the
     fewest workers offer, from ``offered``), with ``primary_units`` of it; ``best_fit``,
-    whether to search it smallest first; ``devices``, whether it takes GPU devices.
+    whether to search it smallest first; ``devices``, whether it takes GPU devices, and
+    ``memory``, whether it asks for memory on one.
     """
 
     __slots__ = ("resources", "restrict", "names", "empty", "multi", "primary",
-                 "primary_units", "best_fit", "devices")
+                 "primary_units", "best_fit", "devices", "memory")
 
     def __init__(self, resources: Resources, restrict: frozenset[str] | None,
                  offered: Mapping[str, int]):
@@ -68,6 +69,7 @@ class Shape:
         self.best_fit = bool(gpus)
         self.primary_units = resources.get(self.primary, 0) if self.primary else 0
         self.devices = asks_devices(resources)
+        self.memory = bool(resources.get(GPU_MEMORY, 0))
 
 
 class Room:
@@ -115,10 +117,11 @@ def could_host(q: Shape, w: WorkerInfo) -> bool:
     restrict = q.restrict  # ``allows``, inlined: backfill asks this of every candidate
     if restrict is not None and w.name not in restrict and w.address not in restrict:
         return False
-    if not q.resources.fits(w.room.total):
-        return False
+    if not q.memory:  # with no memory asked, the GPU count says as much as the devices
+        return q.resources.fits(w.room.total)
     devices = w.room.devices
-    return not q.devices or devices is None or devices.could_fit(q.resources)
+    return q.resources.fits(w.room.total) and (devices is None
+                                               or devices.could_fit(q.resources))
 
 
 class Fit:
@@ -151,9 +154,11 @@ class Fit:
             if not (q.resources.fits(units) if q.multi  # one name: a lookup
                     else units.get(q.primary, 0) >= q.primary_units):
                 return False
-            if q.devices and w.room.devices is not None \
-                    and devices_for(t.resources, w.room.devices, gpus) is None:
-                return False
+            if q.devices:  # its devices, where the GPU count does not say (``counted``)
+                book = w.room.devices
+                if book is not None and (gpus or book.partial or book.fenced or q.memory) \
+                        and devices_for(t.resources, book, gpus) is None:
+                    return False
         return not (w.stopping and t.key in w.stopping)
 
     def startable_now(self, t: Task, q: Shape, w: WorkerInfo, gpus: tuple[int, ...] = ()) -> bool:
