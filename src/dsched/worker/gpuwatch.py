@@ -31,6 +31,18 @@ WAIT = 0.5
 REMAP_EVERY = 10.0
 
 
+def on_loop(loop: Any, call: Callable[[int, str], None]) -> Callable[[int, str], None]:
+    """``call``, made from the watch's thread to run on ``loop`` (nothing once it has closed:
+    the worker is gone)."""
+    def soon(index: int, reason: str) -> None:
+        try:
+            loop.call_soon_threadsafe(call, index, reason)
+        except RuntimeError:
+            pass
+
+    return soon
+
+
 class GpuWatch:
     """Watch ``indices`` (NVML's) and call ``on_fault(index, reason)`` from its own thread,
     once a device, for each fault that should fence it."""

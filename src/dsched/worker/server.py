@@ -44,8 +44,8 @@ from . import events as ev
 from .containment import SUBREAPER, Containment, settle
 from .data import ResultStore
 from .executor import GpuProcessPool, Outcome, TaskKilled, ThreadRunner
-from .gpus import GpuDevice, gpu_usage
-from .gpuwatch import GpuWatch
+from .gpus import GpuDevice, gpu_usage, process_tree
+from .gpuwatch import GpuWatch, on_loop
 from .jobrecords import default_directory
 from .jobrunner import JobRunner
 from .session import SchedulerSession
@@ -174,15 +174,8 @@ class Worker:
         self.jobs.contain(self.containment)
         self.gpu_children.containment = self.containment
         self._handle(ev.AttemptsRecovered(tuple(opened)))
-        loop = asyncio.get_running_loop()
-        def faulted(index: int, reason: str) -> None:  # on the watch's thread
-            try:
-                loop.call_soon_threadsafe(self._gpu_faulted, index, reason)
-            except RuntimeError:  # the loop has closed: the worker is gone
-                pass
-
-        self.gpu_watch = GpuWatch([gpu.index for gpu in self.setup.gpus],
-                                  config.gpu_fault_xids, faulted)
+        self.gpu_watch = GpuWatch([gpu.index for gpu in self.setup.gpus], config.gpu_fault_xids,
+                                  on_loop(asyncio.get_running_loop(), self._gpu_faulted))
         self.gpu_watch.start()
         self._supervisor = asyncio.ensure_future(self._supervise())
 
@@ -322,21 +315,12 @@ class Worker:
             raise ops.BadOp(f"{op.OP} is not an op the scheduler sends a worker")
 
     def _heartbeat(self) -> ops.Heartbeat:
-        usage = gpu_usage(tuple(gpu.index for gpu in self.setup.gpus), ours=self._our_pids)
+        usage = gpu_usage(tuple(gpu.index for gpu in self.setup.gpus),
+                          ours=lambda: process_tree(self._process))
         return ops.Heartbeat(
             cpu=self._process.cpu_percent(), memory=self._process.memory_info().rss,
             memory_limit=self.setup.memory_limit, gpus=tuple(vars(u) for u in usage),
             executing=self.setup.nthreads - self.state.free_threads, sent=time.monotonic())
-
-    def _our_pids(self) -> set[int]:
-        """This process and every process under it (GPU task processes, jobs' spawner,
-        supervisors and what they run): the GPU memory they use is granted, not others'."""
-        pids = {self._process.pid}
-        try:
-            pids.update(child.pid for child in self._process.children(recursive=True))
-        except psutil.Error:
-            pass
-        return pids
 
     # -- decisions and actions --------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """GPU discovery through a fake NVML, the plans made from it, and one run on real NVML."""
 
 import json
+import os
 import logging
 import sys
 from pathlib import Path
@@ -277,3 +278,19 @@ def test_memory_used_by_processes_the_worker_did_not_start_is_measured_apart():
     assert (first.memory_used, first.memory_outside) == (50 * 10**9, 40 * 10**9)
     assert second.memory_outside == 0
     assert asked == [1]  # the worker's processes are listed once, where a device has any
+
+
+def test_the_workers_own_processes_are_itself_and_all_under_it():
+    import subprocess
+
+    import psutil
+
+    from dsched.worker.gpus import process_tree
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert {os.getpid(), child.pid} <= process_tree(psutil.Process())
+        assert 1 not in process_tree(psutil.Process())  # init is no process of the worker's
+    finally:
+        child.kill()
+        child.wait()
