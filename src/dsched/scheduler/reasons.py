@@ -71,9 +71,13 @@ class Reasons:
             where = " among the allowed workers"
         else:
             totals = list(index.totals)
-            allowed = [self.workers[a] for total in totals for a in index.totals[total]]
+            allowed = None
         if q.empty or any(holds(q, total) for total in totals):
-            if not q.devices or any(could_host(q, w) for w in allowed):
+            if not q.memory:  # with no memory asked, the totals say as much as the devices
+                return None
+            if allowed is None:
+                allowed = [self.workers[a] for total in totals for a in index.totals[total]]
+            if any(could_host(q, w) for w in allowed):
                 return None
             books = [w.room.devices for w in allowed if w.room.devices is not None]
             return "too_large", shortfall(demand, books, free=False)
