@@ -193,10 +193,6 @@ class DeviceBook:
         """``device`` takes grants again; whether it was fenced."""
         return self.fenced.pop(device, None) is not None
 
-    def holders(self, device: int) -> list[str]:
-        """The keys holding part of ``device``."""
-        return [key for key, parts in self.held.items() if any(d == device for d, _, _ in parts)]
-
     def take(self, key: str, demand: Resources, devices: Iterable[int]) -> bool:
         """Book ``demand``'s parts of ``devices`` for ``key``; False (nothing booked) when
         they are not all free, or are not the number it asks for."""
