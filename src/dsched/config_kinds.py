@@ -67,6 +67,8 @@ _CONTAINMENT = ("auto", "cgroup", "subreaper")
 containment = _kind("one of " + ", ".join(_CONTAINMENT),
                     lambda v: isinstance(v, str) and v.strip().lower() in _CONTAINMENT,
                     lambda v: v.strip().lower())
+idle_action = _kind("warn or cancel", lambda v: isinstance(v, str)
+                    and v.strip().lower() in ("warn", "cancel"), lambda v: v.strip().lower())
 #: Compiled where first used (``re`` caches it), not by every program that reads its config.
 _SIZE = r"\s*(\d*\.?\d+(?:e[+-]?\d+)?)\s*([kmgtp]i?)?b?\s*"
 

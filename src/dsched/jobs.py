@@ -61,6 +61,7 @@ class Reason(str, Enum):
     recovering = "recovering"  #: the scheduler restarted and waits for its workers
     worker_lost = "worker_lost"  #: the worker running it went away
     starting = "starting"  #: assigned: on its way to a worker that starts it at once
+    idle = "idle"  #: cancelled by its worker: it held its GPUs at 0% for too long
 
     def __str__(self) -> str:
         return self.value
@@ -88,6 +89,8 @@ class JobSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
     requeue: bool = False
+    #: Retry once, with more GPU memory, after running out of it (None: where it asks some).
+    gpu_memory_retry: bool | None = None
     #: An array job: one element per index (``ArraySpec``); None for a single job.
     array: "ArraySpec | None" = None
 
@@ -143,6 +146,7 @@ class JobSpec:
                 time_limit=_number(wire.get("time_limit")), hold=bool(wire.get("hold", False)),
                 env=dict(wire.get("env") or {}), cwd=wire.get("cwd"),
                 requeue=bool(wire.get("requeue", False)),
+                gpu_memory_retry=_flag(wire.get("gpu_memory_retry")),
                 array=ArraySpec.from_wire(wire["array"]) if wire.get("array") else None)
         except SchedError:  # said already: JobSpecError, ResourceSpecError
             raise
@@ -340,6 +344,12 @@ def _int(v: Any) -> int:
     return v
 
 
+def _flag(v: Any) -> bool | None:
+    if v is not None and type(v) is not bool:
+        raise TypeError(f"expected true, false or none, got {v!r:.40}")
+    return v
+
+
 def _number(v: Any) -> float | None:
     if v is None:
         return None
@@ -369,20 +379,6 @@ def parse_duration(text: str) -> float:
     for part in parts:  # h:m:s, m:s or s
         seconds = seconds * 60 + part
     return seconds + (int(days) * 86400 if days else 0)
-
-
-def exit_status(state: str, exit_code: int | None) -> int:
-    """The status a program that ran the job in the foreground exits with, as a shell reports
-    one: 0 if it completed, its command's exit code if that was not 0, 128 + N if a signal N
-    killed it, 124 if it ran past its time limit (as ``timeout`` says so), else 1 (it could
-    not start, was cancelled or lost)."""
-    if state == JobState.completed:
-        return 0
-    if state == JobState.timeout:
-        return 124
-    if state == JobState.failed and exit_code:
-        return exit_code if exit_code > 0 else 128 - exit_code
-    return 1
 
 
 def job_key(job: int, attempt: int) -> str:

@@ -30,7 +30,7 @@ def job_spec(command: Any, *, resources: Any = None, name: str = "", priority: i
              time_limit: float | str | None = None, hold: bool = False,
              env: Mapping[str, str] | None = None, cwd: str | None = None,
              requeue: bool = False, array: Any = None,
-             array_limit: int | None = None) -> JobSpec:
+             array_limit: int | None = None, gpu_memory_retry: bool | None = None) -> JobSpec:
     """A JobSpec from ``submit_command``'s arguments, checked here (raises ValueError or
     ResourceSpecError, and nothing is sent). ``command``: a list of arguments, or a string
     split as a shell would (no shell runs it: use ``["sh", "-c", "..."]`` for that).
@@ -48,7 +48,8 @@ def job_spec(command: Any, *, resources: Any = None, name: str = "", priority: i
                    name=name, priority=priority, retries=retries,
                    after_ok=tuple(_job_ids(after_ok)), after_any=tuple(_job_ids(after_any)),
                    time_limit=time_limit, hold=hold, env=dict(env or {}), cwd=cwd,
-                   requeue=requeue, array=array_spec(array, array_limit))
+                   requeue=requeue, array=array_spec(array, array_limit),
+                   gpu_memory_retry=gpu_memory_retry)
 
 
 def submission_id() -> str:

@@ -165,6 +165,13 @@ class WorkerConfig:
                                   "NVML Xid errors that fence a GPU (no new work on it; its "
                                   "work ends lost): hardware faults, not application errors "
                                   "(13, 31, 43, 45); none: Xids fence nothing")
+    gpu_idle_timeout: float | None = setting(None, k.nullable(k.seconds),
+                                             "Seconds a job may hold its GPUs at 0% "
+                                             "utilisation before the worker says it is idle "
+                                             "(see gpu_idle_action); none: never")
+    gpu_idle_action: str = setting("warn", k.idle_action,
+                                   "What an idle job gets: warn (a WARNING in the worker's log) "
+                                   "or cancel (it ends cancelled, with reason idle)")
     reconnect_backoff_min: float = setting(0.5, k.seconds, "Seconds before the first reconnect; "
                                            "doubles with each try")
     reconnect_backoff_max: float = setting(30.0, k.seconds, "The longest wait between reconnects")

@@ -20,23 +20,24 @@ FORBIDDEN = {"asyncio", "socket", "select", "selectors", "subprocess", "threadin
 SANS_IO_FORBIDDEN = {"asyncio", "socket", "select", "selectors", "subprocess", "threading",
                      "time", "tornado", "sqlite3"}
 SCHEDULER_CORE = [
-    "__init__", "actions", "backfill", "budget", "choice", "events", "fit", "graph", "invariants",
-    "job", "jobbook", "jobrecovery", "membership", "optables", "outbox", "placer", "queue",
-    "reasons", "reconcile", "state", "submission", "task", "views", "worker",
+    "__init__", "actions", "attemptrows", "backfill", "budget", "choice", "events", "fit", "graph",
+    "invariants",
+    "job", "jobbook", "jobrecovery", "membership", "oomretry", "optables", "outbox", "placer",
+    "queue", "reasons", "reconcile", "state", "submission", "task", "views", "worker",
 ]
-WORKER_CORE = ["actions", "attempts", "events", "gpufaults", "holdings", "invariants", "ledger",
-               "slots", "state", "task"]
+WORKER_CORE = ["actions", "attempts", "events", "gpufaults", "gpuuse", "holdings", "invariants",
+               "ledger", "slots", "state", "task"]
 CORES = ([f"scheduler/{name}.py" for name in SCHEDULER_CORE]
          + [f"worker/{name}.py" for name in WORKER_CORE]
          + ["protocol/fields.py", "protocol/ops.py", "resources.py", "devices.py", "jobs.py",
-            "settings.py", "policy.py", "environ.py", "sim.py"])
+            "oom.py", "settings.py", "policy.py", "environ.py", "sim.py"])
 SANS_IO = ["protocol/__init__.py", "protocol/framing.py", "protocol/messages.py",
            "protocol/handshake.py"]
 #: The longest a core module may grow.
 MAX_LINES = 400
 #: ops.py holds the op declarations alone (their machinery is fields.py): one table, read in
 #: one place, that grows by one small class per op; cut in two it would only be harder to find.
-LONGER = {"protocol/ops.py": 500}
+LONGER = {"protocol/ops.py": 560}
 
 
 def imports(path: Path) -> set[str]:

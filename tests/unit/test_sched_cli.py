@@ -137,7 +137,7 @@ def test_submit_passes_every_option_to_the_library_and_prints_the_job_number(cli
     result = run("-s", "h:1", "submit", "--resources", "gpu0=1 gpu1=1", "--name", "train",
                  "--priority", "5", "--retries", "2", "--after-ok", "1,2", "--after-ok", "3",
                  "--after-any", "4", "--time", "15m", "--hold", "--env", "A=1",
-                 "--env", "B=x=y", "--cwd", "/data", "--requeue", "--",
+                 "--env", "B=x=y", "--cwd", "/data", "--requeue", "--gpu-memory-retry", "--",
                  "python", "train.py", "--lr", "0.1")
     assert result.exit_code == 0, result.output
     assert result.output == "7\n"
@@ -147,7 +147,27 @@ def test_submit_passes_every_option_to_the_library_and_prints_the_job_number(cli
     assert options == {"name": "train", "priority": 5, "retries": 2, "after_ok": [1, 2, 3],
                        "after_any": [4], "time_limit": 900.0, "hold": True,
                        "env": {"A": "1", "B": "x=y"}, "cwd": "/data", "requeue": True,
-                       "array": None, "array_limit": None}
+                       "array": None, "array_limit": None, "gpu_memory_retry": True}
+
+
+@pytest.mark.parametrize("flags, value", [((), None), (("--gpu-memory-retry",), True),
+                                          (("--no-gpu-memory-retry",), False)])
+def test_submit_says_whether_a_job_is_retried_after_running_out_of_gpu_memory(client, flags,
+                                                                              value):
+    stand_in = client()
+    result = run("-s", "h:1", "submit", *flags, "--", "true")
+    assert result.exit_code == 0, result.output
+    [(_, _, options)] = stand_in.calls
+    assert options["gpu_memory_retry"] is value
+
+
+def test_submit_refuses_both_gpu_memory_retry_flags(client):
+    stand_in = client()
+    result = run("-s", "h:1", "submit", "--gpu-memory-retry", "--no-gpu-memory-retry", "--",
+                 "true")
+    assert result.exit_code == 1
+    assert "choose one" in result.output
+    assert not stand_in.calls
     assert client.configs[0]["client"]["scheduler_address"] == "h:1" and stand_in.closed
 
 

@@ -11,7 +11,8 @@ import pytest
 from dsched.cli.jobtext import duration, ended_line, progress_line, summary
 from dsched.cli.progress import JobProgress
 from dsched.jobfile import JobLine, parse_jobfile
-from dsched.jobs import JobSpecError, exit_status
+from dsched.cli.jobtext import exit_status
+from dsched.jobs import JobSpecError
 from dsched.resources import Resources
 
 

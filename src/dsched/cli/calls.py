@@ -46,6 +46,10 @@ def submit(client: Any, echo: Echo, command: tuple[str, ...], options: dict, aft
            after_any: tuple, wait: bool = False, as_json: bool = False) -> int:
     """Queue the job and print its number (its view, ``as_json``); ``wait``: follow it to its
     end and exit as it did."""
+    retry, no_retry = options.pop("gpu_memory_retry"), options.pop("no_gpu_memory_retry")
+    if retry and no_retry:
+        return fail(echo, "--gpu-memory-retry and --no-gpu-memory-retry: choose one")
+    options["gpu_memory_retry"] = True if retry else False if no_retry else None
     options.update(after_ok=client.resolve_jobs(j for jobs in after_ok for j in jobs),
                    after_any=client.resolve_jobs(j for jobs in after_any for j in jobs))
     job = client.submit_command(list(command), **options).job_id()
@@ -55,8 +59,7 @@ def submit(client: Any, echo: Echo, command: tuple[str, ...], options: dict, aft
         else:
             echo(job)
         return 0
-    from ..jobs import exit_status
-    from .jobtext import ended_line
+    from .jobtext import ended_line, exit_status
 
     if not as_json:
         echo(job)

@@ -185,3 +185,17 @@ def progress_line(views: Sequence[View], seconds: float) -> str:
         text += f" ({', '.join(_counts(ended, _ENDED))})"
     waiting = _counts(views, _WAITING)
     return text + (f"; {', '.join(waiting)}" if waiting else "")
+
+
+def exit_status(state: str, exit_code: int | None) -> int:
+    """The status a program that ran the job in the foreground exits with, as a shell reports
+    one: 0 if it completed, its command's exit code if that was not 0, 128 + N if a signal N
+    killed it, 124 if it ran past its time limit (as ``timeout`` says so), else 1 (it could
+    not start, was cancelled or lost)."""
+    if state == "completed":
+        return 0
+    if state == "timeout":
+        return 124
+    if state == "failed" and exit_code:
+        return exit_code if exit_code > 0 else 128 - exit_code
+    return 1

@@ -74,6 +74,11 @@ SUBMIT = (
     _opt("--requeue", kind="flag",
          help="Queue it again if its worker is lost while it runs (it may then have run "
          "twice); without it such a job ends 'lost'."),
+    _opt("--gpu-memory-retry", kind="flag",
+         help="If it fails for want of GPU memory, run it once more with a larger "
+         "GPU_MEMORY [default: so for a job that asks GPU_MEMORY]."),
+    _opt("--no-gpu-memory-retry", kind="flag",
+         help="Do not run it again after it fails for want of GPU memory."),
     _opt("--array", dest="array_text", metavar="INDICES",
          help=f"An array: one job per index, {{}} in COMMAND replaced by it, ${ARRAY_INDEX_ENV} "
          "set to it (0-999, 1,3,5-7 or 0-30:10; %N: at most N at once). Its elements are "

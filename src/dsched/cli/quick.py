@@ -104,7 +104,8 @@ def _call(client: Any, parsed: Parsed) -> int:
                             params["expand"], params["as_json"])
     # What the click command does with its parameters before it connects (sched.submit).
     options = {key: params[key] for key in ("resources", "name", "priority", "retries",
-                                            "time_limit", "hold", "cwd", "requeue")}
+                                            "time_limit", "hold", "cwd", "requeue",
+                                            "gpu_memory_retry", "no_gpu_memory_retry")}
     text = params["array_text"]
     options.update(env=dict(params["env"]), array=None if text is None else ArraySpec.parse(text),
                    array_limit=params["array_limit"])

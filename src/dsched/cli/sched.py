@@ -1,5 +1,5 @@
-"""``sched``: shell-command jobs from the terminal (submit, status, workers, logs, wait, cancel,
-release, run-local).
+"""``sched``: shell-command jobs from the terminal (submit, status, history, workers, logs,
+wait, cancel, release, run-local).
 
 Thin on purpose: each subcommand parses its options, connects a Client made from the config
 (``dsched.config``), calls the client library, and prints what it got (``jobtext``,
@@ -7,7 +7,7 @@ Thin on purpose: each subcommand parses its options, connects a Client made from
 SUBCOMMAND --help`` works even with a broken config. Exit status: 0 when all went as asked; 1
 when the scheduler refused, could not be reached, or a job did not complete; 2 for a bad
 command line (a scheduler address without a port among them, as for sched-worker);
-``submit --wait`` exits as the job did (``jobs.exit_status``); a wait that times out, 124;
+``submit --wait`` exits as the job did (``jobtext.exit_status``); a wait that times out, 124;
 a command that follows jobs (``wait``, ``submit --wait``, ``logs -f``) and lost its scheduler
 for longer than ``client.connect_timeout``, 75; 141, silently, when standard output is closed
 early (``sched status | head``). Errors are one
@@ -27,7 +27,7 @@ import click
 
 from .. import __version__
 from ..errors import SchedError, SchedulerLostError
-from ..jobs import ArraySpec, JobSpecError
+from ..jobs import ENDED, ArraySpec, JobSpecError
 from . import calls
 from .calls import EXIT_SCHEDULER_LOST, stdout_closed
 from .options import GROUP, STATUS, SUBMIT
@@ -156,6 +156,56 @@ def status(ctx: click.Context, job_ids: tuple[int, ...], states: tuple[str, ...]
     """
     def work(client: Any) -> int:
         return calls.status(client, click.echo, job_ids, states, expand, as_json)
+
+    _with_client(ctx, work)
+
+
+@main.command()
+@click.argument("job_ids", nargs=-1, type=JOB_ID, metavar="[JOB]...")
+@click.option("--state", "states", multiple=True,
+              type=click.Choice(sorted(state.value for state in ENDED)),
+              help="Only attempts that ended so (repeatable).")
+@click.option("--name", default="", metavar="GLOB",
+              help="Only jobs whose name GLOB matches, as a shell matches file names "
+              "(train-*, eval-[0-9]).")
+@click.option("--since", metavar="WHEN",
+              help="Only attempts that ended at or after WHEN: a time ago (90m, 2h, 1d) or a "
+              "date or time (2024-05-01, 2024-05-01T14:30; local time).")
+@click.option("--until", metavar="WHEN", help="Only attempts that ended before WHEN.")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True,
+              metavar="N", help="The newest N.")
+@click.option("--json", "as_json", is_flag=True, help="Print the attempts as JSON, for scripts.")
+@click.pass_context
+def history(ctx: click.Context, job_ids: tuple[int, ...], states: tuple[str, ...], name: str,
+            since: str | None, until: str | None, limit: int, as_json: bool) -> None:
+    """Show ended job attempts, newest first, with their GPU-hours and efficiency.
+
+    Each attempt that ended is a line: every retry of a job, and one given up with its worker.
+    GPUS are those it held (a fraction of one, or of its memory, for a share), GPU-HOURS its
+    duration times them; UTIL-AVG/PEAK and MEM-PEAK are its GPUs' use as its worker sampled
+    it, and EFFICIENCY the GPU-hours it used of those it held. A last line sums them. Jobs
+    (JOB: an array's elements, or 12_3) and times filter it.
+    """
+    from .historytext import history_table, totals_line, when
+
+    now = time.time()
+    bounds = []
+    for option, text in (("--since", since), ("--until", until)):
+        try:
+            bounds.append(None if text is None else when(text, now))
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint=option) from None
+
+    def work(client: Any) -> int:
+        views = client.history(job_ids, states, name, *bounds, limit)
+        if as_json:
+            calls.print_json(click.echo, views)
+        elif views:
+            click.echo("\n".join(history_table(views, now)))
+            click.echo(totals_line(views))
+        else:
+            click.echo("no ended attempts")
+        return 0
 
     _with_client(ctx, work)
 

@@ -1,4 +1,5 @@
-"""``annotate``: resource demands, priority and retries for every submit inside a block.
+"""``annotate``: resource demands, priority, retries, workers and the retry of a task that
+runs out of GPU memory (``gpu_memory_retry``) for every submit inside a block.
 
 Annotations live in a context variable, so they follow the code that set them across threads
 started with ``contextvars.copy_context`` and across asyncio tasks, and never leak into other
@@ -20,7 +21,7 @@ TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.p
 if TYPE_CHECKING:
     from typing import Any, Iterator
 
-KNOWN = ("resources", "priority", "retries", "workers")
+KNOWN = ("resources", "priority", "retries", "workers", "gpu_memory_retry")
 
 _current: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
     "dsched_annotations", default={}
@@ -29,7 +30,8 @@ _current: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
 
 @contextmanager
 def annotate(**annotations: Any) -> Iterator[None]:
-    """Apply ``resources=``, ``priority=``, ``retries=`` or ``workers=`` to submits inside."""
+    """Apply ``resources=``, ``priority=``, ``retries=``, ``workers=`` or
+    ``gpu_memory_retry=`` to submits inside."""
     unknown = sorted(set(annotations) - set(KNOWN))
     if unknown:
         raise TypeError(f"annotate() got unknown annotations {unknown}; known: {list(KNOWN)}")

@@ -121,6 +121,12 @@ class Client:
         """Jobs by number and state, newest first; see :meth:`AsyncClient.jobs`."""
         return self._run(self._async.jobs(jobs, states, offset, limit, expand))
 
+    def history(self, jobs: Iterable[int | str] = (), states: Iterable[str] = (),
+                name: str = "", since: float | None = None, until: float | None = None,
+                limit: int = 100) -> list[dict]:
+        """Ended attempts of jobs, newest first; see :meth:`AsyncClient.history`."""
+        return self._run(self._async.history(jobs, states, name, since, until, limit))
+
     def resolve_jobs(self, jobs: Iterable[int | str]) -> list[int]:
         """Job numbers of jobs as users name them (``"12_3"``: an array's element)."""
         return self._run(self._async.resolve_jobs(jobs))

@@ -316,27 +316,29 @@ class AsyncClient(JobRequests):
     def submit(self, fn: Callable, *args: Any, key: str | None = None, resources: Any = None,
                priority: int | None = None, retries: int | None = None,
                workers: Iterable[str] | str | None = None, pure: bool = True,
-               **kwargs: Any) -> Future:
+               gpu_memory_retry: bool | None = None, **kwargs: Any) -> Future:
         """Run ``fn(*args, **kwargs)`` on a worker that has ``resources`` free.
 
         ``priority``: higher runs first. ``retries``: times to rerun it if it raises.
         ``workers``: names or addresses of the workers it may run on. ``pure=False``: a new
-        task even for a call already submitted. Futures in the arguments are replaced by
-        their results on the worker.
+        task even for a call already submitted. ``gpu_memory_retry=True``: if it fails for
+        want of GPU memory, run it once more asking for more ``GPU_MEMORY``, without spending
+        ``retries`` (off by default; docs/resources.md). Futures in the arguments are replaced
+        by their results on the worker.
         """
         self._check_running()
-        return self._submitter.submit(fn, args, kwargs, key,
-                                      (resources, priority, retries, workers), pure)
+        return self._submitter.submit(fn, args, kwargs, key, (resources, priority, retries,
+                                                              workers, gpu_memory_retry), pure)
 
     def map(self, fn: Callable, *iterables: Iterable, key: str | Iterable[str] | None = None,
             resources: Any = None, priority: int | None = None, retries: int | None = None,
             workers: Iterable[str] | str | None = None, pure: bool = True,
-            **kwargs: Any) -> list[Future]:
+            gpu_memory_retry: bool | None = None, **kwargs: Any) -> list[Future]:
         """``submit(fn, *items, **kwargs)`` for each tuple of items from ``iterables``, sent
         as one message. ``key``: a list of keys, or a str to start every key with."""
         self._check_running()
-        return self._submitter.map(fn, iterables, kwargs, key,
-                                   (resources, priority, retries, workers), pure)
+        return self._submitter.map(fn, iterables, kwargs, key, (resources, priority, retries,
+                                                                workers, gpu_memory_retry), pure)
 
     def _submit_graph(self, tasks: list[dict], wanted: set[str]) -> dict[str, Future]:
         """The tasks of a Dask graph, built by ``dsched.dask``; see ``Submitter.graph``."""

@@ -1,5 +1,6 @@
 """A client's requests about shell-command jobs (``docs/jobs.md``): submit, watch, query,
-cancel, release, read logs, wait, and the workers as ``sched workers`` shows them.
+cancel, release, read logs, wait, their history, and the workers as ``sched workers`` shows
+them.
 
 ``AsyncClient`` inherits them; they ask of it only its running check, its job desk, its outbox
 and its request round trip (``_check_running``, ``_jobs``, ``_outbox``, ``_request``).
@@ -29,7 +30,9 @@ class JobRequests:
         (seconds, or "2h"), ``hold``, ``env``, ``cwd`` (none: the worker's), ``requeue`` (run
         it again if its worker is lost while it runs), ``array`` (one job per index or line,
         each with its value in place of ``{}``: ``"0-999%8"``, a range, or a list of strings;
-        ``array_limit``: at most this many at once). The future's result is a JobResult; an
+        ``array_limit``: at most this many at once), ``gpu_memory_retry`` (after it fails
+        for want of GPU memory, run it once more with a larger ``GPU_MEMORY``; None: so where
+        it asks ``GPU_MEMORY``). The future's result is a JobResult; an
         array's is the array's, once every element has ended."""
         self._check_running()
         return self._jobs.submit(job_spec(command, **options))
@@ -48,6 +51,22 @@ class JobRequests:
         is one job, followed by its elements when ``expand``."""
         make = query_jobs(await self.resolve_jobs(jobs), states, offset, limit, expand)
         return await self._request(make)
+
+    async def history(self, jobs: Iterable[int | str] = (), states: Iterable[str] = (),
+                      name: str = "", since: float | None = None, until: float | None = None,
+                      limit: int = 100) -> list[dict]:
+        """Ended attempts of jobs, newest first, from the scheduler's journal (``sched
+        history``): of ``jobs`` (an array: its elements'; ``"12_3"``: one element), in
+        ``states`` (how each attempt ended), whose name the glob ``name`` matches, that ended
+        at or after ``since`` and before ``until`` (wall-clock seconds, as ``time.time()``
+        gives them); at most ``limit`` (100,000 at most). Each as ``sched history --json``
+        prints it: the attempt, the GPUs it held and how it used them, its ``gpu_hours`` and
+        ``efficiency`` (``docs/jobs.md``)."""
+        jobs = tuple(checked_ids("a job number", await self.resolve_jobs(jobs)))
+        reply = await self._request(lambda i: ops.QueryHistory(
+            id=i, jobs=jobs, states=tuple(states), name=name, since=since, until=until,
+            limit=limit))
+        return reply["attempts"]
 
     async def resolve_jobs(self, jobs: Iterable[int | str]) -> list[int]:
         """Job numbers of jobs as users name them: ``12`` (or 12), and ``"12_3"``, the

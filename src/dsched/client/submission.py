@@ -34,7 +34,7 @@ _CONTAINERS = frozenset({list, tuple, set, frozenset})
 
 
 def task_options(resources: Any = None, priority: Any = None, retries: Any = None,
-                 workers: Any = None) -> dict[str, Any]:
+                 workers: Any = None, gpu_memory_retry: Any = None) -> dict[str, Any]:
     """The wire options of a task: explicit values over annotations; defaults left out.
 
     Raises ResourceSpecError for a bad ``resources``, TypeError or ValueError for the rest.
@@ -48,6 +48,8 @@ def task_options(resources: Any = None, priority: Any = None, retries: Any = Non
         retries = annotations.get("retries", 0)
     if workers is None:
         workers = annotations.get("workers")
+    if gpu_memory_retry is None:
+        gpu_memory_retry = annotations.get("gpu_memory_retry", False)
     options: dict[str, Any] = {}
     if demand is not None and not demand.is_empty():
         options["resources"] = demand.to_wire()
@@ -62,6 +64,10 @@ def task_options(resources: Any = None, priority: Any = None, retries: Any = Non
             raise TypeError(f"workers must be a worker name or address, or a non-empty list "
                             f"of them, not {workers!r}")
         options["workers"] = names
+    if type(gpu_memory_retry) is not bool:
+        raise TypeError(f"gpu_memory_retry must be True or False, not {gpu_memory_retry!r:.40}")
+    if gpu_memory_retry:
+        options["gpu_memory_retry"] = True
     return options
 
 

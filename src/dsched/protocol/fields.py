@@ -176,6 +176,7 @@ _TASK_FIELDS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "key": (_str, _NOT_GIVEN), "spec": (_spec, _NOT_GIVEN), "prefix": (_str, ""),
     "dependencies": (_strs, ()), "resources": (_resources, EMPTY), "priority": (_int, 0),
     "retries": (_int, 0), "workers": (_optional(_strs), None), "wanted": (_bool, True),
+    "gpu_memory_retry": (_bool, False),
 }
 
 

@@ -189,13 +189,16 @@ class TaskFinished:
 @op("task-erred")
 class TaskErred:
     """``key`` raised on a worker (``exception``: its pickle, opaque; ``text``: the
-    traceback)."""
+    traceback). ``gpu``: what it did with its devices, as the worker sampled it
+    (``worker/gpuuse.py``); ``oom``: it ran out of their memory (``dsched.oom``)."""
 
     key: str
     exception: bytes = b""
     text: str = ""
     start: float | None = None
     stop: float | None = None
+    gpu: dict | None = None
+    oom: bool = False
 
 
 @op("task-stopped")
@@ -296,7 +299,9 @@ class AttemptEnded:
     """The attempt ``key`` ended: ``outcome`` is ``completed``, ``failed`` (non-zero exit, or
     it could not start), ``timeout``, ``cancelled`` or ``lost`` (killed when the worker lost the
     scheduler for longer than its lease, or its worker process died under it). The worker
-    keeps this until the scheduler acknowledges it (``AttemptAck``)."""
+    keeps this until the scheduler acknowledges it (``AttemptAck``). ``gpu``: what the
+    attempt did with its devices, as the worker sampled it (``worker/gpuuse.py``); ``oom``: it
+    failed for want of GPU memory (``dsched.oom``)."""
 
     key: str
     outcome: str
@@ -305,6 +310,8 @@ class AttemptEnded:
     log: str = ""
     started: float | None = None
     ended: float = 0.0
+    gpu: dict | None = None
+    oom: bool = False
 
 
 @op("attempt-ack")
@@ -445,6 +452,23 @@ class Error:
     reason: str
     id: int | None = None
     keys: tuple[str, ...] = ()
+
+
+@op("query-history")
+class QueryHistory:
+    """Ended job attempts, newest first (``sched history``): of ``jobs`` (an array: its
+    elements'; none: any job), in ``states`` (none: any), whose name the glob ``name`` matches
+    ("": any), that ended at or after ``since`` and before ``until`` (wall-clock seconds; None:
+    no bound), at most ``limit``; answered, from the journal, by a Reply: ``{"attempts":
+    [...]}`` (``scheduler/history.py``), or by an Error."""
+
+    id: int
+    jobs: tuple[int, ...] = ()
+    states: tuple[str, ...] = ()
+    name: str = ""
+    since: float | None = None
+    until: float | None = None
+    limit: int = 100
 
 
 # -- a worker's data port -----------------------------------------------------------------------

@@ -207,10 +207,13 @@ class TellWorkerCount:
 class JournalWrite:
     """Commit ``rows`` (each the whole row of one job) to the journal before any other action
     of the same ``handle`` call is carried out. ``causes`` say why (``submit``, ``dispatch``,
-    ``start``, ``end``, ...): the crash tests stop the scheduler around some of them."""
+    ``start``, ``end``, ...): the crash tests stop the scheduler around some of them.
+    ``attempts``: a row for each attempt that ended (``attemptrows.py``), in the same
+    transaction as the job rows."""
 
     rows: tuple[Mapping, ...]
     causes: frozenset[str]
+    attempts: tuple[Mapping, ...] = ()
 
 
 # -- to the log ---------------------------------------------------------------------------

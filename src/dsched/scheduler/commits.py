@@ -77,16 +77,20 @@ class GroupCommit:
             batches, self._held = self._held, []
             rows: dict[int, Any] = {}
             causes: set[str] = set()
+            attempts: list = []
             for actions in batches:
                 if type(actions[0]) is act.JournalWrite:
                     rows.update((row["id"], row) for row in actions[0].rows)
                     causes |= actions[0].causes
-            if rows:
+                    attempts += actions[0].attempts
+            if rows or attempts:
                 if "dispatch" in causes:
                     reached("before-dispatch-commit")
                 started = time.perf_counter()
                 try:
-                    await loop.run_in_executor(self._thread, self.journal.write, rows.values())
+                    ended = (attempts,) if attempts else ()  # most commits end no attempt
+                    await loop.run_in_executor(self._thread, self.journal.write, rows.values(),
+                                               *ended)
                 except Exception as error:  # the disk is full or gone: no promise can be kept
                     self._fail(f"cannot write the journal {self.journal.path}: {error}")
                     return

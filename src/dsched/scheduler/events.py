@@ -30,7 +30,8 @@ class TaskSpec:
     worker names or addresses (``None``: anywhere). ``prefix`` groups tasks whose durations
     are alike (the function name); empty means the part of the key before the first ``-``.
     ``wanted``: the submitting client holds a future for this key (an intermediate task of a
-    graph is run only while a wanted task needs it).
+    graph is run only while a wanted task needs it). ``gpu_memory_retry``: run it once more,
+    asking for more GPU memory, if an attempt runs out of it (``oomretry.py``).
     """
 
     key: str
@@ -42,6 +43,7 @@ class TaskSpec:
     workers: tuple[str, ...] | None = None
     prefix: str = ""
     wanted: bool = True
+    gpu_memory_retry: bool = False
 
 
 # -- workers ------------------------------------------------------------------------------
@@ -134,12 +136,16 @@ class WorkerTaskFinished:
 
 @_frozen
 class WorkerTaskErred:
-    """``key`` raised on ``worker``: ``exception`` is opaque (pickled), ``text`` readable."""
+    """``key`` raised on ``worker``: ``exception`` is opaque (pickled), ``text`` readable;
+    ``gpu``: what it did with its devices, as the worker sampled it (``worker/gpuuse.py``);
+    ``oom``: it ran out of their memory (``dsched.oom``)."""
 
     key: str
     worker: str
     exception: bytes = b""
     text: str = ""
+    gpu: Mapping[str, Any] | None = None
+    oom: bool = False
     now: float
 
 

@@ -28,6 +28,7 @@ from ..jobs import JobSpec, JobState, Reason, job_key, parse_job_key
 from ..protocol import ops
 from ..resources import demand_error
 from .actions import INFO, WARNING, SendAttemptAck, TellJobEnded, JobsReply, SendStopTask
+from . import attemptrows, oomretry
 from .budget import RAISED, next_try
 from .graph import TaskGraph
 from .job import ASSIGNED, HELD, ON_WORKER, QUEUED, RUNNING, Job
@@ -279,6 +280,7 @@ class JobBook:
             if job.task is not None:
                 self.graph.drop(job.task)
                 job.task = None
+            self.out.attempt(attemptrows.ended(job, e, w))
             self.attempt_ended(job, e)
             self.out.journal(job, "result")
         self.out.actions.append(SendAttemptAck(worker=address, keys=(e.key,)))
@@ -295,6 +297,8 @@ class JobBook:
         elif job.cancelling:
             self.end(job, CANCELLED, detail=job.detail or "cancelled")
         elif outcome == "failed":
+            if oomretry.retried(self, job, e):  # out of GPU memory: once more, larger
+                return
             # Its --retries are the budget of exits (``budget.py``); one that never started
             # (command not found) would fail the same way again.
             n = job.spec.retries - job.retries_left + 1
@@ -309,6 +313,8 @@ class JobBook:
                 self.requeue(job, f"attempt {job.attempt} failed ({e.error}); retrying", delay)
         elif outcome == "timeout":
             self.end(job, TIMEOUT, detail=e.error)
+        elif outcome == "idle":  # its worker found it holding its GPUs idle, and stopped it
+            self.end(job, CANCELLED, wait=Reason.idle, detail=e.error)
         elif outcome == "cancelled":  # stopped by its worker, not by a user: a draining worker
             self.attempt_lost(job, e.error or f"worker {job.worker} stopped it")
         else:  # "lost", or an outcome this scheduler does not know
@@ -388,12 +394,3 @@ class JobBook:
                 self.admit(dep)
         if job.parent is not None:
             self.arrays.ended(job)
-
-    def resume(self) -> int:
-        """The recovery is over: queue the jobs it held back, in order; how many."""
-        self.recovering = False
-        held_back, self.held_back = self.held_back, []
-        for job in held_back:
-            if job.state is QUEUED and job.wait is Reason.recovering:
-                self.admit(job)
-        return len(held_back)

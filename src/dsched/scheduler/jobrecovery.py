@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from ..jobs import Reason
 from ..protocol import ops
-from . import reconcile as rc
+from . import attemptrows, reconcile as rc
 from .actions import INFO, WARNING, SendAttemptAck, SendStopTask
 from .job import ON_WORKER, QUEUED, Job
 from .jobbook import CANCELLED, JOBS_CLIENT, JobBook
@@ -92,6 +93,7 @@ class JobRecovery:
             if kind is rc.Adopt:
                 self._adopt(job, w, d.report)
             elif kind is rc.Record:
+                out.attempt(attemptrows.ended(job, d.report, w))
                 book.attempt_ended(job, d.report)
                 acks.append(d.report.key)
             elif kind is rc.PutBack:
@@ -101,7 +103,9 @@ class JobRecovery:
                     book.requeue(job, f"attempt {job.attempt} never started on {w.name}; "
                                       "queued again")
             else:
-                book.attempt_lost(job, f"worker {w.name} came back without it")
+                why = f"worker {w.name} came back without it"
+                out.attempt(attemptrows.lost(job, why, w))
+                book.attempt_lost(job, why)
         if acks:
             out.actions.append(SendAttemptAck(worker=w.address, keys=tuple(acks)))
         if w.name in self.awaited:
@@ -118,7 +122,9 @@ class JobRecovery:
         if not book.placer.book(t, w, tuple(report.gpus)):
             book.graph.drop(t)
             self.out.actions.append(SendStopTask(key=job.key, worker=w.address))
-            book.attempt_lost(job, f"worker {w.name} came back without room for it")
+            why = f"worker {w.name} came back without room for it"
+            self.out.attempt(attemptrows.lost(job, why, w))
+            book.attempt_lost(job, why)
             return
         job.task = t
         if not job.started or job.pid != report.pid:
@@ -138,8 +144,10 @@ class JobRecovery:
         book = self.book
         if book.limbo:
             for job in [j for j in book.limbo.values() if j.deadline <= now]:
-                book.attempt_lost(job, f"worker {job.worker} did not return within its job "
-                                       f"lease ({job.lease:g} s) and the margin")
+                why = (f"worker {job.worker} did not return within its job lease "
+                       f"({job.lease:g} s) and the margin")
+                self.out.attempt(attemptrows.lost(job, why))
+                book.attempt_lost(job, why)
 
     # -- a restart ------------------------------------------------------------------------------
 
@@ -194,6 +202,12 @@ class JobRecovery:
     def _end(self, why: str) -> None:
         self.deadline = None
         self.awaited.clear()
-        resumed = self.book.resume()
+        book = self.book
+        book.recovering = False  # the jobs it held back are queued, in order
+        held_back, book.held_back = book.held_back, []
+        for job in held_back:
+            if job.state is QUEUED and job.wait is Reason.recovering:
+                book.admit(job)
+        resumed = len(held_back)
         self.out.log(INFO, "Recovery over (%s): %d queued job(s) may be dispatched", why,
                      resumed)

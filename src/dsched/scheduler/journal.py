@@ -1,6 +1,10 @@
 """The journal: every job's latest row, in SQLite, committed before the scheduler acts.
 
-One table of rows (msgpack), one per job, replaced whole on each change. The database runs
+One table of rows (msgpack), one per job, replaced whole on each change; and ``attempts``, one
+row per ended attempt (``attemptrows.py``), written in the same transaction as its job's row,
+with its columns indexed for ``sched history`` (``history.py`` reads them, on a connection of
+its own). A journal of layout 1 (no ``attempts``) is upgraded when it is opened, each ended
+job's last attempt given a row from its job row. The database runs
 in WAL mode with ``synchronous=FULL``: a commit has reached the disk when ``write`` returns,
 so a dispatch the scheduler has acted on cannot be rolled back by a power loss (which would
 run the job a second time). ``write`` is called from one thread at a time (the scheduler's
@@ -30,16 +34,39 @@ import os
 import sqlite3
 import tempfile
 import threading
+import time
 from typing import Iterable, Mapping
 
 import msgpack
 
 from ..errors import ConfigError
+from . import attemptrows
 
 logger = logging.getLogger("dsched.scheduler")
 
 #: The layout of the database (``PRAGMA user_version``): raise it when the layout changes.
-SCHEMA = 1
+SCHEMA = 2
+#: The attempts table and its indexes, for the filters of ``sched history`` (``history.py``):
+#: each index reads the attempts of one state, name or array by ``ended``, so newest first and
+#: no more of them than asked for, and holds the other filtered columns after it, so that a
+#: scan checks them on the index before it reads a row. ``attempt_names``: every name once,
+#: where a glob is matched before any attempt is read.
+ATTEMPTS = (
+    "CREATE TABLE attempts (job INTEGER NOT NULL, attempt INTEGER NOT NULL, array_id INTEGER, "
+    "array_index INTEGER, name TEXT NOT NULL, state TEXT NOT NULL, worker TEXT NOT NULL, "
+    "started REAL, ended REAL NOT NULL, exit_code INTEGER, error TEXT NOT NULL, "
+    "resources TEXT NOT NULL, gpus REAL NOT NULL, gpu_uuids TEXT NOT NULL, util_avg REAL, "
+    "util_peak REAL, mem_avg INTEGER, mem_peak INTEGER, oom INTEGER NOT NULL, "
+    "PRIMARY KEY (job, attempt))",
+    "CREATE INDEX attempts_ended ON attempts (ended, state, name)",
+    "CREATE INDEX attempts_state ON attempts (state, ended, name)",
+    "CREATE INDEX attempts_name ON attempts (name, ended, state)",
+    "CREATE INDEX attempts_array ON attempts (array_id, ended, state, name)",
+    "CREATE TABLE attempt_names (name TEXT PRIMARY KEY) WITHOUT ROWID",
+)
+INSERT_ATTEMPT = (f"INSERT OR REPLACE INTO attempts ({', '.join(attemptrows.COLUMNS)}) "
+                  f"VALUES ({', '.join('?' * len(attemptrows.COLUMNS))})")
+INSERT_NAME = "INSERT OR IGNORE INTO attempt_names (name) VALUES (?)"
 FILENAME = "jobs.sqlite"
 #: The job numbers' high-water mark, in the journal's directory.
 MARK_FILENAME = "job-numbers"
@@ -82,6 +109,8 @@ class Journal:
             if version == 0:
                 self.db.execute("CREATE TABLE IF NOT EXISTS jobs "
                                 "(id INTEGER PRIMARY KEY, row BLOB NOT NULL)")
+            if version in (0, 1):
+                self._add_attempts(version == 1)
             elif version != SCHEMA:
                 raise ConfigError(f"the journal {path} has layout {version}, and this version "
                                   f"of dsched reads layout {SCHEMA}")
@@ -99,6 +128,40 @@ class Journal:
             raise ConfigError(f"cannot open the journal {path}: {error}; move it away to "
                               "start with no jobs") from None
         self._number_from(highest)
+
+    def _add_attempts(self, backfill: bool) -> None:
+        """Layout 1 to 2: the attempts table, in one transaction with the new layout's number;
+        ``backfill``: a row for each ended job's last attempt, from the job rows."""
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in ATTEMPTS:
+                db.execute(statement)
+            if backfill:
+                rows = attemptrows.backfilled(msgpack.unpackb(row, strict_map_key=False)
+                                              for (row,) in db.execute("SELECT row FROM jobs"))
+                self._insert_attempts(rows, time.time())
+                logger.info("The journal %s was upgraded to layout %d: %d ended job(s) now "
+                            "have their last attempt in its history", self.path, SCHEMA,
+                            len(rows))
+            db.execute(f"PRAGMA user_version={SCHEMA}")
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:  # rolled back by SQLite itself: its error counts
+                    pass
+            raise
+
+    def _insert_attempts(self, rows: list[Mapping], now: float) -> None:
+        """Within a transaction: the rows of ended attempts (one whose end is not known ended
+        ``now``), and their names."""
+        columns = attemptrows.COLUMNS
+        self.db.executemany(INSERT_ATTEMPT, [
+            tuple(row[c] if c != "ended" or row[c] is not None else now for c in columns)
+            for row in rows])
+        self.db.executemany(INSERT_NAME, {(row["name"],) for row in rows})
 
     def _number_from(self, highest: int) -> None:
         """Where numbering goes on, from the journal's highest job and the mark."""
@@ -123,8 +186,9 @@ class Journal:
             raise ConfigError(f"cannot read the journal {self.path}: {error}; move it away to "
                               "start with no jobs") from None
 
-    def write(self, rows: Iterable[Mapping]) -> None:
-        """Replace these jobs' rows, in one transaction that has reached the disk on return
+    def write(self, rows: Iterable[Mapping], attempts: Iterable[Mapping] = ()) -> None:
+        """Replace these jobs' rows and add the rows of these ended ``attempts`` (one whose
+        end is not known ended now), in one transaction that has reached the disk on return
         (the mark first, when a row is numbered at or above it). The error raised is the one
         that made the write fail."""
         # An array's row holds the numbers of its elements too (``block``): the mark covers
@@ -132,6 +196,8 @@ class Journal:
         last = max((row["id"] + row.get("block", 0) for row in rows), default=0)
         rows = [(row["id"], msgpack.packb(row)) for row in rows]
         top = max((job_id for job_id, _ in rows), default=0)
+        attempts = list(attempts)
+        now = time.time()
         with self._lock:
             db = self.db
             try:
@@ -141,6 +207,8 @@ class Journal:
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     db.executemany("INSERT OR REPLACE INTO jobs (id, row) VALUES (?, ?)", rows)
+                    if attempts:
+                        self._insert_attempts(attempts, now)
                     db.execute("COMMIT")
                 except BaseException:
                     # SQLite may have rolled the transaction back itself (a full disk does):

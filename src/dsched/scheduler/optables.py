@@ -25,7 +25,7 @@ WORKER_OPS: dict[type, Callable[[Any, str, float], Any]] = {
         key=o.key, worker=w, nbytes=o.nbytes, start=o.start, stop=o.stop, duration=o.duration,
         now=now),
     ops.TaskErred: lambda o, w, now: ev.WorkerTaskErred(
-        key=o.key, worker=w, exception=o.exception, text=o.text, now=now),
+        key=o.key, worker=w, exception=o.exception, text=o.text, gpu=o.gpu, oom=o.oom, now=now),
     ops.TaskStopped: lambda o, w, now: ev.WorkerTaskStopped(key=o.key, worker=w, now=now),
     ops.TaskRejected: lambda o, w, now: ev.WorkerTaskRejected(
         key=o.key, worker=w, reason=o.reason, now=now),

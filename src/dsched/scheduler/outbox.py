@@ -1,7 +1,7 @@
 """What one ``SchedulerState.handle`` call has decided so far, shared by the parts of the
 state: the actions in order, the results to free (one message per worker) and the waiting
-reasons to tell (one message per client and reason), the job rows to journal, the clock as the
-event gave it, and the counters kept since start.
+reasons to tell (one message per client and reason), the job rows and ended attempts' rows to
+journal, the clock as the event gave it, and the counters kept since start.
 
 Pure: no I/O, no clock.
 """
@@ -23,7 +23,8 @@ class Outbox:
     draining workers, ``fetched`` inputs of placed tasks not held where they were placed,
     ``gpus_fenced`` devices fenced for a fault."""
 
-    __slots__ = ("actions", "to_free", "waiting", "now", "counters", "rows", "causes")
+    __slots__ = ("actions", "to_free", "waiting", "now", "counters", "rows", "causes",
+                 "attempts")
 
     def __init__(self) -> None:
         self.actions: list = []
@@ -35,6 +36,7 @@ class Outbox:
             gpus_fenced=0)
         self.rows: dict[int, Any] = {}
         self.causes: set[str] = set()
+        self.attempts: list[dict] = []
 
     def log(self, level: int, msg: str, *args) -> None:
         self.actions.append(LogLine(level=level, msg=msg, args=args))
@@ -60,20 +62,26 @@ class Outbox:
         self.rows[job.id] = job
         self.causes.add(cause)
 
+    def attempt(self, row: dict) -> None:
+        """An attempt ended: its row (``attemptrows.py``) goes to the journal with the job
+        rows of this call, in one transaction."""
+        self.attempts.append(row)
+
     def discard(self) -> None:
         """Drop what a handler that raised had decided so far: half a decision is never sent
         (nor written to the journal)."""
-        self.actions, self.rows, self.causes = [], {}, set()
+        self.actions, self.rows, self.causes, self.attempts = [], {}, set(), []
         self.to_free, self.waiting = {}, {}
 
     def take(self) -> list:
         """Everything decided, in order, the gathered messages last, and the journal write
         first; starts afresh."""
         actions = self.actions
-        if self.rows:
+        if self.rows or self.attempts:
             actions.insert(0, JournalWrite(rows=tuple(job.to_row() for job in self.rows.values()),
-                                           causes=frozenset(self.causes)))
-            self.rows, self.causes = {}, set()
+                                           causes=frozenset(self.causes),
+                                           attempts=tuple(self.attempts)))
+            self.rows, self.causes, self.attempts = {}, set(), []
         if self.to_free:
             for address, keys in self.to_free.items():
                 actions.append(SendFree(worker=address, keys=tuple(keys)))

@@ -20,7 +20,10 @@ import asyncio
 import gc
 import itertools
 import logging
+import sqlite3
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Callable, Coroutine
 
 from ..comm import Comm, Listener, listen
@@ -34,6 +37,7 @@ from ..resources import ResourceSpecError
 from ..settings import CommConfig, SchedulerConfig
 from . import actions as act
 from . import events as ev
+from . import history
 from .commits import GroupCommit
 from .jobviews import jobs_view
 from .journal import Journal
@@ -57,6 +61,8 @@ class Scheduler:
             journal, self._carry_out, self._fail, self._committed,
             spawn=lambda commit: self._spawn(commit, "carrying out a journal commit"))
         self._log = PacedLog(logger)
+        #: Where history queries run, one after another, off the event loop.
+        self._history_thread = ThreadPoolExecutor(1, thread_name_prefix="sched-history")
         #: Set, with the reason, when the scheduler cannot go on (the journal failed).
         self.fatal: asyncio.Future | None = None
         self.core_failed = ""  # set when the core raised: nothing more is decided
@@ -149,6 +155,7 @@ class Scheduler:
             await self.listener.close(reason, timeout=self.comm_config.close_timeout)
         await self._end_group()
         self.commits.close()
+        self._history_thread.shutdown(wait=False)
 
     async def _end_group(self) -> None:
         self._stop.set()
@@ -313,8 +320,29 @@ class Scheduler:
             comm.write_nowait(ops.Reply(id=op.id, value=self.info()).to_wire())
         elif kind is ops.WhoHas:
             comm.write_nowait(ops.Reply(id=op.id, value=who_has(self.state, op.keys)).to_wire())
+        elif kind is ops.QueryHistory:
+            self._spawn(self._history(comm, op), "answering a history query")
         else:
             raise ops.BadOp(f"{op.OP} is not an op a client sends")
+
+    async def _history(self, comm: Comm, op: ops.QueryHistory) -> None:
+        """Answer a history query from the journal, on the history thread: over millions of
+        attempts a query may take a good part of a second, and the loop goes on meanwhile."""
+        if self.journal is None:
+            answer = ops.Error(reason="this scheduler keeps no journal, so it has no history "
+                               "of jobs", id=op.id)
+        else:
+            ask = partial(history.query, self.journal.path, op.jobs, op.states, op.name,
+                          op.since, op.until, op.limit)
+            try:
+                attempts = await asyncio.get_running_loop().run_in_executor(
+                    self._history_thread, ask)
+                answer = ops.Reply(id=op.id, value={"attempts": attempts})
+            except sqlite3.Error as error:
+                answer = ops.Error(reason=f"cannot read the history in the journal "
+                                   f"{self.journal.path}: {error}", id=op.id)
+        if not comm.closed:
+            comm.write_nowait(answer.to_wire())
 
     def _submit_jobs(self, client: str, comm: Comm, op: ops.SubmitJobs) -> None:
         """Jobs that cannot be read are refused, with the reason, and nothing is queued."""

@@ -23,6 +23,7 @@ from .graph import TaskGraph
 from .jobbook import JobBook
 from .jobrecovery import JobRecovery
 from .membership import Membership
+from .oomretry import task_retried
 from .outbox import Outbox
 from .placer import Placer
 from .task import Task
@@ -143,11 +144,17 @@ class SchedulerState:
             self.membership.evacuate(w, [e.key])
 
     def _on_erred(self, e: ev.WorkerTaskErred) -> None:
+        w = self.workers.get(e.worker)
+        running = w.processing.get(e.key) if e.oom and w is not None else None
+        gpus = running.gpus if running is not None else ()  # given back with its slot, next
         ended = self._ended_on(e.worker, e.key, holds_result=False)
         if ended is None:
             return
         w, t = ended
-        self.graph.attempt_failed(t, RAISED, e.text, w.name, exception=e.exception)
+        if task_retried(self.graph, t, e, w, gpus):  # out of GPU memory: once more, larger
+            return
+        text = e.text if t.oom_retried is None else f"{t.oom_retried}; it failed again:\n{e.text}"
+        self.graph.attempt_failed(t, RAISED, text, w.name, exception=e.exception)
 
     def _on_cancel_confirmed(self, e: ev.WorkerTaskStopped) -> None:
         w = self.workers.get(e.worker)

@@ -48,6 +48,7 @@ def submit(graph: TaskGraph, client: str, specs: Iterable[TaskSpec]) -> None:
         t = Task(
             key, spec.spec, resources, spec.priority, graph.next_order(spec.priority),
             max(0, spec.retries), restrict, spec.prefix or default_prefix(key),
+            spec.gpu_memory_retry,
         )
         if old is not None:  # an erred or cancelled key submitted again runs afresh
             t.wanted_by = old.wanted_by

@@ -106,6 +106,9 @@ class Task:
     without ``waiting_on``) before it is queued again.
     ``job``: the shell-command job this task is an attempt of (None for a Python task).
     ``gpus``: the devices it was granted where it was placed (``fit.py``), none while queued.
+    ``oom_retry``: it may still be run once more, asking for more GPU memory, after an attempt
+    that ran out of it (``gpu_memory_retry=True``; ``oomretry.py``); ``oom_retried``: the words
+    of that retry once it was made (None before).
     """
 
     __slots__ = (
@@ -113,12 +116,12 @@ class Task:
         "order", "retries", "exceptions", "deaths", "restrict", "prefix", "wanted_by", "state",
         "error", "end_reason", "exception", "who_has", "nbytes", "processing_on", "started",
         "prefetched", "queue", "queued_at", "reported", "losses", "rejections", "retry_at",
-        "death_causes", "job", "gpus",
+        "death_causes", "job", "gpus", "oom_retry", "oom_retried",
     )
 
     def __init__(
         self, key: str, spec: bytes, resources: Resources, priority: int, order: int,
-        retries: int, restrict: frozenset[str] | None, prefix: str,
+        retries: int, restrict: frozenset[str] | None, prefix: str, oom_retry: bool = False,
     ):
         self.key = key
         self.spec = spec
@@ -153,6 +156,8 @@ class Task:
         self.reported = False
         self.job = None  # the Job (``job.py``) whose attempt this task is, if any
         self.gpus: tuple[int, ...] = ()
+        self.oom_retry = oom_retry
+        self.oom_retried: str | None = None
 
     def move(self, name: str) -> None:
         """Take the transition ``name`` of ``TRANSITIONS``; one the table does not have from

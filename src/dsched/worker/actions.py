@@ -70,9 +70,11 @@ class StartJob:
     lease_until: float = 0.0
 
 
-#: Why a job is stopped (``KillJob.why``): the scheduler cancelled it, or the worker shuts down.
+#: Why a job is stopped (``KillJob.why``): the scheduler cancelled it, the worker shuts down,
+#: or it held its GPUs idle (``gpuuse``; ``reason`` says how long).
 CANCEL = "cancel"
 SHUTDOWN = "shutdown"
+IDLE = "idle"
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ Action = Union[FetchDependency, StartTask, KillTask, ReleaseResult, StartJob, Ki
 
 __all__ = [
     "Action", "AttemptEnded", "AttemptStarted", "CANCEL", "Draining", "EndUnstartedJob",
-    "ExtendLease", "FetchDependency", "ForgetAttempt", "GPU_PROCESS", "KillJob", "KillTask",
+    "ExtendLease", "FetchDependency", "ForgetAttempt", "GPU_PROCESS", "IDLE", "KillJob", "KillTask",
     "MissingData", "ReleaseResult", "ReplicateFailed", "Replicated", "Report", "RunningTask",
     "SHUTDOWN", "StartJob", "StartTask", "THREAD", "TaskErred", "TaskFinished", "TaskRejected",
     "TaskStopped", "WorkerSnapshot",

@@ -41,13 +41,18 @@ class RunFinished:
 
 @dataclass(frozen=True)
 class RunErred:
-    """A run of ``key`` raised (``exception``: its pickle; ``text``: the traceback)."""
+    """A run of ``key`` raised (``exception``: its pickle; ``text``: the traceback); ``gpu``:
+    what it did with its devices, as the shell sampled it; ``oom``: it ran out of their memory
+    (``dsched.oom``). Its fields are those of the ``TaskErred`` the core reports it with, which
+    takes them as they are."""
 
     key: str
     exception: bytes = b""
     text: str = ""
     start: float | None = None
     stop: float | None = None
+    gpu: dict | None = None
+    oom: bool = False
 
 
 @dataclass(frozen=True)

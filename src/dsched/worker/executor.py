@@ -232,6 +232,11 @@ class GpuProcessPool:
         self._numbers = count(1)
         self._closed: asyncio.Future | None = None
 
+    def pid_of(self, key: str) -> int | None:
+        """The pid of the process running the task ``key`` (None: none runs it)."""
+        child = self._busy.get(key)
+        return None if child is None else child.process.pid
+
     async def run(self, key: str, gpus: tuple[int, ...], function_bytes: bytes,
                   argument_bytes: bytes) -> Outcome:
         idle = self._idle.get(gpus, [])

@@ -370,15 +370,18 @@ def process_tree(process: Any) -> set[int]:
     return pids
 
 
-def _outside(nvml: Any, handle: Any, ours: Callable[[], set[int]], mine: list) -> int:
+def _outside(nvml: Any, handle: Any, ours: Callable[[], set[int]], mine: list,
+             listed: dict[int, int]) -> int:
     """Bytes of the device's memory its compute processes use but ours (0 where NVML cannot
-    list them)."""
+    list them); each process's bytes go into ``listed`` (pid -> bytes)."""
     try:
         processes = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
     except getattr(nvml, "NVMLError", Exception):
         return 0
     if not processes:
         return 0
+    for p in processes:
+        listed[p.pid] = listed.get(p.pid, 0) + int(p.usedGpuMemory or 0)
     if not mine:
         mine.append(set(ours()))
     return sum(int(p.usedGpuMemory or 0) for p in processes if p.pid not in mine[0])
@@ -390,12 +393,14 @@ def gpus_option(share: Sequence[GpuDevice]) -> str:
 
 
 def gpu_usage(indices: Iterable[int], backend: Any = None,
-              ours: Callable[[], set[int]] = frozenset) -> list[GpuUsage]:
+              ours: Callable[[], set[int]] = frozenset,
+              processes: dict[int, dict[int, int]] | None = None) -> list[GpuUsage]:
     """Utilization and memory of these devices for a heartbeat; ``[]`` without NVML. Each
     device's ``memory_outside`` is the memory its compute processes use but those whose pids
     ``ours()`` gives (the worker and what it started; asked once, where a device has any):
     what no grant of this worker may count on. A process whose memory NVML does not say
-    counts none.
+    counts none. ``processes``, when given, gets each device's processes (index -> pid ->
+    bytes), for ``gpusample``.
 
     A device that cannot be read is left out (logged at debug level: heartbeats repeat).
     """
@@ -416,7 +421,10 @@ def gpu_usage(indices: Iterable[int], backend: Any = None,
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 memory = nvml.nvmlDeviceGetMemoryInfo(handle)
                 rates = nvml.nvmlDeviceGetUtilizationRates(handle)
-                outside = _outside(nvml, handle, ours, mine)
+                listed: dict[int, int] = {}
+                outside = _outside(nvml, handle, ours, mine, listed)
+                if processes is not None:
+                    processes[index] = listed
                 usage.append(GpuUsage(index, int(rates.gpu), int(memory.used), int(memory.total),
                                       outside))
             except getattr(nvml, "NVMLError", Exception) as exc:

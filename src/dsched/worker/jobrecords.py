@@ -275,3 +275,14 @@ def read_log(path: str, offset: int, limit: int) -> tuple[bytes, int]:
         file.seek(offset)
         data = file.read(limit)
     return data, max(size, offset + len(data)) if data else size
+
+
+def read_tail(path: str, limit: int) -> str:
+    """The last ``limit`` bytes of the log at ``path``, as text ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            file.seek(max(0, size - limit))
+            return file.read(limit).decode(errors="replace")
+    except OSError:
+        return ""

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 from ..jobs import parse_job_key
 from ..protocol import ops
 from . import containment
-from .actions import SHUTDOWN, StartJob
+from .actions import IDLE, SHUTDOWN, StartJob
 from .gpufaults import FAULT
 from .spawnerclient import Spawner
 from .jobrecords import (
@@ -212,11 +212,16 @@ class JobRunner:
 
     def kill(self, key: str, why: str, reason: str = "") -> None:
         order = ("shutdown" if why == SHUTDOWN else f"fault {reason}" if why == FAULT
-                 else "kill")
+                 else f"idle {reason}" if why == IDLE else "kill")
         process = self._supervisors.get(key)
         if process is None or process.pid is None:  # being started: kept, and told again
             self._orders[key] = order  # once it is known to run (or to its replacement)
         self._tell(key, order)
+
+    def pid_of(self, key: str) -> int | None:
+        """The pid of the supervisor of ``key`` (the root of its processes), once known."""
+        process = self._supervisors.get(key)
+        return None if process is None else process.pid
 
     def _tell(self, key: str, line: str) -> bool:
         process = self._supervisors.get(key)

@@ -13,8 +13,9 @@ process, however it ends), with stdout and stderr appended to the job's log, and
 - its stdin from the worker, one line at a time: a number is a new lease deadline (the
   worker's ``time.monotonic()``, the same clock in every process of the machine); ``kill``
   cancels the job; ``shutdown`` stops it because the worker is shutting down; ``fault WHAT``
-  stops it because its GPU failed (it ends lost); end of file means the worker is gone: the
-  group is killed at once;
+  stops it because its GPU failed (it ends lost); ``idle WHAT`` because it held its GPUs idle
+  (outcome ``idle``: it ends cancelled); end of file means the worker is gone: the group is
+  killed at once;
 - the job's time limit and its lease deadline. A job that outlives its lease is killed here, so
   that happens even while the worker process is frozen or busy; and one whose lease is over
   when its supervisor would spawn it (the worker froze, or was slow, after deciding to start
@@ -281,6 +282,8 @@ class Supervision:
             self._stop(SHUTDOWN)
         elif line.startswith("fault "):  # its GPU failed: lost, with what the worker saw
             self._stop(("lost", f"killed: {line[6:]}"))
+        elif line.startswith("idle "):  # it held its GPUs idle: cancelled, with reason idle
+            self._stop(("idle", f"cancelled: {line[5:]}"))
         elif line:
             try:
                 self.lease_until = max(self.lease_until, float(line))

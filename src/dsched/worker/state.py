@@ -243,7 +243,7 @@ class WorkerState:
         if task.state is WorkerTaskState.CANCELLING and task.stopped_for != AGAIN:
             report: Action = self._stop_report(task)
         else:
-            report = ops.TaskErred(task.key, event.exception, event.text, event.start, event.stop)
+            report = ops.TaskErred(**vars(event))  # the same fields (``ev.RunErred``)
         return [report] + self._end_without_result(task)
 
     def _stopped(self, event: ev.RunStopped) -> list[Action]:

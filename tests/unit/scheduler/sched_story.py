@@ -154,16 +154,17 @@ class JobStory(Story):
 
         worker = worker or self.where(key)
         return self(ev.WorkerAttemptStarted(worker=addr(worker), now=self.now, report=ops.AttemptStarted(
-            key=key, pid=pid, log=f"/jobs/{key}.log", started=self.now)))
+            key=key, pid=pid, log=f"/jobs/{key}.log", started=self.now,
+            gpus=self.state.tasks[key].gpus if key in self.state.tasks else ())))
 
     def end(self, key: str, outcome: str = "completed", worker: str | None = None,
-            exit_code: int | None = 0, started: float | None = 0.0) -> list:
+            exit_code: int | None = 0, started: float | None = 0.0, **report) -> list:
         from dsched.protocol import ops
 
         worker = worker or self.where(key) or self.job(int(key[4:].split(".")[0])).worker
         return self(ev.WorkerAttemptEnded(worker=addr(worker), now=self.now, report=ops.AttemptEnded(
             key=key, outcome=outcome, exit_code=exit_code, error=f"{outcome}!", log="/x.log",
-            started=started, ended=self.now)))
+            started=started, ended=self.now, **report)))
 
     def cancel_jobs(self, *ids: int, client: str = "c") -> list:
         return self(ev.JobsCancelled(client=client, request=2, jobs=ids, now=self.now))

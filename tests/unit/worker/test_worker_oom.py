@@ -1,0 +1,87 @@
+"""The worker says that a GPU task failed for want of GPU memory: its traceback names the
+error, or its measured peak reached what it held (``dsched.oom``). The ``TaskErred`` it sends
+says so (``oom``) with what the task did with its devices (``gpu``); a task on a thread holds
+no device and never ran out of one. Driven through the shell's ``_ended``, as the executor
+calls it, with the scheduler's session replaced by a list."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsched.protocol import ops
+from dsched.resources import Resources
+from dsched.settings import CommConfig, WorkerConfig
+from dsched.worker.executor import Outcome
+from dsched.worker.gpus import GpuDevice
+from dsched.worker.gpuuse import Sample
+from dsched.worker.server import Worker, WorkerSetup
+
+GB = 10**9
+OOM = ("Traceback (most recent call last):\n  File \"train.py\", line 3, in train\n"
+       "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB")
+PLAIN = "Traceback (most recent call last):\nValueError: bad input"
+
+
+@pytest.fixture
+def worker(monkeypatch, tmp_path):
+    """A worker with one 80 GB device, not started: what it would send is in ``worker.sent``."""
+    config = WorkerConfig(scheduler_address="127.0.0.1:9", host="127.0.0.1",
+                          local_directory=str(tmp_path))
+    setup = WorkerSetup(token="t", nthreads=2,
+                        resources=Resources.parse("GPU=1 GPU_MEMORY=80e9"),
+                        gpus=(GpuDevice(0, "GPU-0", "fake", 80 * GB),), ledger_indices=(0,))
+    w = Worker(config, CommConfig(), setup)
+    w.sent = []
+    monkeypatch.setattr(w, "_stopping", lambda: False)
+    monkeypatch.setattr(w.session, "send", w.sent.append)
+    yield w
+    w.threads.close()
+
+
+def running(worker: Worker, key: str, resources: str, gpus: tuple[int, ...] = ()) -> None:
+    """``key`` runs on ``worker`` (on ``gpus``), as the scheduler asked."""
+    worker.state.handle(ops.Execute(key, (b"f", b"a"), Resources.parse(resources), gpus=gpus),
+                        0.0)
+
+
+def sampled(worker: Worker, key: str, memory: int) -> None:
+    """A heartbeat saw ``key``'s processes use ``memory`` bytes of its device."""
+    worker.gpu_use.sampled(1.0, {key: Sample(("GPU-0",), 90.0, memory)})
+
+
+def failed(worker: Worker, key: str, traceback: str) -> ops.TaskErred:
+    worker._ended(key, Outcome(ok=False, start=1.0, stop=2.0, exception=b"exc",
+                               traceback=traceback))
+    [erred] = [op for op in worker.sent if type(op) is ops.TaskErred]
+    return erred
+
+
+def test_a_gpu_task_whose_traceback_says_cuda_out_of_memory_ran_out(worker):
+    running(worker, "train", "GPU_MEMORY=18G", gpus=(0,))
+    sampled(worker, "train", 10 * GB)
+    erred = failed(worker, "train", OOM)
+    assert erred.oom
+    assert erred.gpu == {"uuids": ["GPU-0"], "samples": 1, "util_avg": 90.0, "util_peak": 90.0,
+                         "mem_avg": 10 * GB, "mem_peak": 10 * GB}
+    assert (erred.text, erred.exception, erred.start, erred.stop) == (OOM, b"exc", 1.0, 2.0)
+    assert "train" not in worker.gpu_use.uses  # its samples go with its end
+
+
+def test_a_gpu_task_whose_peak_reached_what_it_held_ran_out_whatever_it_printed(worker):
+    running(worker, "train", "GPU_MEMORY=18G", gpus=(0,))
+    sampled(worker, "train", 18 * GB)
+    erred = failed(worker, "train", PLAIN)
+    assert erred.oom and erred.gpu["mem_peak"] == 18 * GB
+
+
+def test_a_gpu_task_that_failed_otherwise_did_not_run_out(worker):
+    running(worker, "train", "GPU_MEMORY=18G", gpus=(0,))
+    sampled(worker, "train", 5 * GB)
+    erred = failed(worker, "train", PLAIN)
+    assert not erred.oom and erred.gpu["mem_peak"] == 5 * GB
+
+
+def test_a_task_on_a_thread_holds_no_device_and_never_ran_out_of_one(worker):
+    running(worker, "count", "")
+    erred = failed(worker, "count", OOM)  # it printed the words, but held no GPU memory
+    assert not erred.oom and erred.gpu is None
