@@ -13,8 +13,8 @@ from dsched.sim import Simulation, SimTask, SimWorker
 GB = 10**9
 
 
-def run(jobs: list[tuple[int, float, float]], whole: bool = False) -> float:
-    worker = SimWorker("gpus", nthreads=32, gpu_memory=(24 * GB, 48 * GB, 80 * GB))
+def run(jobs: list[tuple[int, float, float]], whole: bool = False, nthreads: int = 32) -> float:
+    worker = SimWorker("gpus", nthreads=nthreads, gpu_memory=(24 * GB, 48 * GB, 80 * GB))
     tasks = [SimTask(f"job-{i}", duration, "GPU=1" if whole else
                      f"GPU_MEMORY={memory}G" + (f" GPU={fraction}" if fraction else ""))
              for i, (memory, fraction, duration) in enumerate(jobs)]
@@ -35,3 +35,14 @@ def test_sharing_devices_by_memory_beats_a_whole_gpu_each_on_small_jobs():
     rng = random.Random(7)
     jobs = [(rng.randint(4, 20), 0.0, rng.uniform(1, 10)) for _ in range(30)]
     assert run(jobs) < 0.5 * run(jobs, whole=True)
+
+
+def test_heads_passed_over_are_looked_at_again_once_a_task_starts_beside_a_reserved_one():
+    # Mixes 135 and 147 of bench/sim_gpu_memory.py (seed 1): a task started beside the
+    # reserved one moved the device it is expected to start on, which let a head the pass had
+    # already passed over start; validate() after each event finds any head that could start.
+    rng = random.Random(1)
+    mixes = [[(rng.randint(4, 70), rng.choice((0.0, 0.1, 0.25, 0.5)), rng.uniform(1.0, 10.0))
+              for _ in range(60)] for _ in range(148)]
+    for i in (135, 147):
+        run(mixes[i], nthreads=64)

@@ -4,7 +4,10 @@ The first queued task in order that demands resources and cannot start anywhere 
 worker where it is estimated to start first (from the running tasks' start times and learned
 durations). Later tasks may start there only on capacity that reservation does not need at
 its start, or when their learned duration says they end before it; a task of unknown duration
-does not backfill onto reserved capacity. So a large task is never starved by a stream of
+does not backfill onto reserved capacity. For GPU devices, what is spare is read device by
+device: the reservation keeps the worker's device book as it is expected to be at its start
+(``Reservation.book``), and a device task may start beside it where the devices it would take
+now leave the reserved task a device in that book. So a large task is never starved by a stream of
 small ones, and small ones still use what it leaves idle. This module alone reads and writes
 the reservation; whether a worker could ever start the task is the fit's (``fit.py``).
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
+from ..devices import DeviceBook
 from .fit import allowed_workers, could_host, holds
 from .queue import ShapeQueue
 from .task import QUEUED, Task
@@ -31,11 +35,13 @@ RESERVATION_SCAN = 8
 
 class Reservation:
     """``task`` is expected to start on ``worker`` at ``start`` (INF: unknown); ``spare`` is
-    what that worker will have left of the task's resource names then, beside it."""
+    what that worker will have left of the task's resource names then, beside it; ``book``,
+    for a task that takes devices, the worker's devices as they are expected to be then (what
+    is still running held; None otherwise)."""
 
-    __slots__ = ("task", "worker", "start", "spare", "spare_threads", "version", "now")
+    __slots__ = ("task", "worker", "start", "spare", "spare_threads", "version", "now", "book")
 
-    def __init__(self, task, worker, start, spare, spare_threads, version, now):
+    def __init__(self, task, worker, start, spare, spare_threads, version, now, book=None):
         self.task: Task = task
         self.worker: WorkerInfo = worker
         self.start: float = start
@@ -43,6 +49,7 @@ class Reservation:
         self.spare_threads: int = spare_threads
         self.version: int = version
         self.now: float = now
+        self.book: DeviceBook | None = book
 
     def __repr__(self) -> str:
         return f"<Reservation {self.task.key!r} on {self.worker.address} at {self.start}>"
@@ -110,15 +117,28 @@ class Backfill:
         r = self.reserve(x, xq)
         if r is None or r.worker is not w:
             return False
-        if r.spare_threads >= 1 and not (xq.devices and q.devices):  # devices: none spare
-            demand = q.resources
-            for name, units in r.spare.items():
-                if demand.get(name, 0) > units:
-                    break
-            else:
-                return False
+        if r.spare_threads >= 1 and self._leaves_room(t, q, w, r, xq):
+            return False
         duration = self.durations.get(t.prefix)
         return duration is None or self.clock.now + duration > r.start
+
+    @staticmethod
+    def _leaves_room(t: Task, q: ShapeQueue, w: WorkerInfo, r: Reservation,
+                     xq: ShapeQueue) -> bool:
+        """Whether ``t``, started on ``w`` now and still running at ``r``'s start, leaves the
+        reserved task what it needs there: its resources within what is spare then and, where
+        both take devices, a device for it beside the ones ``t`` would take now."""
+        demand = q.resources
+        for name, units in r.spare.items():
+            if demand.get(name, 0) > units:
+                return False
+        if not (xq.devices and q.devices):
+            return True
+        devices = w.room.devices.choose(demand) if r.book is not None else None
+        if devices is None:
+            return False
+        then = r.book.copy()
+        return then.take(t.key, demand, devices) and then.choose(xq.resources) is not None
 
     def reserve(self, x: Task, xq: ShapeQueue) -> Reservation | None:
         """The reservation of ``x``: kept while its worker's load stands (a Tick looks for
@@ -202,4 +222,4 @@ class Backfill:
                     start = end
                     break
         spare = {n: free[n] - demand[n] for n in names}
-        return Reservation(x, w, start, spare, threads - 1, w.version, now)
+        return Reservation(x, w, start, spare, threads - 1, w.version, now, book)

@@ -136,7 +136,7 @@ class Placer:
         choice = self.choice
         startable = self.fit.startable
         x = xq = None
-        i = 0
+        i = xi = 0
         # heads is sorted; a placement replaces heads[i] by a later entry, so stay at i
         while i < len(heads) and (dirty_queues or roomy) and index.open_slots:
             _, qid, q = heads[i]
@@ -165,7 +165,7 @@ class Placer:
             if w is None:
                 dirty_queues.discard(qid)
                 if x is None and not q.empty:  # the first that must wait reserves
-                    x, xq = t, q
+                    x, xq, xi = t, q, i
                     r = backfill.reservation
                     if r is not None and r.task is not t:
                         freed = backfill.drop()
@@ -182,6 +182,13 @@ class Placer:
                 roomy.append(freed)
             if not w.slot_key and w in roomy:
                 roomy.remove(w)
+            elif x is not None and xq.devices and q.devices and (
+                    backfill.reservation is not None and backfill.reservation.worker is w):
+                # Beside a reserved device task: its device at its start may now be another,
+                # which lets heads passed over since it start beside it: look at them again.
+                i = xi + 1
+                if w not in roomy:
+                    roomy.append(w)
         dirty_queues.clear()
         dirty_workers.clear()
 

@@ -179,3 +179,21 @@ def test_a_returning_job_that_lists_its_named_devices_too_is_booked_on_its_gpu_d
     book = DeviceBook({0: 80 * GB, 1: 80 * GB})
     assert devices_for(Resources.parse("GPU=1 gpu5=1"), book, (1, 5)) == (1,)
     assert devices_for(Resources.parse("GPU=2"), book, (1,)) is None
+
+
+def test_a_device_task_starts_beside_a_reserved_one_on_another_device_but_not_on_its_own():
+    s = Story()
+    s.worker("w", nthreads=8, resources="GPU=3 GPU_MEMORY=152e9",
+             memory=(24 * GB, 48 * GB, 80 * GB))
+    s.submit(task("big1", "GPU_MEMORY=50G"), task("fill", "GPU_MEMORY=40G"))
+    assert (s.state.tasks["big1"].gpus, s.state.tasks["fill"].gpus) == ((2,), (1,))
+    s.submit(task("big2", "GPU_MEMORY=60G"))  # only the 80 GB device holds it: it waits there
+    assert s.state_of("big2") == "queued"
+    # 10 GB fits on the 24 GB device, which the waiting 60 GB task will never need: it starts
+    actions = s.submit(task("small", "GPU_MEMORY=10G"))
+    assert sent_gpus(actions) == {"small": (0,)}
+    # 25 GB would go on the 80 GB device, and leave no room for 60 GB there when big1 ends
+    actions = s.submit(task("medium", "GPU_MEMORY=25G"))
+    assert sent_gpus(actions) == {} and s.state_of("medium") == "queued"
+    actions = s.finish("big1")
+    assert sent_gpus(actions) == {"big2": (2,)}
