@@ -9,7 +9,10 @@ scheduler without memory accounting would have to run them) over the same bound.
 
 The bound is the largest of: the longest job; for each device size s (and 0), the memory-time
 of the jobs that only devices larger than s can hold over those devices' memory; the same for
-GPU share over their number.
+GPU share over their number; the time of the jobs over half the largest device, which never
+share one, over the devices that hold them; and the time of the jobs over a third of it, by
+how many of them each device holds at once (two on the 80 GB device, one on the 48 GB one,
+one only on the 80 GB device if over two thirds).
 
     python bench/sim_gpu_memory.py [--mixes 200] [--jobs 60] [--seed 1]
 """
@@ -50,7 +53,12 @@ def lower_bound(jobs: list[tuple[int, float, float]]) -> float:
         big = [d for m, _, d in jobs if m > max(size, DEVICES[-1] / 2)]
         hosts = [c for c in DEVICES if c > size]
         bound = max(bound, sum(big) / len(hosts))
-    return bound
+    # Jobs of more than a third of the largest device: the 80 GB device runs at most two of
+    # them at once (one, if either is over two thirds), the 48 GB device one, the 24 GB device
+    # none. Weighted 1 (2 over two thirds), no moment holds more than 3 of weight.
+    third = DEVICES[-1] / 3
+    weights = [(2 if m > 2 * third else 1) * d for m, _, d in jobs if m > third]
+    return max(bound, sum(weights) / 3)
 
 
 def makespan(jobs: list[tuple[int, float, float]], whole: bool) -> float:
