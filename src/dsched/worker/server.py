@@ -3,11 +3,12 @@
 A ``Worker`` holds the pure ``WorkerState``, the session with the scheduler (``session.py``),
 the results it holds and the data port that serves them and its jobs' logs (``data.py``), the
 executor that runs tasks (``executor.py``: a thread pool, and pinned child processes for GPU
-tasks) and the runner of shell-command jobs (``jobrunner.py``: a supervisor process each). Ops
-from the scheduler go to the state through a table; the state's actions come back out
-through another. Every background activity runs in one task group, so a failure in any of
-them is seen: the worker stops, logs why (``failure``), and its process exits non-zero, so
-that its nanny starts it again.
+tasks), the runner of shell-command jobs (``jobrunner.py``: a supervisor process each) and
+the reports of what attempts do with their GPUs (``gpureports.py``: sampled at each
+heartbeat, told with each attempt's end). Ops from the scheduler go to the state through a
+table; the state's actions come back out through another. Every background activity runs in
+one task group, so a failure in any of them is seen: the worker stops, logs why
+(``failure``), and its process exits non-zero, so that its nanny starts it again.
 
 It never changes ``os.environ``: what its tasks are told (no GPU of their own, the worker's
 name, its scratch directory) goes to its child processes in the environment they are started
@@ -34,26 +35,23 @@ from ..comm import listen
 from ..comm.addresses import WILDCARD_HOSTS, parse_address
 from ..environ import (CUDA_VISIBLE_DEVICES_ENV, LOCAL_DIRECTORY_ENV, TASK_GPUS_ENV,
                        WORKER_NAME_ENV)
-from ..oom import TAIL, out_of_memory
 from ..peers import PeerPool
 from ..policy import WorkerPolicy
 from ..protocol import ops
-from ..resources import SCALE, Resources
+from ..resources import Resources
 from ..settings import CommConfig, WorkerConfig
 from . import actions as act
 from . import events as ev
 from .containment import SUBREAPER, Containment, settle
 from .data import ResultStore
 from .executor import GpuProcessPool, Outcome, TaskKilled, ThreadRunner
+from .gpureports import GpuReports
 from .gpus import GpuDevice, gpu_usage, process_tree
-from .gpusample import samples
-from .gpuuse import GpuUse
 from .gpuwatch import GpuWatch, on_loop
-from .jobrecords import default_directory, read_tail
+from .jobrecords import default_directory
 from .jobrunner import JobRunner
 from .session import SchedulerSession
 from .state import WorkerState
-from .task import WorkerTaskState
 
 logger = logging.getLogger("dsched.worker")
 
@@ -126,8 +124,13 @@ class Worker:
         self._tasks: set[asyncio.Task] = set()
         self._supervisor: asyncio.Task | None = None
         self.gpu_watch: GpuWatch | None = None
-        #: What each attempt holding GPUs does with them, sampled at each heartbeat.
-        self.gpu_use = GpuUse(config.gpu_idle_timeout, config.gpu_idle_action)
+        #: What each attempt holding GPUs does with them: sampled at each heartbeat, told with
+        #: its end.
+        self.gpu_reports = GpuReports(
+            self.state, s.gpus, job_pid=lambda key: self.jobs.pid_of(key),
+            task_pid=self.gpu_children.pid_of,
+            kill_idle=lambda key, reason: self.jobs.kill(key, act.IDLE, reason),
+            idle_timeout=config.gpu_idle_timeout, idle_action=config.gpu_idle_action)
         #: Why the worker stopped when a background activity (or a drain) failed: its process
         #: then exits non-zero.
         self.failure: str | None = None
@@ -324,54 +327,11 @@ class Worker:
         processes: dict[int, dict[int, int]] = {}
         usage = gpu_usage(tuple(gpu.index for gpu in self.setup.gpus),
                           ours=lambda: process_tree(self._process), processes=processes)
-        self._sample_gpus(usage, processes)
+        self.gpu_reports.sample(usage, processes)
         return ops.Heartbeat(
             cpu=self._process.cpu_percent(), memory=self._process.memory_info().rss,
             memory_limit=self.setup.memory_limit, gpus=tuple(vars(u) for u in usage),
             executing=self.setup.nthreads - self.state.free_threads, sent=time.monotonic())
-
-    # -- what attempts do with their GPUs ----------------------------------------------------
-
-    def _sample_gpus(self, usage: list, processes: dict[int, dict[int, int]]) -> None:
-        """Fold one look at the devices into each attempt's use; warn of (or cancel) the jobs
-        that ``gpu_use`` finds idle."""
-        holders = {t.key: (t.gpus, self.jobs.pid_of(t.key) if t.job is not None
-                           else self.gpu_children.pid_of(t.key))
-                   for t in self.state.tasks.values()
-                   if t.gpus and t.state is WorkerTaskState.EXECUTING}
-        self.gpu_use.retain(holders)
-        if not usage or not holders:
-            return
-        jobs = {key for key in holders if self.state.tasks[key].job is not None}
-        uuids = {gpu.index: gpu.uuid for gpu in self.setup.gpus}
-        for idle in self.gpu_use.sampled(time.monotonic(),
-                                         samples(usage, processes, holders, uuids), jobs):
-            then = "cancelling it" if idle.cancel else "it is left running"
-            logger.warning("Job attempt %s %s; %s", idle.key, idle.reason, then)
-            if idle.cancel:
-                self.jobs.kill(idle.key, act.IDLE, idle.reason)
-
-    def _job_report(self, report: Any) -> None:
-        """What a job's supervisor says, to the state; an attempt's end with what it did with
-        its GPUs, and whether it ran out of their memory (``dsched.oom``)."""
-        if type(report) is ops.AttemptEnded:
-            key = report.key
-            peak, gpu = self.gpu_use.peak(key), self.gpu_use.ended(key)
-            held = self._held_memory(key)
-            oom = held is not None and out_of_memory(
-                report.outcome, read_tail(report.log, TAIL) if report.outcome == "failed"
-                else "", peak, held)
-            if gpu is not None or oom:
-                report = ops.AttemptEnded(key, report.outcome, report.exit_code, report.error,
-                                          report.log, report.started, report.ended, gpu, oom)
-        self._handle(report)
-
-    def _held_memory(self, key: str) -> int | None:
-        """Bytes of device memory ``key`` holds (None: it holds no device)."""
-        parts = self.state.slots.ledger.book.held.get(key)
-        if not parts:
-            return None
-        return sum(memory for _, _, memory in parts) // SCALE
 
     # -- decisions and actions --------------------------------------------------------------
 
@@ -459,8 +419,8 @@ class Worker:
 
     def _ended(self, key: str, outcome: Outcome) -> None:
         """A task's outcome, from a thread or a child, as the event for the state; a failure
-        with what it did with its GPUs, and whether it ran out of their memory (``dsched.oom``:
-        a GPU task whose traceback says so, or whose peak reached what it held)."""
+        with what it did with its GPUs, and whether it ran out of their memory
+        (``gpureports``)."""
         if self._stopping():  # the session is closing: nothing is reported
             return
         try:
@@ -470,13 +430,16 @@ class Worker:
                                               outcome.start, outcome.stop,
                                               peak_memory=outcome.peak_memory))
             else:
-                held = self._held_memory(key)  # None on a thread: no device, never out of it
-                peak, gpu = self.gpu_use.peak(key), self.gpu_use.ended(key)
-                oom = held is not None and out_of_memory("failed", outcome.traceback, peak, held)
+                gpu, oom = self.gpu_reports.task_failed(key, outcome.traceback)
                 self._handle(ev.RunErred(key, outcome.exception, outcome.traceback,
                                            outcome.start, outcome.stop, gpu, oom))
         except Exception as error:  # a bug here stops the worker, as in any activity
             self._failed(error)
+
+    def _job_report(self, report: Any) -> None:
+        """What a job's supervisor says, to the state; an attempt's end with what it did with
+        its GPUs (``gpureports``)."""
+        self._handle(self.gpu_reports.job_ended(report))
 
     async def _log(self, request: ops.GetLog) -> ops.Log:
         if self.jobs is None:

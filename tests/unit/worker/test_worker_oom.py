@@ -1,8 +1,10 @@
 """The worker says that a GPU task failed for want of GPU memory: its traceback names the
 error, or its measured peak reached what it held (``dsched.oom``). The ``TaskErred`` it sends
 says so (``oom``) with what the task did with its devices (``gpu``); a task on a thread holds
-no device and never ran out of one. Driven through the shell's ``_ended``, as the executor
-calls it, with the scheduler's session replaced by a list."""
+no device and never ran out of one. A job attempt's end (``AttemptEnded``) says the same, its
+log's tail in place of a traceback. Driven through the shell's ``_ended`` and ``_job_report``,
+as the executor and the job runner call them, with the heartbeat's samples handed to its
+``gpu_reports`` and the scheduler's session replaced by a list."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 from dsched.protocol import ops
 from dsched.resources import Resources
 from dsched.settings import CommConfig, WorkerConfig
+from dsched.worker.events import SessionOpened
 from dsched.worker.executor import Outcome
 from dsched.worker.gpus import GpuDevice
 from dsched.worker.gpuuse import Sample
@@ -46,7 +49,7 @@ def running(worker: Worker, key: str, resources: str, gpus: tuple[int, ...] = ()
 
 def sampled(worker: Worker, key: str, memory: int) -> None:
     """A heartbeat saw ``key``'s processes use ``memory`` bytes of its device."""
-    worker.gpu_use.sampled(1.0, {key: Sample(("GPU-0",), 90.0, memory)})
+    worker.gpu_reports.use.sampled(1.0, {key: Sample(("GPU-0",), 90.0, memory)})
 
 
 def failed(worker: Worker, key: str, traceback: str) -> ops.TaskErred:
@@ -64,7 +67,7 @@ def test_a_gpu_task_whose_traceback_says_cuda_out_of_memory_ran_out(worker):
     assert erred.gpu == {"uuids": ["GPU-0"], "samples": 1, "util_avg": 90.0, "util_peak": 90.0,
                          "mem_avg": 10 * GB, "mem_peak": 10 * GB}
     assert (erred.text, erred.exception, erred.start, erred.stop) == (OOM, b"exc", 1.0, 2.0)
-    assert "train" not in worker.gpu_use.uses  # its samples go with its end
+    assert "train" not in worker.gpu_reports.use.uses  # its samples go with its end
 
 
 def test_a_gpu_task_whose_peak_reached_what_it_held_ran_out_whatever_it_printed(worker):
@@ -85,3 +88,41 @@ def test_a_task_on_a_thread_holds_no_device_and_never_ran_out_of_one(worker):
     running(worker, "count", "")
     erred = failed(worker, "count", OOM)  # it printed the words, but held no GPU memory
     assert not erred.oom and erred.gpu is None
+
+
+def running_job(worker: Worker, key: str, resources: str, gpus: tuple[int, ...]) -> None:
+    """The job attempt ``key`` runs on ``worker`` (on ``gpus``), as the scheduler asked once
+    the session opened (a job runs under its lease)."""
+    worker.state.handle(SessionOpened(0.0), 0.0)
+    worker.state.handle(ops.Execute(key, (b"", b""), Resources.parse(resources), gpus=gpus,
+                                    job={"command": ["train"], "env": {}, "cwd": None,
+                                         "time_limit": None, "name": "n"}), 0.0)
+
+
+def job_ended(worker: Worker, key: str, outcome: str, log: str) -> ops.AttemptEnded:
+    worker._job_report(ops.AttemptEnded(key, outcome, 1, "exit 1", log, 1.0, 2.0))
+    [ended] = [op for op in worker.sent if type(op) is ops.AttemptEnded]
+    return ended
+
+
+def test_a_job_whose_log_ends_saying_cuda_out_of_memory_ran_out(worker, tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text("epoch 1\n" + OOM + "\n")
+    running_job(worker, "job-1.1", "GPU_MEMORY=18G", gpus=(0,))
+    sampled(worker, "job-1.1", 10 * GB)
+    ended = job_ended(worker, "job-1.1", "failed", str(log))
+    assert ended.oom
+    assert ended.gpu == {"uuids": ["GPU-0"], "samples": 1, "util_avg": 90.0, "util_peak": 90.0,
+                         "mem_avg": 10 * GB, "mem_peak": 10 * GB}
+    assert (ended.outcome, ended.exit_code, ended.error, ended.log, ended.started,
+            ended.ended) == ("failed", 1, "exit 1", str(log), 1.0, 2.0)
+    assert "job-1.1" not in worker.gpu_reports.use.uses  # its samples go with its end
+
+
+def test_a_job_that_completed_did_not_run_out_whatever_its_log_or_peak_says(worker, tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text(OOM)
+    running_job(worker, "job-1.1", "GPU_MEMORY=18G", gpus=(0,))
+    sampled(worker, "job-1.1", 18 * GB)
+    ended = job_ended(worker, "job-1.1", "completed", str(log))
+    assert not ended.oom and ended.gpu["mem_peak"] == 18 * GB

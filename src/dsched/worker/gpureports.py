@@ -1,0 +1,95 @@
+"""What attempts do with their GPUs, as the worker's shell reports it: the use of each attempt
+holding devices, sampled at each heartbeat; the jobs that hold theirs idle, warned of or
+cancelled; and, with an attempt's end, what it did with its devices and whether it ran out of
+their memory.
+
+A ``GpuReports`` is held by the ``Worker`` (``server.py``), which hands it each heartbeat's look
+at the devices and each attempt's end. This is the I/O side: it reads the clock, the process
+trees (``gpusample``) and the tails of job logs, and it logs and kills; what the figures mean
+and when a job is idle is ``gpuuse``'s to decide, and whether an attempt ran out of memory is
+``dsched.oom``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+from ..oom import TAIL, out_of_memory
+from ..protocol import ops
+from ..resources import SCALE
+from .gpus import GpuDevice
+from .gpusample import samples
+from .gpuuse import WARN, GpuUse
+from .jobrecords import read_tail
+from .state import WorkerState
+from .task import WorkerTaskState
+
+logger = logging.getLogger("dsched.worker")
+
+
+class GpuReports:
+    """The GPU use of the attempts of ``state``'s worker, on its ``gpus``. ``job_pid`` and
+    ``task_pid`` find the root pid of a job attempt and of a GPU task (None: none yet);
+    ``kill_idle(key, reason)`` cancels a job found idle (with ``idle_action = "cancel"``)."""
+
+    def __init__(self, state: WorkerState, gpus: tuple[GpuDevice, ...],
+                 job_pid: Callable[[str], int | None], task_pid: Callable[[str], int | None],
+                 kill_idle: Callable[[str, str], Any], idle_timeout: float | None = None,
+                 idle_action: str = WARN):
+        self.state, self.gpus = state, gpus
+        self._job_pid, self._task_pid, self._kill_idle = job_pid, task_pid, kill_idle
+        #: What each attempt holding GPUs does with them, sampled at each heartbeat.
+        self.use = GpuUse(idle_timeout, idle_action)
+
+    def sample(self, usage: list, processes: dict[int, dict[int, int]]) -> None:
+        """Fold one look at the devices into each attempt's use; warn of (or cancel) the jobs
+        that ``use`` finds idle."""
+        holders = {t.key: (t.gpus, self._job_pid(t.key) if t.job is not None
+                           else self._task_pid(t.key))
+                   for t in self.state.tasks.values()
+                   if t.gpus and t.state is WorkerTaskState.EXECUTING}
+        self.use.retain(holders)
+        if not usage or not holders:
+            return
+        jobs = {key for key in holders if self.state.tasks[key].job is not None}
+        uuids = {gpu.index: gpu.uuid for gpu in self.gpus}
+        for idle in self.use.sampled(time.monotonic(),
+                                     samples(usage, processes, holders, uuids), jobs):
+            then = "cancelling it" if idle.cancel else "it is left running"
+            logger.warning("Job attempt %s %s; %s", idle.key, idle.reason, then)
+            if idle.cancel:
+                self._kill_idle(idle.key, idle.reason)
+
+    def job_ended(self, report: Any) -> Any:
+        """What a job's supervisor says, as the state should hear it: an attempt's end with
+        what it did with its GPUs, and whether it ran out of their memory; anything else as
+        it is."""
+        if type(report) is ops.AttemptEnded:
+            key = report.key
+            peak, gpu = self.use.peak(key), self.use.ended(key)
+            held = self.held_memory(key)
+            oom = held is not None and out_of_memory(
+                report.outcome, read_tail(report.log, TAIL) if report.outcome == "failed"
+                else "", peak, held)
+            if gpu is not None or oom:
+                report = ops.AttemptEnded(key, report.outcome, report.exit_code, report.error,
+                                          report.log, report.started, report.ended, gpu, oom)
+        return report
+
+    def task_failed(self, key: str, traceback_text: str) -> tuple[dict | None, bool]:
+        """What the failed task ``key`` did with its GPUs (None: never sampled), and whether
+        it ran out of their memory: its traceback says so, or its peak reached what it held.
+        Its samples are forgotten."""
+        held = self.held_memory(key)  # None on a thread: no device, never out of it
+        peak, gpu = self.use.peak(key), self.use.ended(key)
+        oom = held is not None and out_of_memory("failed", traceback_text, peak, held)
+        return gpu, oom
+
+    def held_memory(self, key: str) -> int | None:
+        """Bytes of device memory ``key`` holds (None: it holds no device)."""
+        parts = self.state.slots.ledger.book.held.get(key)
+        if not parts:
+            return None
+        return sum(memory for _, _, memory in parts) // SCALE
