@@ -78,6 +78,11 @@ def test_a_job_that_failed_at_the_memory_the_worker_measured_is_out_of_memory(da
     # 30 GB measured, 18 GB held: the retry asks a quarter more than the peak
     assert view["attempt"] == 2
     assert Resources.parse(view["resources"]) == Resources.parse("GPU_MEMORY=37.5G")
+    # its record: both attempts, the first out of memory at its measured peak, on its device
+    second, first = client.history([future.job_id()])
+    assert (first["attempt"], first["state"], first["oom"]) == (1, "failed", True)
+    assert first["mem_peak"] == 30 * GB and first["gpu_uuids"][0].startswith("GPU-fa4e")
+    assert (second["attempt"], second["state"], second["oom"]) == (2, "completed", False)
 
 
 def test_an_idle_job_is_cancelled_with_reason_idle_while_a_busy_one_runs_on(daemons,
