@@ -167,8 +167,8 @@ def test_a_job_future_is_cancelled_and_answers_through_the_owner():
     assert [type(op) for _, op in log] == [ops.SubmitJobs]
     assert desk.on_reply(ops.Reply(id=1, value=[7]))
     assert job.job_id(timeout=5) == 7
-    assert log[1:] == [("send", ops.WatchJobs(jobs=(7,))),
-                       ("send", ops.CancelJobs(id=2, jobs=(7,)))]
+    # the submission asked to be told of its end: no WatchJobs follows it
+    assert log[0][1].watch and log[1:] == [("send", ops.CancelJobs(id=2, jobs=(7,)))]
     assert desk.unsettled() == ["the cancel of job 7"]
     assert desk.on_reply(ops.Reply(id=2, value={"7": "cancelled"}))
     assert desk.unsettled() == []

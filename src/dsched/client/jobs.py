@@ -251,7 +251,7 @@ class JobDesk:
             return None
         self.submitting[request] = _Submitting(request, future, spec)
         self._settled.clear()
-        return ops.SubmitJobs(id=request, jobs=(spec.to_wire(),))
+        return ops.SubmitJobs(id=request, jobs=(spec.to_wire(),), watch=True)
 
     def cancel(self, future: JobFuture) -> ops.CancelJobs | None:
         """On the loop, in order after the job's submission: the cancel of its job, or None
@@ -269,10 +269,12 @@ class JobDesk:
         self._watch(future)
         return future
 
-    def _watch(self, future: JobFuture) -> None:
+    def _watch(self, future: JobFuture, told: bool = False) -> None:
+        """Wait for the end of ``future``'s job; ``told``: the scheduler watches it for this
+        client already (it was submitted with ``watch``)."""
         futures = self.watching.setdefault(future.id, [])
         futures.append(future)
-        if len(futures) == 1:
+        if len(futures) == 1 and not told:
             self.outbox.send(ops.WatchJobs(jobs=(future.id,)))
 
     def on_reply(self, op: Any) -> bool:
@@ -288,7 +290,7 @@ class JobDesk:
             future._failed(refusal(op.reason))
         else:
             future._acknowledged(op.value[0])
-            self._watch(future)
+            self._watch(future, told=True)
             if future._cancel_asked:  # asked while the number was on its way
                 self.outbox.send(self.cancel(future))
         self._settle()
@@ -326,7 +328,8 @@ class JobDesk:
         each watched job is watched again, and each cancel asked of one is asked again (one
         asked while disconnected went nowhere; cancelling twice is harmless)."""
         for item in self.submitting.values():
-            self.outbox.send(ops.SubmitJobs(id=item.request, jobs=(item.spec.to_wire(),)))
+            self.outbox.send(ops.SubmitJobs(id=item.request, jobs=(item.spec.to_wire(),),
+                                            watch=True))
         if self.watching:
             self.outbox.send(ops.WatchJobs(jobs=tuple(self.watching)))
         self.cancelling.clear()

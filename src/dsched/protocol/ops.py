@@ -363,10 +363,12 @@ class WhoHas:
 @op("submit-jobs")
 class SubmitJobs:
     """Queue shell-command jobs (``dsched.jobs.JobSpec`` as dicts); answered, once the
-    journal holds them, by a Reply whose value lists their ids in order."""
+    journal holds them, by a Reply whose value lists their ids in order. ``watch``: and tell
+    this client when each ends, as a WatchJobs of them would (one op, not two, a job)."""
 
     id: int
     jobs: tuple[dict, ...]
+    watch: bool = False
 
 
 @op("query-jobs")

@@ -265,12 +265,13 @@ class ClientDisconnected:
 @_frozen
 class JobsSubmitted:
     """``client`` submits shell-command jobs in its request ``request``; ``at``: the wall
-    clock then (shown as the submit time)."""
+    clock then (shown as the submit time); ``watch``: the client is told when each ends."""
 
     client: str
     request: int
     jobs: tuple[JobSpec, ...]
     at: float = 0.0
+    watch: bool = False
     now: float
 
 

@@ -71,8 +71,10 @@ class JobBook:
 
     # -- what clients ask ---------------------------------------------------------------------
 
-    def submit(self, client: str, request: int, specs: Iterable[JobSpec], at: float) -> None:
-        """Queue ``specs`` and answer ``request`` with their ids, in order (all or none)."""
+    def submit(self, client: str, request: int, specs: Iterable[JobSpec], at: float,
+               watch: bool = False) -> None:
+        """Queue ``specs`` and answer ``request`` with their ids, in order (all or none);
+        ``watch``: then tell ``client`` when each ends."""
         specs = list(specs)
         for spec in specs:
             error = demand_error(spec.resources)
@@ -111,6 +113,8 @@ class JobBook:
             self.out.journal(job, "submit")
             ids.append(job.id)
         self.out.actions.append(JobsReply(client=client, request=request, value=ids))
+        if watch:
+            self.watch(client, ids)
 
     def cancel(self, client: str, request: int, ids: Iterable[int]) -> None:
         answers = {}

@@ -356,7 +356,7 @@ class Scheduler:
             comm.write_nowait(ops.Error(reason=f"nothing queued: {error}", id=op.id).to_wire())
             return
         self._handle(ev.JobsSubmitted(client=client, request=op.id, jobs=specs, at=time.time(),
-                                      now=self.now()))
+                                      watch=op.watch, now=self.now()))
 
     def info(self) -> dict:
         return {"address": self.address, "workers": worker_info(self.state),

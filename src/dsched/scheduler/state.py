@@ -225,7 +225,7 @@ class SchedulerState:
             self.out.actions.append(JobsReply(client=e.client, request=e.request,
                                               error=DRAINING))
             return
-        self.jobs.submit(e.client, e.request, e.jobs, e.at)
+        self.jobs.submit(e.client, e.request, e.jobs, e.at, e.watch)
 
     def _on_draining(self, e: ev.SchedulerDraining) -> None:
         self.draining = True

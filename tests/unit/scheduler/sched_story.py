@@ -132,9 +132,9 @@ class JobStory(Story):
                                     attempts=tuple(a.to_wire() for a in attempts),
                                     job_lease=job_lease, **gpu_memory(memory)))
 
-    def jobs(self, *specs, client: str = "c", request: int = 1) -> list:
+    def jobs(self, *specs, client: str = "c", request: int = 1, watch: bool = False) -> list:
         return self(ev.JobsSubmitted(client=client, request=request, jobs=specs, at=1000.0,
-                                     now=self.now))
+                                     watch=watch, now=self.now))
 
     def ids(self, actions: list) -> list[int]:
         [reply] = [a for a in actions if isinstance(a, act.JobsReply)]

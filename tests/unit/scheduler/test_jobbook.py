@@ -88,6 +88,23 @@ def test_jobs_queued_gpu0_gpu0_both_gpu1_start_the_gpu1_job_beside_the_first():
     assert started(s.end("job-2.1")) == [("job-3.1", "w")]
 
 
+def test_a_submission_that_watches_is_told_each_end_without_a_watch_of_its_own():
+    s = JobStory()
+    s.worker("w1")
+    actions = s.jobs(job(), job(hold=True), client="c", watch=True)
+    [reply] = [a for a in actions if isinstance(a, act.JobsReply)]
+    assert reply.value == [1, 2] and not [a for a in actions if isinstance(a, act.TellJobEnded)]
+    s.start("job-1.1")
+    [told] = [a for a in s.end("job-1.1") if isinstance(a, act.TellJobEnded)]
+    assert told.clients == ("c",) and told.job["id"] == 1
+    [told] = [a for a in s.cancel_jobs(2, client="other") if isinstance(a, act.TellJobEnded)]
+    assert told.clients == ("c",) and told.job["state"] == "cancelled"
+    # one submitted again (its reply lost) that has ended is told at once, after the reply
+    actions = s.jobs(s.job(1).spec, client="c", request=5, watch=True)
+    kinds = [type(a) for a in actions if isinstance(a, (act.JobsReply, act.TellJobEnded))]
+    assert kinds == [act.JobsReply, act.TellJobEnded]
+
+
 def test_an_attempt_runs_then_its_end_is_journaled_before_it_is_acknowledged_and_told():
     s = JobStory()
     s.worker("w1")
