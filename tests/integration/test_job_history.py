@@ -94,3 +94,28 @@ async def test_a_query_runs_off_the_event_loop_and_no_journal_means_no_history(
             await client.close()
             await scheduler.close()
     journal.close()
+
+
+async def test_numbers_too_large_for_the_journal_match_nothing_and_stop_nothing(tmp_path):
+    from dsched import Client
+    from dsched.scheduler.journal import Journal
+    from dsched.scheduler.server import Scheduler
+    from dsched.settings import CommConfig, SchedulerConfig
+
+    journal = Journal(str(tmp_path / "jobs.sqlite"))
+    scheduler = Scheduler(SchedulerConfig(host="127.0.0.1", port=0), CommConfig(),
+                          token="t", journal=journal)
+    await scheduler.start()
+    client = await Client(scheduler.address, token="t", asynchronous=True, timeout=5)
+    try:
+        # 2**63 to 2**64 pass the wire (msgpack's uint64); SQLite cannot bind them
+        assert await client.history(since=2**63) == []
+        assert await client.history(until=2**63) == []
+        with pytest.raises(ValueError, match="a job number must be from 1"):
+            await client.history(jobs=[2**63])  # the client's own check
+        assert not scheduler.fatal.done()
+        assert (await client.scheduler_info())["address"] == scheduler.address
+    finally:
+        await client.close()
+        await scheduler.close()
+        journal.close()

@@ -32,6 +32,8 @@ from .attemptrows import COLUMNS, view
 
 #: The most attempts one query returns.
 MAX_LIMIT = 100_000
+#: Job numbers are below this (as SQLite's integers are).
+INT_LIMIT = 2**63
 #: The most scans of one job, name or state each that a query is read as, and the most rows
 #: its scans of one name each may return in all.
 _SCANS = 200
@@ -51,7 +53,12 @@ def query(path: str, jobs: Iterable[int] = (), states: Iterable[str] = (), name:
     before ``until``; at most ``limit`` (and ``MAX_LIMIT``). sqlite3.Error when the journal
     cannot be read."""
     limit = max(0, min(limit, MAX_LIMIT))
-    if not limit:
+    # What a peer may send but SQLite cannot bind (integers of 64 bits and more) matches
+    # nothing: no job is numbered so, and a time is a float.
+    asked = tuple(jobs)
+    jobs = tuple(j for j in asked if 0 < j < INT_LIMIT)
+    since, until = (None if t is None else float(t) for t in (since, until))
+    if not limit or asked and not jobs:
         return []
     db = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True,
                          isolation_level=None)
@@ -59,8 +66,8 @@ def query(path: str, jobs: Iterable[int] = (), states: Iterable[str] = (), name:
         scans = _scans(db, tuple(dict.fromkeys(jobs)), tuple(dict.fromkeys(states)), name,
                        since, until, limit)
         found = [hit for sql, args in scans for hit in db.execute(sql, args)]
-        if len(scans) > 1:
-            found = heapq.nlargest(limit, found, key=_ENDED)
+        if len(scans) > 1:  # an element is found by its array's scan too: once each
+            found = heapq.nlargest(limit, dict(found).items(), key=_ENDED)
         rows = [row for chunk in _chunks([rowid for rowid, _ in found])
                 for row in db.execute(f"SELECT {', '.join(COLUMNS)} FROM attempts "
                                       f"WHERE rowid IN ({_marks(chunk)})", chunk)]

@@ -338,7 +338,7 @@ class Scheduler:
                 attempts = await asyncio.get_running_loop().run_in_executor(
                     self._history_thread, ask)
                 answer = ops.Reply(id=op.id, value={"attempts": attempts})
-            except sqlite3.Error as error:
+            except (sqlite3.Error, ValueError, OverflowError) as error:
                 answer = ops.Error(reason=f"cannot read the history in the journal "
                                    f"{self.journal.path}: {error}", id=op.id)
         if not comm.closed:

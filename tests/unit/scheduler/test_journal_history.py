@@ -268,3 +268,23 @@ def test_a_filtered_query_over_100000_attempts_answers_in_under_200_ms(big_journ
         assert history.query(str(big_journal), **filters)
         slowest[shape] = time.perf_counter() - started
     assert max(slowest.values()) < 0.2, slowest
+
+
+def test_an_array_and_one_of_its_elements_asked_together_count_the_element_once(tmp_path):
+    path = str(tmp_path / "jobs.sqlite")
+    journal = Journal(path)
+    rows = [attempt(10, array_id=9, array_index=0), attempt(11, array_id=9, array_index=1)]
+    journal.write([{"id": r["job"]} for r in rows], rows)
+    journal.close()
+    assert [a["id"] for a in history.query(path, jobs=(9, 11), limit=2)] == [11, 10]
+
+
+def test_numbers_sqlite_cannot_bind_match_nothing(tmp_path):
+    path = str(tmp_path / "jobs.sqlite")
+    journal = Journal(path)
+    journal.write([{"id": 1}], [attempt(1)])
+    journal.close()
+    assert history.query(path, jobs=(2**63, 2**64 - 1)) == []
+    assert history.query(path, since=2**63) == []  # times are floats: bound as they are
+    assert [a["id"] for a in history.query(path, until=2**64)] == [1]
+    assert [a["id"] for a in history.query(path, jobs=(1, 2**63))] == [1]
