@@ -53,8 +53,8 @@ def ended(job: Job, e: ops.AttemptEnded, w: WorkerInfo | None) -> dict[str, Any]
     sampled = (_size(gpu.get("samples")) or 0) > 0
     uuids = gpu.get("uuids")
     return _row(job, state=_state(job, e.outcome), w=w,
-                started=e.started if e.started is not None else job.start_time,
-                ended=_number(e.ended) or None, exit_code=e.exit_code, error=e.error,
+                started=_number(e.started if e.started is not None else job.start_time),
+                ended=_number(e.ended) or None, exit_code=_code(e.exit_code), error=e.error,
                 gpu_uuids=",".join(u for u in uuids if type(u) is str)
                 if isinstance(uuids, (list, tuple)) else "",
                 util_avg=_number(gpu.get("util_avg")) if sampled else None,
@@ -68,7 +68,7 @@ def lost(job: Job, why: str, w: WorkerInfo | None = None) -> dict[str, Any]:
     """The row of ``job``'s attempt, given up without a report (``why``); ``w``: its worker,
     where it is connected. Its end is the time the journal commits it."""
     return _row(job, state=CANCELLED if job.cancelling else LOST, w=w,
-                started=job.start_time, ended=None, exit_code=None, error=why, gpu_uuids="",
+                started=_number(job.start_time), ended=None, exit_code=None, error=why, gpu_uuids="",
                 util_avg=None, util_peak=None, mem_avg=None, mem_peak=None, oom=False)
 
 
@@ -112,6 +112,11 @@ def _number(value: Any) -> float | None:
     if type(value) in (int, float) and math.isfinite(value):
         return float(value)
     return None
+
+
+def _code(value: Any) -> int | None:
+    """An exit code from a worker: a signed 64-bit integer, else None."""
+    return value if type(value) is int and -2**63 <= value < 2**63 else None
 
 
 def _size(value: Any) -> int | None:
