@@ -3,7 +3,9 @@ one retry makes (``--gpu-memory-retry``).
 
 The worker recognises it (``out_of_memory``): the attempt failed, and either its output's tail
 names a GPU out-of-memory error (PyTorch's, CUDA's, cuBLAS's and cuDNN's, XLA's, TensorFlow's),
-or the device memory its processes used, as the worker sampled it, reached what it held. The
+or the device memory its processes used while their device was full (``FULL`` of its memory in
+use), as the worker sampled it, reached what it held: memory held on a device with room left
+did not run out, however close to its grant it came. The
 scheduler sizes the retry (``larger``): twice what the attempt held on each device, or a
 quarter more than its measured peak where that is more, and never more than the largest device
 any worker has; no retry where that is no larger than what it held.
@@ -19,7 +21,8 @@ SIGNS = ("cuda out of memory", "cuda error: out of memory", "outofmemoryerror",
          "resource_exhausted: out of memory", "oom when allocating")
 #: How much of the output, from its end, is looked at.
 TAIL = 64 * 1024
-#: A peak at this share of what it held counts as having run out.
+#: A peak at this share of what it held counts as having run out; a device with this share
+#: of its memory in use is full.
 FULL = 0.95
 #: What a retry asks for, at the least: this many times what the attempt held, and this much
 #: more than its measured peak.
@@ -36,8 +39,9 @@ def says_out_of_memory(tail: str) -> bool:
 
 def out_of_memory(outcome: str, tail: str, peak: int, held: int) -> bool:
     """Whether an attempt that ended with ``outcome`` ran out of GPU memory: it failed, and
-    its output says so (``tail``), or its measured ``peak`` (bytes) reached what it ``held``
-    (bytes, on the same devices; 0 where it held no memory it knew of)."""
+    its output says so (``tail``), or its measured ``peak`` while its device was full (bytes)
+    reached what it ``held`` (bytes, on the same devices; 0 where it held no memory it knew
+    of)."""
     if outcome != "failed":
         return False
     return says_out_of_memory(tail) or (held > 0 and peak >= FULL * held)

@@ -48,40 +48,44 @@ def test_a_job_whose_output_says_cuda_out_of_memory_runs_once_more_asking_twice_
 
 def test_a_job_that_failed_at_the_memory_the_worker_measured_is_out_of_memory(daemons,
                                                                              tmp_path):
-    nvml = one_device(tmp_path)
+    nvml = tmp_path / "nvml.json"
+    write_atomically(nvml, json.dumps({"gpus": [{"memory_total": 40 * GB}]}))
+    nvml = str(nvml)
     daemons.scheduler()
     daemons.worker(env={"SCHED_FAKE_NVML": nvml, **FAST})
     client = daemons.client()
     daemons.wait_for_workers(client, 1)
     release, marker = tmp_path / "release", tmp_path / "first-attempt-ran"
-    # The job "allocates" 30 GB on its device (the stand-in lists its process), waits until
-    # the test has seen a heartbeat measure it, and fails without a word the first time.
+    # The job "allocates" 39 GB of its 40 GB device (the stand-in lists its process): the
+    # device is full. It waits until the test has seen a heartbeat measure it, and fails
+    # without a word the first time.
     allocate = (
         "import json, os, sys, time\n"
         f"nvml, release, marker = {nvml!r}, {str(release)!r}, {str(marker)!r}\n"
         "if os.path.exists(marker): sys.exit(0)\n"
         "open(marker, 'w').close()\n"
         "d = json.load(open(nvml))\n"
-        f"d['gpus'][0]['processes'] = [{{'pid': os.getpid(), 'memory': {30 * GB}}}]\n"
+        f"d['gpus'][0]['processes'] = [{{'pid': os.getpid(), 'memory': {39 * GB}}}]\n"
         "open(nvml + '.tmp', 'w').write(json.dumps(d)); os.replace(nvml + '.tmp', nvml)\n"
         "while not os.path.exists(release): time.sleep(0.02)\n"
         "sys.exit(3)\n")
     future = client.submit_command([sys.executable, "-c", allocate],
                                    resources="GPU_MEMORY=18G")
-    wait_until(lambda: client.workers()[0]["gpus"][0].get("memory_used") == 30 * GB,
-               what="a heartbeat that measured the job's 30 GB")
-    wait_until(lambda: client.workers()[0]["gpus"][0].get("memory_used") == 30 * GB
+    wait_until(lambda: client.workers()[0]["gpus"][0].get("memory_used") == 39 * GB,
+               what="a heartbeat that measured the job's 39 GB")
+    wait_until(lambda: client.workers()[0]["gpus"][0].get("memory_used") == 39 * GB
                and marker.exists(), what="a second heartbeat, to be sure it was sampled")
     release.touch()
     assert future.result(60).ok
     [view] = client.jobs([future.job_id()])["jobs"]
-    # 30 GB measured, 18 GB held: the retry asks a quarter more than the peak
+    # 39 GB measured, 18 GB held: the retry asks a quarter more than the peak, and so the
+    # whole of the largest device there is
     assert view["attempt"] == 2
-    assert Resources.parse(view["resources"]) == Resources.parse("GPU_MEMORY=37.5G")
+    assert Resources.parse(view["resources"]) == Resources.parse("GPU_MEMORY=40G")
     # its record: both attempts, the first out of memory at its measured peak, on its device
     second, first = client.history([future.job_id()])
     assert (first["attempt"], first["state"], first["oom"]) == (1, "failed", True)
-    assert first["mem_peak"] == 30 * GB and first["gpu_uuids"][0].startswith("GPU-fa4e")
+    assert first["mem_peak"] == 39 * GB and first["gpu_uuids"][0].startswith("GPU-fa4e")
     assert (second["attempt"], second["state"], second["oom"]) == (2, "completed", False)
 
 

@@ -20,11 +20,11 @@ from ..oom import TAIL, out_of_memory
 from ..protocol import ops
 from ..resources import SCALE
 from .gpus import GpuDevice
-from .gpusample import samples
+from .gpusample import ProcessTree, samples
 from .gpuuse import WARN, GpuUse
 from .jobrecords import read_tail
 from .state import WorkerState
-from .task import WorkerTaskState
+from .task import RUNNING
 
 logger = logging.getLogger("dsched.worker")
 
@@ -37,26 +37,29 @@ class GpuReports:
     def __init__(self, state: WorkerState, gpus: tuple[GpuDevice, ...],
                  job_pid: Callable[[str], int | None], task_pid: Callable[[str], int | None],
                  kill_idle: Callable[[str, str], Any], idle_timeout: float | None = None,
-                 idle_action: str = WARN):
+                 idle_action: str = WARN, heartbeat_interval: float | None = None):
         self.state, self.gpus = state, gpus
         self._job_pid, self._task_pid, self._kill_idle = job_pid, task_pid, kill_idle
         #: What each attempt holding GPUs does with them, sampled at each heartbeat.
-        self.use = GpuUse(idle_timeout, idle_action)
+        #: An idle stretch ends where three heartbeats in a row were not sampled.
+        gap = None if heartbeat_interval is None else 3 * heartbeat_interval
+        self.use = GpuUse(idle_timeout, idle_action, max_gap=gap)
 
-    def sample(self, usage: list, processes: dict[int, dict[int, int]]) -> None:
-        """Fold one look at the devices into each attempt's use; warn of (or cancel) the jobs
-        that ``use`` finds idle."""
+    def sample(self, usage: list, processes: dict[int, dict[int, int]],
+               tree: ProcessTree) -> None:
+        """Fold one look at the devices (read on the heartbeat's thread) into each attempt's
+        use, on the loop; warn of (or cancel) the jobs that ``use`` finds idle. Attempts being
+        stopped are sampled to their end too."""
         holders = {t.key: (t.gpus, self._job_pid(t.key) if t.job is not None
                            else self._task_pid(t.key))
-                   for t in self.state.tasks.values()
-                   if t.gpus and t.state is WorkerTaskState.EXECUTING}
+                   for t in self.state.tasks.values() if t.gpus and t.state in RUNNING}
         self.use.retain(holders)
         if not usage or not holders:
             return
         jobs = {key for key in holders if self.state.tasks[key].job is not None}
         uuids = {gpu.index: gpu.uuid for gpu in self.gpus}
         for idle in self.use.sampled(time.monotonic(),
-                                     samples(usage, processes, holders, uuids), jobs):
+                                     samples(usage, processes, holders, uuids, tree), jobs):
             then = "cancelling it" if idle.cancel else "it is left running"
             logger.warning("Job attempt %s %s; %s", idle.key, idle.reason, then)
             if idle.cancel:
@@ -68,7 +71,7 @@ class GpuReports:
         it is."""
         if type(report) is ops.AttemptEnded:
             key = report.key
-            peak, gpu = self.use.peak(key), self.use.ended(key)
+            peak, gpu = self.use.full_peak(key), self.use.ended(key)
             held = self.held_memory(key)
             oom = held is not None and out_of_memory(
                 report.outcome, read_tail(report.log, TAIL) if report.outcome == "failed"
@@ -80,10 +83,11 @@ class GpuReports:
 
     def task_failed(self, key: str, traceback_text: str) -> tuple[dict | None, bool]:
         """What the failed task ``key`` did with its GPUs (None: never sampled), and whether
-        it ran out of their memory: its traceback says so, or its peak reached what it held.
+        it ran out of their memory: its traceback says so, or its peak while its device was
+        full reached what it held.
         Its samples are forgotten."""
         held = self.held_memory(key)  # None on a thread: no device, never out of it
-        peak, gpu = self.use.peak(key), self.use.ended(key)
+        peak, gpu = self.use.full_peak(key), self.use.ended(key)
         oom = held is not None and out_of_memory("failed", traceback_text, peak, held)
         return gpu, oom
 

@@ -356,20 +356,6 @@ def check_division(resources: Resources, gpus: Sequence[GpuDevice],
         )
 
 
-def process_tree(process: Any) -> set[int]:
-    """The pids of ``process`` (a psutil Process: the worker's) and every process under it
-    (GPU task processes, the jobs' spawner, supervisors and what they run): the GPU memory
-    they use is granted, not others'."""
-    import psutil
-
-    pids = {process.pid}
-    try:
-        pids.update(child.pid for child in process.children(recursive=True))
-    except psutil.Error:
-        pass
-    return pids
-
-
 def _outside(nvml: Any, handle: Any, ours: Callable[[], set[int]], mine: list,
              listed: dict[int, int]) -> int:
     """Bytes of the device's memory its compute processes use but ours (0 where NVML cannot

@@ -9,7 +9,12 @@ its devices' UUIDs, its average and peak utilisation and memory.
 
 ``worker.gpu_idle_timeout``: a job whose devices all stay at 0% utilisation for that long is
 said to be idle, once per idle stretch (``Idle``): the worker warns, and with
-``worker.gpu_idle_action = "cancel"`` cancels it, with reason ``idle``.
+``worker.gpu_idle_action = "cancel"`` cancels it, with reason ``idle``. A stretch is only as
+long as its samples say: a gap without samples (``max_gap``: the worker was cut off from its
+scheduler, and took no heartbeat) starts it again.
+
+For out of memory (``dsched.oom``) what counts is the attempt's peak while its device was full
+(``full_peak``): memory a process holds on a device with room to spare did not run out.
 
 Pure: no I/O, no clock.
 """
@@ -26,11 +31,13 @@ WARN, CANCEL = "warn", "cancel"
 @dataclass(frozen=True)
 class Sample:
     """One look at an attempt's devices: their UUIDs, their utilisation (percent, the highest
-    of its devices) and the device memory its processes use (bytes, over its devices)."""
+    of its devices), the device memory its processes use (bytes, over its devices), and
+    whether one of its devices was full then."""
 
     uuids: tuple[str, ...]
     utilisation: float
     memory: int
+    full: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,24 +58,28 @@ class Idle:
 
 class _Use:
     __slots__ = ("uuids", "samples", "util_sum", "util_peak", "mem_sum", "mem_peak",
-                 "idle_since", "said")
+                 "full_peak", "last", "idle_since", "said")
 
     def __init__(self, uuids: tuple[str, ...]):
         self.uuids = uuids
         self.samples = 0
         self.util_sum = self.util_peak = 0.0
-        self.mem_sum = self.mem_peak = 0
+        self.mem_sum = self.mem_peak = self.full_peak = 0
+        self.last: float | None = None  # when it was last sampled
         self.idle_since: float | None = None  # the first sample of a stretch at 0%
         self.said = False  # this stretch was said to be idle
 
 
 class GpuUse:
     """The samples of the attempts running now, by key; ``idle_timeout``: seconds at 0% that
-    make a job idle (None: never); ``idle_action``: ``WARN`` or ``CANCEL``."""
+    make a job idle (None: never); ``idle_action``: ``WARN`` or ``CANCEL``; ``max_gap``: the
+    longest time between two samples of one idle stretch (None: any)."""
 
-    def __init__(self, idle_timeout: float | None = None, idle_action: str = WARN):
+    def __init__(self, idle_timeout: float | None = None, idle_action: str = WARN,
+                 max_gap: float | None = None):
         self.idle_timeout = idle_timeout
         self.idle_action = idle_action
+        self.max_gap = max_gap
         self.uses: dict[str, _Use] = {}
 
     def sampled(self, at: float, samples: Mapping[str, Sample],
@@ -85,8 +96,14 @@ class GpuUse:
             use.util_peak = max(use.util_peak, sample.utilisation)
             use.mem_sum += sample.memory
             use.mem_peak = max(use.mem_peak, sample.memory)
-            if sample.utilisation > 0:
+            if sample.full:
+                use.full_peak = max(use.full_peak, sample.memory)
+            gap = (self.max_gap is not None and use.last is not None
+                   and at - use.last > self.max_gap)
+            use.last = at
+            if sample.utilisation > 0 or gap:  # busy, or not seen for a while: a new stretch
                 use.idle_since, use.said = None, False
+            if sample.utilisation > 0:
                 continue
             if use.idle_since is None:
                 use.idle_since = at
@@ -104,11 +121,11 @@ class GpuUse:
         for key in [key for key in self.uses if key not in keys]:
             del self.uses[key]
 
-    def peak(self, key: str) -> int:
-        """The most device memory ``key``'s processes were seen to use (bytes; 0: never
-        sampled)."""
+    def full_peak(self, key: str) -> int:
+        """The most device memory ``key``'s processes were seen to use while one of its
+        devices was full (bytes; 0: never so)."""
         use = self.uses.get(key)
-        return use.mem_peak if use is not None else 0
+        return use.full_peak if use is not None else 0
 
     def ended(self, key: str) -> dict | None:
         """The summary of ``key``'s samples, for its AttemptEnded (None: it was never

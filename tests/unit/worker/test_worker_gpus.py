@@ -283,14 +283,15 @@ def test_memory_used_by_processes_the_worker_did_not_start_is_measured_apart():
 def test_the_workers_own_processes_are_itself_and_all_under_it():
     import subprocess
 
-    import psutil
-
-    from dsched.worker.gpus import process_tree
+    from dsched.worker.gpusample import ProcessTree
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert {os.getpid(), child.pid} <= process_tree(psutil.Process())
-        assert 1 not in process_tree(psutil.Process())  # init is no process of the worker's
+        tree = ProcessTree()
+        assert tree.under(os.getpid()) == set()  # nothing before the table is read
+        tree.scan()
+        assert {os.getpid(), child.pid} <= tree.under(os.getpid())
+        assert 1 not in tree.under(os.getpid())  # init is no process of the worker's
     finally:
         child.kill()
         child.wait()

@@ -47,9 +47,10 @@ def running(worker: Worker, key: str, resources: str, gpus: tuple[int, ...] = ()
                         0.0)
 
 
-def sampled(worker: Worker, key: str, memory: int) -> None:
-    """A heartbeat saw ``key``'s processes use ``memory`` bytes of its device."""
-    worker.gpu_reports.use.sampled(1.0, {key: Sample(("GPU-0",), 90.0, memory)})
+def sampled(worker: Worker, key: str, memory: int, full: bool = True) -> None:
+    """A heartbeat saw ``key``'s processes use ``memory`` bytes of its device (``full``: a
+    device with no memory left)."""
+    worker.gpu_reports.use.sampled(1.0, {key: Sample(("GPU-0",), 90.0, memory, full)})
 
 
 def failed(worker: Worker, key: str, traceback: str) -> ops.TaskErred:
@@ -82,6 +83,13 @@ def test_a_gpu_task_that_failed_otherwise_did_not_run_out(worker):
     sampled(worker, "train", 5 * GB)
     erred = failed(worker, "train", PLAIN)
     assert not erred.oom and erred.gpu["mem_peak"] == 5 * GB
+
+
+def test_a_peak_at_its_grant_on_a_device_with_room_left_is_not_out_of_memory(worker):
+    running(worker, "train", "GPU_MEMORY=18G", gpus=(0,))
+    sampled(worker, "train", 18 * GB, full=False)  # it could have taken more: it did not run out
+    erred = failed(worker, "train", PLAIN)
+    assert not erred.oom and erred.gpu["mem_peak"] == 18 * GB
 
 
 def test_a_task_on_a_thread_holds_no_device_and_never_ran_out_of_one(worker):
@@ -126,3 +134,47 @@ def test_a_job_that_completed_did_not_run_out_whatever_its_log_or_peak_says(work
     sampled(worker, "job-1.1", 18 * GB)
     ended = job_ended(worker, "job-1.1", "completed", str(log))
     assert not ended.oom and ended.gpu["mem_peak"] == 18 * GB
+
+
+def test_a_job_being_cancelled_is_sampled_to_its_end_and_keeps_its_figures(worker):
+    from dsched.worker.gpus import GpuUsage
+    from dsched.worker.gpusample import ProcessTree
+
+    key = "job-1.1"
+    running_job(worker, key, "GPU=1", gpus=(0,))
+    for at in range(10):  # it ran a while, busy
+        worker.gpu_reports.use.sampled(float(at), {key: Sample(("GPU-0",), 90.0, 10 * GB)})
+    worker.state.handle(ops.StopTask(key), 0.0)  # the user cancels: it is being stopped
+    worker.gpu_reports.sample([GpuUsage(0, 90, 10 * GB, 80 * GB)], {0: {}}, ProcessTree())
+    ended = job_ended(worker, key, "cancelled", "")
+    assert ended.gpu["samples"] == 11
+
+
+async def test_the_heartbeats_thread_reads_the_devices_and_the_loop_folds_them(worker,
+                                                                             monkeypatch):
+    import asyncio
+    import threading
+
+    from dsched.worker import server
+    from dsched.worker.gpus import GpuUsage
+
+    loop = asyncio.get_running_loop()
+    worker._loop = loop
+    threads = {}
+
+    def usage(indices, ours, processes):
+        threads["read"] = threading.get_ident()
+        return [GpuUsage(0, 0, GB, 80 * GB)]
+
+    def sample(*args):
+        threads["folded"] = threading.get_ident()
+        folded.set()
+
+    folded = asyncio.Event()
+    monkeypatch.setattr(server, "gpu_usage", usage)
+    monkeypatch.setattr(worker.gpu_reports, "sample", sample)
+    monkeypatch.setattr(worker._process, "cpu_percent", lambda: 0.0)
+    beat = await loop.run_in_executor(None, worker._heartbeat)
+    await asyncio.wait_for(folded.wait(), 5)
+    assert beat.gpus and threads["read"] != threading.get_ident()
+    assert threads["folded"] == threading.get_ident()  # the loop's: beside the state
