@@ -68,8 +68,9 @@ def lost(job: Job, why: str, w: WorkerInfo | None = None) -> dict[str, Any]:
     """The row of ``job``'s attempt, given up without a report (``why``); ``w``: its worker,
     where it is connected. Its end is the time the journal commits it."""
     return _row(job, state=CANCELLED if job.cancelling else LOST, w=w,
-                started=_number(job.start_time), ended=None, exit_code=None, error=why, gpu_uuids="",
-                util_avg=None, util_peak=None, mem_avg=None, mem_peak=None, oom=False)
+                started=_number(job.start_time), ended=None, exit_code=None, error=why,
+                gpu_uuids="", util_avg=None, util_peak=None, mem_avg=None, mem_peak=None,
+                oom=False)
 
 
 def _row(job: Job, *, state: str, w: WorkerInfo | None, **end: Any) -> dict[str, Any]:
@@ -134,7 +135,8 @@ def backfilled(rows: Iterable[Mapping]) -> list[dict[str, Any]]:
     the last attempt of each ended job that started, as its job row tells it. No samples were
     kept; a job lost without an end time ended, as far as it says, when it started."""
     rows = list(rows)
-    arrays = {row["id"]: row["spec"]["array"] for row in rows if row["spec"].get("array")}
+    arrays = {row["id"]: ArraySpec.from_wire(row["spec"]["array"])  # once each
+              for row in rows if row["spec"].get("array")}
     made = []
     for row in rows:
         if row["state"] not in _ENDED or not row.get("started") or "block" in row:
@@ -146,11 +148,11 @@ def backfilled(rows: Iterable[Mapping]) -> list[dict[str, Any]]:
             end = started if started is not None else row["submitted"]
         made.append({
             "job": row["id"], "attempt": row["attempt"], "array_id": parent,
-            "array_index": (ArraySpec.from_wire(arrays[parent]).index(row["position"])
+            "array_index": (arrays[parent].index(row["position"])
                             if parent in arrays else None),
             "name": spec.get("name") or "", "state": row["state"], "worker": row["worker"],
-            "started": started, "ended": end,
-            "exit_code": row.get("exit_code"), "error": row.get("error") or "",
+            "started": _number(started), "ended": _number(end),
+            "exit_code": _code(row.get("exit_code")), "error": row.get("error") or "",
             "resources": str(resources) if resources else "",
             "gpus": gpu_amount(resources, row.get("gpus") or (), None), "gpu_uuids": "",
             "util_avg": None, "util_peak": None, "mem_avg": None, "mem_peak": None,

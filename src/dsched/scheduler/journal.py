@@ -39,7 +39,7 @@ from typing import Iterable, Mapping
 
 import msgpack
 
-from ..errors import ConfigError
+from ..errors import ConfigError, SchedError
 from . import attemptrows
 
 logger = logging.getLogger("dsched.scheduler")
@@ -138,8 +138,15 @@ class Journal:
             for statement in ATTEMPTS:
                 db.execute(statement)
             if backfill:
-                rows = attemptrows.backfilled(msgpack.unpackb(row, strict_map_key=False)
-                                              for (row,) in db.execute("SELECT row FROM jobs"))
+                try:
+                    rows = attemptrows.backfilled(msgpack.unpackb(row, strict_map_key=False)
+                                                  for (row,) in db.execute("SELECT row FROM jobs"))
+                except (KeyError, TypeError, ValueError, AttributeError, SchedError,
+                        msgpack.UnpackException) as error:  # a row this layout cannot read
+                    raise ConfigError(f"cannot upgrade the journal {self.path} to layout "
+                                      f"{SCHEMA}: a job's row is not as layout 1 wrote it "
+                                      f"({error!r:.200}); move it away to start with no "
+                                      "jobs") from None
                 self._insert_attempts(rows, time.time())
                 logger.info("The journal %s was upgraded to layout %d: %d ended job(s) now "
                             "have their last attempt in its history", self.path, SCHEMA,

@@ -8,7 +8,8 @@ off). The retry's spec asks ``GPU_MEMORY`` per device as ``oom.larger`` sizes it
 attempt held of its devices (the device rule's part: ``dsched.devices``) and its measured peak,
 and no longer asks for a retry of its own: one retry per job. The retry does not spend the
 job's ``--retries``. Where no worker has a device larger than what the attempt held, there is
-none, and the job fails as it would have.
+none, and the job fails as it would have; nor is there for work that asks no ``GPU`` or
+``GPU_MEMORY`` (a named device, ``gpu0=1``, holds no memory of its own to grow).
 
 A Python task is retried so only where it was submitted with ``gpu_memory_retry=True``
 (``Task.oom_retry``): its worker says its attempt ran out (``TaskErred.oom``), and it is queued
@@ -25,7 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable
 
-from ..devices import GPU_MEMORY, format_memory
+from ..devices import GPU_MEMORY, asks_devices, format_memory
 from ..jobs import JobSpec
 from ..oom import larger
 from ..protocol import ops
@@ -58,6 +59,8 @@ def larger_demand(asked: Resources, gpus: Iterable[int], gpu: dict | None,
     ``worker/gpuuse.py``), with the words of what it did ("ran out of GPU memory (peak 19 GB,
     18 GB held)") and of what the retry asks ("GPU_MEMORY=36 GB"); None where no larger
     request can be met."""
+    if not asks_devices(asked):  # a named device (gpu0=1) is not a grant of GPU memory
+        return None
     gpus = tuple(gpus)
     book = worker.room.devices if worker is not None else None
     devices = [d for d in gpus if book is not None and d in book.memory]

@@ -11,7 +11,7 @@ from dsched.jobs import ArraySpec
 from dsched.protocol import ops
 from dsched.resources import Resources
 from dsched.scheduler import actions as act, events as ev
-from dsched.scheduler.attemptrows import COLUMNS, gpu_amount, view
+from dsched.scheduler.attemptrows import COLUMNS, backfilled, gpu_amount, view
 from dsched.scheduler.outbox import Outbox
 from sched_story import JobStory, addr, job, journaled
 
@@ -209,3 +209,22 @@ def test_a_handler_that_raises_leaves_no_attempt_row_for_the_next_write():
     out.attempt({"job": 1})
     out.discard()
     assert out.take() == []
+
+
+def test_the_upgrade_of_an_array_of_many_ended_elements_reads_its_spec_once():
+    import time
+
+    from dsched.jobspec import array_spec
+
+    n = 20_000
+    array = array_spec([f"file{i}.txt" for i in range(n)], None)
+    rows = [{"id": 1, "spec": {"array": array.to_wire(), "resources": {}, "name": "sweep"},
+             "state": "running", "started": False, "block": n}]
+    rows += [{"id": 2 + p, "parent": 1, "position": p, "state": "completed", "started": True,
+              "attempt": 1, "worker": "w", "start_time": 1.0, "end_time": 2.0, "exit_code": 0,
+              "error": "", "gpus": [], "spec": {"resources": {}, "name": "sweep", "array": None},
+              "submitted": 0.0} for p in range(n)]
+    started = time.perf_counter()
+    made = backfilled(rows)
+    assert len(made) == n and made[-1]["array_index"] == n - 1
+    assert time.perf_counter() - started < 2.0  # read once per element, it took minutes

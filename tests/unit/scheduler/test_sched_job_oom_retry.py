@@ -95,3 +95,14 @@ def test_a_job_its_worker_found_idle_ends_cancelled_with_reason_idle():
     s.end(key, "idle", exit_code=None)
     view = s.view(job_id)
     assert (view["state"], view["reason"]) == ("cancelled", "idle")
+
+
+def test_a_job_on_a_named_device_gets_no_memory_retry_even_when_asked():
+    s = JobStory()
+    s.worker("w", nthreads=2, resources="GPU=2 GPU_MEMORY=160e9 gpu0=1 gpu1=1",
+             memory=(80 * GB, 80 * GB))
+    [job_id] = s.ids(s.jobs(job("train", resources="gpu0=1", gpu_memory_retry=True)))
+    key = s.job(job_id).key
+    s.start(key)
+    s.end(key, "failed", exit_code=1, oom=True, gpu={"mem_peak": 20 * GB})
+    assert s.job(job_id).state.value == "failed" and asked_memory(s, job_id) == 0
