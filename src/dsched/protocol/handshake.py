@@ -33,7 +33,9 @@ from .messages import close_op, decode_ops, encode_ops
 
 #: 2: buffers larger than a frame travel as parts (frame kind 2), which version 1 refuses.
 #: 3: the scheduler tells clients future-* ops, not the task-finished/-erred workers send.
-PROTOCOL_VERSION = 3
+#: 4: a job attempt may end ``idle`` (its worker stopped it for holding its GPUs idle), which
+#: a scheduler of version 3 took for lost, and queued again with ``--requeue``.
+PROTOCOL_VERSION = 4
 #: A non-text first byte, so that text protocols fail on the first byte they send.
 MAGIC = b"\x89dsched"
 PREAMBLE_SIZE = len(MAGIC) + 2
