@@ -162,8 +162,11 @@ class Membership:
         outside = {g["index"]: g.get("memory_outside", 0) * SCALE for g in gpus
                    if isinstance(g, Mapping) and type(g.get("index")) is int
                    and type(g.get("memory_outside", 0)) is int and g.get("memory_outside", 0) >= 0}
+        before = dict(devices.outside)
         if devices.measured(outside):
             self.placer.room_grew(w)
+        elif devices.outside != before:
+            self.placer.room_shrank(w)
 
     # -- faulty GPUs --------------------------------------------------------------------------
 
@@ -173,6 +176,7 @@ class Membership:
         w = self.workers.get(e.worker)
         devices = w.room.devices if w is not None else None
         if devices is not None and devices.fence(e.index, e.reason):
+            self.placer.room_shrank(w)
             self.out.counters["gpus_fenced"] += 1
             self.out.log(WARNING, "GPU %d of worker %s fenced: %s", e.index, w.name, e.reason)
 

@@ -69,6 +69,11 @@ class Placer:
         w.version += 1
         self._dirty[w.address] = w
 
+    def room_shrank(self, w: WorkerInfo) -> None:
+        """``w`` has less room than its tasks say (more memory used by others on a device, a
+        device fenced): what was estimated from its load (a reservation's devices) is stale."""
+        w.version += 1
+
     def withdraw_worker(self, w: WorkerInfo) -> None:
         """``w`` is draining: nothing may start there any more."""
         self.index.withdraw(w)

@@ -197,3 +197,30 @@ def test_a_device_task_starts_beside_a_reserved_one_on_another_device_but_not_on
     assert sent_gpus(actions) == {} and s.state_of("medium") == "queued"
     actions = s.finish("big1")
     assert sent_gpus(actions) == {"big2": (2,)}
+
+
+def test_a_reservation_is_made_again_when_others_take_memory_or_a_device_is_fenced():
+    from dsched.scheduler import events as ev
+
+    s = Story()
+    s.worker("w", nthreads=8, resources="GPU=3 GPU_MEMORY=152e9",
+             memory=(24 * GB, 48 * GB, 80 * GB))
+    s.submit(task("a0", "GPU_MEMORY=20G"), task("fill", "GPU_MEMORY=40G"),
+             task("big1", "GPU_MEMORY=50G"))
+    s.submit(task("big2", "GPU_MEMORY=60G"))  # waits for the 80 GB device
+    backfill, x = s.state.placer.backfill, s.state.tasks["big2"]
+
+    def reservation():
+        return backfill.reserve(x, x.queue)
+
+    first = reservation()
+    assert first.book.outside[2] == 0 and reservation() is first  # kept while nothing changed
+    gpus = tuple({"index": i, "memory_used": 0, "memory_total": size, "memory_outside": 0}
+                 for i, size in enumerate((24 * GB, 48 * GB, 80 * GB)))
+    gpus[2]["memory_outside"] = 10 * GB  # another program takes 10 GB of the 80 GB device
+    s(ev.WorkerHeartbeat(address="tcp://w", metrics={"gpus": gpus}, now=s.now))
+    second = reservation()
+    assert second is not first and second.book.outside[2] > 0  # counted at its start
+    s(ev.WorkerGpuFenced(worker="tcp://w", index=0, reason="Xid 79", now=s.now))
+    third = reservation()
+    assert third is not second and 0 in third.book.fenced
