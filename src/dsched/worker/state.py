@@ -10,8 +10,7 @@ It trusts the scheduler with nothing it can check: it never runs more tasks than
 or than its resources allow. A shell-command job's attempt takes a thread and its resources
 and waits in the same queue as a task; what else it decides about jobs (start only while
 registered and within the job lease, never twice, keep outcomes until acknowledged) it keeps in
-an ``AttemptBook``. The shell hands each event over with its monotonic clock, on which the
-lease is measured.
+an ``AttemptBook``. The shell hands each event over with its monotonic clock (the lease's).
 
 Pure: no I/O, no clock, no asyncio, no NVML.
 """
@@ -318,17 +317,18 @@ class WorkerState:
         """The drain deadline passed: every running task and job is stopped for shutdown. A
         task goes back to the scheduler as refused by a closing worker, never as an error of
         its own: at once when it runs on a thread (which cannot be stopped; its end is
-        ignored), else once its process is gone."""
+        ignored, and one asked to stop before is left so too), else once its process is gone."""
         actions: list[Action] = []
         for task in sorted(self.tasks.values(), key=lambda t: t.seq):
-            if task.state is not WorkerTaskState.EXECUTING:
+            on_thread = task.job is None and not task.gpus
+            if task.state is WorkerTaskState.EXECUTING:
+                task.state, task.stopped_for = WorkerTaskState.CANCELLING, SHUTDOWN
+                if not on_thread:
+                    actions.append(KillJob(task.key, SHUTDOWN) if task.job is not None
+                                   else KillTask(task.key))
+            elif not (task.state is WorkerTaskState.CANCELLING and on_thread):
                 continue
-            task.state, task.stopped_for = WorkerTaskState.CANCELLING, SHUTDOWN
-            if task.job is not None:
-                actions.append(KillJob(task.key, SHUTDOWN))
-            elif task.gpus:
-                actions.append(KillTask(task.key))
-            else:
+            if on_thread:
                 self.slots.free(task)
                 actions += [self._stop_report(task), *self._end_without_result(task)]
         return actions

@@ -314,6 +314,22 @@ def test_at_the_drain_deadline_running_tasks_are_handed_back_never_failed():
     assert state.is_idle()
 
 
+def test_at_the_drain_deadline_a_thread_task_asked_to_stop_before_is_left_too():
+    from dsched.worker.events import DrainTimedOut
+
+    state = WorkerState(nthreads=2, resources=R("GPU=1"))
+    handle(state, execute("on-thread"), execute("on-gpu", "GPU=1"))
+    # the scheduler asked both to stop (their futures were dropped): neither ended yet
+    assert handle(state, StopTask("on-thread"), StopTask("on-gpu")) == [
+        KillTask("on-thread"), KillTask("on-gpu")]
+    handle(state, DrainRequested())
+    # The thread cannot be stopped: its stop is said at once, and the worker may leave (it
+    # waited the jobs' grace period for it); the GPU process is being killed already.
+    assert handle(state, DrainTimedOut()) == [TaskStopped("on-thread")]
+    assert handle(state, RunStopped("on-gpu", "killed by signal 9")) == [TaskStopped("on-gpu")]
+    assert state.is_idle()
+
+
 def test_a_task_being_stopped_and_sent_again_ends_as_the_run_asked_for():
     # On a thread it runs on: its end is reported as a finish.
     state = WorkerState(nthreads=1)
