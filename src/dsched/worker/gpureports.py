@@ -3,8 +3,9 @@ holding devices, sampled at each heartbeat; the jobs that hold theirs idle, warn
 cancelled; and, with an attempt's end, what it did with its devices and whether it ran out of
 their memory.
 
-A ``GpuReports`` is held by the ``Worker`` (``server.py``), which hands it each heartbeat's look
-at the devices and each attempt's end. This is the I/O side: it reads the clock, the process
+A ``GpuReports`` is held by the ``Worker`` (``server.py``): each heartbeat reads the devices
+through it on the heartbeat's thread (``read``), which hands the fold to the loop (``sample``),
+and each attempt's end passes through it. This is the I/O side: it reads the clock, the process
 trees (``gpusample``) and the tails of job logs, and it logs and kills; what the figures mean
 and when a job is idle is ``gpuuse``'s to decide, and whether an attempt ran out of memory is
 ``dsched.oom``'s.
@@ -19,7 +20,7 @@ from typing import Any, Callable
 from ..oom import TAIL, out_of_memory
 from ..protocol import ops
 from ..resources import SCALE
-from .gpus import GpuDevice
+from .gpus import GpuDevice, GpuUsage, gpu_usage
 from .gpusample import ProcessTree, samples
 from .gpuuse import WARN, GpuUse
 from .jobrecords import read_tail
@@ -44,6 +45,26 @@ class GpuReports:
         #: An idle stretch ends where three heartbeats in a row were not sampled.
         gap = None if heartbeat_interval is None else 3 * heartbeat_interval
         self.use = GpuUse(idle_timeout, idle_action, max_gap=gap)
+        #: The worker's loop, once it runs: where the samples are folded.
+        self.loop: Any = None
+
+    def read(self, worker_pid: int) -> list[GpuUsage]:
+        """On the heartbeat's thread: the devices as NVML sees them (what processes the worker
+        ``worker_pid`` did not start use of each included), with the process table where NVML
+        lists processes; their fold into each attempt's use is handed to the loop."""
+        processes: dict[int, dict[int, int]] = {}
+        tree = ProcessTree()
+
+        def ours() -> set[int]:
+            tree.scan()
+            return tree.under(worker_pid)
+
+        usage = gpu_usage(tuple(gpu.index for gpu in self.gpus), ours=ours, processes=processes)
+        if usage and self.loop is not None:
+            if any(processes.values()):
+                tree.scan()
+            self.loop.call_soon_threadsafe(self.sample, usage, processes, tree)
+        return usage
 
     def sample(self, usage: list, processes: dict[int, dict[int, int]],
                tree: ProcessTree) -> None:
@@ -70,26 +91,29 @@ class GpuReports:
         what it did with its GPUs, and whether it ran out of their memory; anything else as
         it is."""
         if type(report) is ops.AttemptEnded:
-            key = report.key
-            peak, gpu = self.use.full_peak(key), self.use.ended(key)
-            held = self.held_memory(key)
-            oom = held is not None and out_of_memory(
-                report.outcome, read_tail(report.log, TAIL) if report.outcome == "failed"
-                else "", peak, held)
+            failed = report.outcome == "failed"
+            gpu, oom = self._ended(report.key, report.outcome,
+                                   lambda: read_tail(report.log, TAIL) if failed else "")
             if gpu is not None or oom:
-                report = ops.AttemptEnded(key, report.outcome, report.exit_code, report.error,
-                                          report.log, report.started, report.ended, gpu, oom)
+                report = ops.AttemptEnded(report.key, report.outcome, report.exit_code,
+                                          report.error, report.log, report.started,
+                                          report.ended, gpu, oom)
         return report
 
     def task_failed(self, key: str, traceback_text: str) -> tuple[dict | None, bool]:
         """What the failed task ``key`` did with its GPUs (None: never sampled), and whether
         it ran out of their memory: its traceback says so, or its peak while its device was
-        full reached what it held.
-        Its samples are forgotten."""
-        held = self.held_memory(key)  # None on a thread: no device, never out of it
+        full reached what it held."""
+        return self._ended(key, "failed", lambda: traceback_text)
+
+    def _ended(self, key: str, outcome: str,
+               output: Callable[[], str]) -> tuple[dict | None, bool]:
+        """What ``key`` did with its GPUs, and whether it ran out of their memory (``output``:
+        the end of what it printed, read only where it held devices); its samples are
+        forgotten."""
+        held = self.held_memory(key)  # None: no device (a task on a thread), never out of one
         peak, gpu = self.use.full_peak(key), self.use.ended(key)
-        oom = held is not None and out_of_memory("failed", traceback_text, peak, held)
-        return gpu, oom
+        return gpu, held is not None and out_of_memory(outcome, output(), peak, held)
 
     def held_memory(self, key: str) -> int | None:
         """Bytes of device memory ``key`` holds (None: it holds no device)."""

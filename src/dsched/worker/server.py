@@ -46,8 +46,7 @@ from .containment import SUBREAPER, Containment, settle
 from .data import ResultStore
 from .executor import GpuProcessPool, Outcome, TaskKilled, ThreadRunner
 from .gpureports import GpuReports
-from .gpus import GpuDevice, gpu_usage
-from .gpusample import ProcessTree
+from .gpus import GpuDevice
 from .gpuwatch import GpuWatch, on_loop
 from .jobrecords import default_directory
 from .jobrunner import JobRunner
@@ -133,7 +132,6 @@ class Worker:
             kill_idle=lambda key, reason: self.jobs.kill(key, act.IDLE, reason),
             idle_timeout=config.gpu_idle_timeout, idle_action=config.gpu_idle_action,
             heartbeat_interval=config.heartbeat_interval)
-        self._loop: asyncio.AbstractEventLoop | None = None  # once started
         #: Why the worker stopped when a background activity (or a drain) failed: its process
         #: then exits non-zero.
         self.failure: str | None = None
@@ -161,7 +159,7 @@ class Worker:
         read what an earlier process left there (OSError if any of that cannot be done), then
         start talking to the scheduler."""
         config, comm = self.config, self.comm_config
-        self._loop = asyncio.get_running_loop()
+        self.gpu_reports.loop = asyncio.get_running_loop()
         # A private scratch directory per worker process, removed when the worker stops.
         if config.local_directory:
             os.makedirs(config.local_directory, exist_ok=True)
@@ -328,22 +326,9 @@ class Worker:
             raise ops.BadOp(f"{op.OP} is not an op the scheduler sends a worker")
 
     def _heartbeat(self) -> ops.Heartbeat:
-        """The heartbeat, made on a thread of its own (NVML and the process table are read
-        here); what attempts did with their GPUs is folded on the loop, beside the state."""
-        processes: dict[int, dict[int, int]] = {}
-        tree = ProcessTree()
-        pid = self._process.pid
-
-        def ours() -> set[int]:
-            tree.scan()
-            return tree.under(pid)
-
-        usage = gpu_usage(tuple(gpu.index for gpu in self.setup.gpus), ours=ours,
-                          processes=processes)
-        if usage and self._loop is not None:
-            if any(processes.values()):
-                tree.scan()
-            self._loop.call_soon_threadsafe(self.gpu_reports.sample, usage, processes, tree)
+        """The heartbeat, made on a thread of its own (``gpu_reports`` reads the devices
+        here, and folds what attempts did with them on the loop, beside the state)."""
+        usage = self.gpu_reports.read(self._process.pid)
         return ops.Heartbeat(
             cpu=self._process.cpu_percent(), memory=self._process.memory_info().rss,
             memory_limit=self.setup.memory_limit, gpus=tuple(vars(u) for u in usage),

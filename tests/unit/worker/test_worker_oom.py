@@ -155,11 +155,11 @@ async def test_the_heartbeats_thread_reads_the_devices_and_the_loop_folds_them(w
     import asyncio
     import threading
 
-    from dsched.worker import server
+    from dsched.worker import gpureports
     from dsched.worker.gpus import GpuUsage
 
     loop = asyncio.get_running_loop()
-    worker._loop = loop
+    worker.gpu_reports.loop = loop
     threads = {}
 
     def usage(indices, ours, processes):
@@ -171,7 +171,7 @@ async def test_the_heartbeats_thread_reads_the_devices_and_the_loop_folds_them(w
         folded.set()
 
     folded = asyncio.Event()
-    monkeypatch.setattr(server, "gpu_usage", usage)
+    monkeypatch.setattr(gpureports, "gpu_usage", usage)
     monkeypatch.setattr(worker.gpu_reports, "sample", sample)
     monkeypatch.setattr(worker._process, "cpu_percent", lambda: 0.0)
     beat = await loop.run_in_executor(None, worker._heartbeat)
