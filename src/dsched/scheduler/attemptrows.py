@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from ..devices import GPU_MEMORY
 from ..jobs import ENDED, ArraySpec, JobState
 from ..protocol import ops
+from ..protocol.ints import INT_MAX, INT_MIN
 from ..resources import GPU, SCALE, Resources, device_index
 
 if TYPE_CHECKING:
@@ -117,14 +118,14 @@ def _number(value: Any) -> float | None:
 
 def _code(value: Any) -> int | None:
     """An exit code from a worker: a signed 64-bit integer, else None."""
-    return value if type(value) is int and -2**63 <= value < 2**63 else None
+    return value if type(value) is int and INT_MIN <= value <= INT_MAX else None
 
 
 def _size(value: Any) -> int | None:
     """A count or a size from a worker: a whole number from 0 to what a journal's column
     holds (a signed 64-bit integer), else None."""
     number = _number(value)
-    return int(number) if number is not None and 0 <= number < 2**63 else None
+    return int(number) if number is not None and 0 <= number <= INT_MAX else None
 
 
 # -- a journal of layout 1 ----------------------------------------------------------------

@@ -28,12 +28,11 @@ from operator import itemgetter
 from typing import Any, Iterable, Sequence, Sized
 from urllib.parse import quote
 
+from ..protocol.ints import INT_MAX
 from .attemptrows import COLUMNS, view
 
 #: The most attempts one query returns.
 MAX_LIMIT = 100_000
-#: Job numbers are below this (as SQLite's integers are).
-INT_LIMIT = 2**63
 #: The most scans of one job, name or state each that a query is read as, and the most rows
 #: its scans of one name each may return in all.
 _SCANS = 200
@@ -56,7 +55,7 @@ def query(path: str, jobs: Iterable[int] = (), states: Iterable[str] = (), name:
     # What a peer may send but SQLite cannot bind (integers of 64 bits and more) matches
     # nothing: no job is numbered so, and a time is a float.
     asked = tuple(jobs)
-    jobs = tuple(j for j in asked if 0 < j < INT_LIMIT)
+    jobs = tuple(j for j in asked if 0 < j <= INT_MAX)
     since, until = (None if t is None else float(t) for t in (since, until))
     if not limit or asked and not jobs:
         return []
