@@ -6,7 +6,10 @@ and sharing devices by memory never takes longer than whole GPUs would in a mix.
 
 from __future__ import annotations
 
+import importlib.util
 import random
+import statistics
+from pathlib import Path
 
 from dsched.sim import Simulation, SimTask, SimWorker
 
@@ -46,3 +49,18 @@ def test_heads_passed_over_are_looked_at_again_once_a_task_starts_beside_a_reser
               for _ in range(60)] for _ in range(148)]
     for i in (135, 147):
         run(mixes[i], nthreads=64)
+
+
+def test_largest_first_priorities_pack_mixes_within_1_10_of_the_lower_bound():
+    # bench/sim_gpu_memory.py's mixes, each job given its memory in GB as priority (a user
+    # packing a sweep): the median makespan over the bench's lower bound is at most 1.10.
+    spec = importlib.util.spec_from_file_location(
+        "sim_gpu_memory", Path(__file__).parents[2] / "bench" / "sim_gpu_memory.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rng = random.Random(1)
+    ratios = []
+    for _ in range(40):
+        jobs = bench.mix(rng, 60)
+        ratios.append(bench.makespan(jobs, largest_first=True) / bench.lower_bound(jobs))
+    assert statistics.median(ratios) <= 1.10, sorted(ratios)
