@@ -18,6 +18,10 @@ class ResourceSpecError(SchedError, ValueError):
     """
 
 
+class JobSpecError(SchedError, ValueError):
+    """A job cannot be submitted as given (an empty command, a bad duration, ...)."""
+
+
 class ConfigError(SchedError, ValueError):
     """A configuration file, environment variable or override is invalid."""
 

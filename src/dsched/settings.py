@@ -10,9 +10,9 @@ cores are built with (``policy.py``, through ``default_of``); the command line's
 checked by a test).
 
 A section's class is made a dataclass when one of the sections is first asked of this module
-(:func:`__getattr__`), not when it is imported: making them costs more than all the rest of
-what ``sched submit`` does with its config, which needs only the defaults and the kinds, and
-those are read from the declarations (:func:`section`).
+(:func:`__getattr__`), not when it is imported: making them, and loading ``dataclasses`` at
+all, costs more than all the rest of what ``sched submit`` does with its config, which needs
+only the defaults and the kinds, and those are read from the declarations (``Declared``).
 
 Pure: no I/O.
 """
@@ -20,7 +20,6 @@ Pure: no I/O.
 from __future__ import annotations
 
 import _thread
-from dataclasses import MISSING, Field, dataclass, field
 
 from . import config_kinds as k
 from .environ import setting_variable
@@ -33,24 +32,43 @@ if TYPE_CHECKING:
     _Section = TypeVar("_Section", bound=type)
 
 MiB = 2**20
+MISSING = object()  # a setting's default value where ``default_factory`` makes it
+
+
+class Declared:
+    """A field of a section as declared: its ``default`` or ``default_factory`` (MISSING where
+    none) and ``metadata`` (its ``kind`` and ``help``), as ``dataclasses.field`` takes them
+    once the section is made a dataclass."""
+
+    __slots__ = ("default", "default_factory", "metadata")
+
+    def __init__(self, metadata: dict, default: Any = MISSING, default_factory: Any = MISSING):
+        self.default, self.default_factory, self.metadata = default, default_factory, metadata
+
+    def field(self) -> Any:
+        """The ``dataclasses.field`` it stands for."""
+        import dataclasses
+
+        given = ({"default": self.default} if self.default_factory is MISSING
+                 else {"default_factory": self.default_factory})
+        return dataclasses.field(**given, metadata=self.metadata)
 
 
 def setting(default: Any, kind: Callable[[Any], Any], help: str) -> Any:
     """A field of a section: its default, the kind that checks a value, and its help."""
     if isinstance(default, (dict, list)):
-        return field(default_factory=lambda: type(default)(default),
-                     metadata={"kind": kind, "help": help})
-    return field(default=default, metadata={"kind": kind, "help": help})
+        return Declared({"kind": kind, "help": help},
+                        default_factory=lambda: type(default)(default))
+    return Declared({"kind": kind, "help": help}, default=default)
 
 
 def table(section: type, help: str) -> Any:
     """A field that is a nested section (a TOML table)."""
-    return field(default_factory=section, metadata={"help": help})
+    return Declared({"help": help}, default_factory=section)
 
 
-#: The fields of each section declared, by class, in order (those of its base first), as
-#: ``dataclasses.fields`` gives them once the class is made a dataclass.
-_FIELDS: dict[type, dict[str, Field]] = {}
+#: The fields of each section declared, by class, in order (those of its base first).
+_FIELDS: dict[type, dict[str, Declared]] = {}
 
 
 def section(cls: _Section) -> _Section:
@@ -285,9 +303,13 @@ def __getattr__(name: str) -> Any:
 def _make_dataclasses() -> None:
     """Make every section a frozen dataclass, once, in the order declared (a base before its
     subclass), and give each its name in this module again."""
+    from dataclasses import dataclass
+
     with _made:
         for cls in _FIELDS:
-            if "__dataclass_fields__" not in cls.__dict__:
+            if "__dataclass_fields__" not in cls.__dict__:  # its declarations become fields
+                for name in cls.__dict__["__annotations__"]:
+                    setattr(cls, name, _FIELDS[cls][name].field())
                 dataclass(frozen=True)(cls)  # the class itself becomes one (no slots)
             globals()[cls.__name__] = cls
 

@@ -24,6 +24,7 @@ from dsched.jobspec import submission_id
 #: What the fast path must not load: each is costly, and none is needed for a plain call.
 HEAVY = {"click", "asyncio", "ssl", "threading", "logging", "pathlib", "secrets", "uuid",
          "platform", "urllib.parse", "encodings.idna", "shlex", "dsched.client.client",
+         "dataclasses", "inspect",
          "dsched.cli.sched", "dsched.cli.params", "typing", "decimal"}
 
 FAST_PATH = """

@@ -13,9 +13,6 @@ Pure: no I/O; payloads stay opaque bytes (nothing here unpickles).
 
 from __future__ import annotations
 
-from dataclasses import _FIELD, MISSING, Field, FrozenInstanceError
-from dataclasses import field as dataclass_field
-
 from ..errors import RemoteProtocolError, ResourceSpecError
 from ..resources import EMPTY, Resources
 from .ints import INT_MAX, INT_MIN, checked_ids, checked_int  # noqa: F401 - theirs
@@ -39,6 +36,33 @@ Task = dict
 
 _NOT_GIVEN = object()
 _FACTORY = object()  # a map field left out: a fresh empty one
+#: A field declared without a default (or a default factory).
+MISSING = object()
+
+
+class Field:
+    """A field of an op class, as ``op`` reads it from the declaration: its ``name``, its
+    annotation's text (``type``: the kind), and its ``default`` or ``default_factory``
+    (MISSING where none). Not ``dataclasses.Field``: loading ``dataclasses`` (and the
+    ``inspect`` it loads) cost the ``sched`` command more than its op classes did."""
+
+    __slots__ = ("name", "type", "default", "default_factory")
+
+    def __init__(self, default: Any = MISSING, default_factory: Any = MISSING):
+        self.name, self.type = "", ""
+        self.default, self.default_factory = default, default_factory
+
+    def __repr__(self) -> str:
+        return f"Field({self.name!r}, {self.type!r})"
+
+
+def field(*, default_factory: Callable[[], Any]) -> Any:
+    """An op field whose default is a fresh ``default_factory()`` (an empty map)."""
+    return Field(default_factory=default_factory)
+
+
+class FrozenOpError(AttributeError):
+    """An op's fields cannot be assigned or deleted."""
 
 
 # -- field kinds: check a value from the wire (and convert it), and turn one back ------------
@@ -230,8 +254,8 @@ _KINDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any] | None]] = {
 
 def op(name: str) -> Callable[[type], type]:
     """Make the decorated class an op named ``name`` on the wire: a frozen, slotted class with
-    the dataclass methods (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, and
-    ``dataclasses.fields`` works on it), ``to_wire`` and ``from_wire``. A field whose default
+    the methods a frozen dataclass has (``__init__``, ``__repr__``, ``__eq__``,
+    ``__hash__``), its fields in ``FIELDS`` (name: ``Field``), ``to_wire`` and ``from_wire``. A field whose default
     is its kind's empty value is left off the wire when it has that value, so small ops stay
     small.
 
@@ -253,10 +277,10 @@ def op(name: str) -> Callable[[type], type]:
         declared = {}
         for n in names:
             value = own.get(n, MISSING)
-            f = value if isinstance(value, Field) else dataclass_field(default=value)
-            f.name, f.type, f._field_type = n, own["__annotations__"][n], _FIELD
+            f = value if isinstance(value, Field) else Field(default=value)
+            f.name, f.type = n, own["__annotations__"][n]
             declared[n] = f
-        new.__dataclass_fields__ = declared
+        new.FIELDS = declared
         for method in ("__init__", "__repr__", "__eq__", "__hash__", "to_wire"):
             setattr(new, method, _stand_in(new, method))
         new.from_wire = staticmethod(_stand_in(new, "from_wire", static=True))
@@ -267,11 +291,11 @@ def op(name: str) -> Callable[[type], type]:
 
 
 def _frozen_setattr(self: Any, name: str, value: Any) -> None:
-    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+    raise FrozenOpError(f"cannot assign to field {name!r}")
 
 
 def _frozen_delattr(self: Any, name: str) -> None:
-    raise FrozenInstanceError(f"cannot delete field {name!r}")
+    raise FrozenOpError(f"cannot delete field {name!r}")
 
 
 def _getstate(self: Any) -> list:
@@ -302,7 +326,7 @@ def _build(cls: type) -> None:
     name = cls.OP
     params, sets, args, out = [], [], [], []
     env = {"cls": cls, "BadOp": BadOp, "_FACTORY": _FACTORY, "MISSING": MISSING}
-    declared = list(cls.__dataclass_fields__.values())
+    declared = list(cls.FIELDS.values())
     for f in declared:
         n = f.name
         check, back = _KINDS[f.type]

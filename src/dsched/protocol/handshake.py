@@ -20,7 +20,7 @@ import hashlib
 import hmac
 import os
 import struct
-from dataclasses import dataclass
+from collections import namedtuple
 
 from ..errors import (
     AuthenticationError,
@@ -56,13 +56,9 @@ if TYPE_CHECKING:
     from typing import Collection
 
 
-@dataclass(frozen=True)
-class PeerInfo:
-    """Who is at the other end, as its hello said (trustworthy once the handshake is done)."""
-
-    role: str
-    name: str
-    version: int
+#: Who is at the other end (its ``role``, ``name`` and protocol ``version``), as its hello
+#: said: trustworthy once the handshake is done.
+PeerInfo = namedtuple("PeerInfo", ("role", "name", "version"))
 
 
 def preamble(version: int = PROTOCOL_VERSION) -> bytes:

@@ -11,10 +11,9 @@ Pure: no I/O; payloads stay opaque bytes (nothing here unpickles).
 
 from __future__ import annotations
 
-from dataclasses import field
 
 from ..resources import EMPTY, Resources
-from .fields import OPS, BadOp, Spec, Task, decode, op
+from .fields import OPS, BadOp, Spec, Task, decode, field, op
 
 TYPE_CHECKING = False  # typing is for type checkers only (see ``ints.py``); the fields'
 if TYPE_CHECKING:  # annotations are read as text (``fields._KINDS``)

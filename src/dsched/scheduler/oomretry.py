@@ -23,7 +23,6 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable
 
 from ..devices import GPU_MEMORY, asks_devices, format_memory
@@ -94,7 +93,7 @@ def larger_spec(job: Job, e: ops.AttemptEnded, worker: WorkerInfo | None,
     if retry is None:
         return None
     resources, did, asks = retry
-    bigger = replace(spec, resources=resources, gpu_memory_retry=False)
+    bigger = spec.replace(resources=resources, gpu_memory_retry=False)
     return bigger, f"attempt {job.attempt} {did}; retrying once with {asks}"
 
 
