@@ -133,20 +133,26 @@ def start_worker(address: str, token: str, directory: str, nthreads: int,
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
-    """A process's CPU seconds (user and system), and those of its children it has reaped."""
-    with open(f"/proc/{pid}/stat") as file:
-        fields = file.read().rsplit(")", 1)[1].split()
+    """A process's CPU seconds (user and system), and those of its children it has reaped
+    (none where it is gone: its parent has them)."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            fields = file.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
     tick = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
 
 
 def job_cpu(scheduler: int, worker: int) -> tuple[float, float, float]:
-    """CPU seconds so far of the scheduler, the worker, and the worker's spawner with the
-    supervisors it reaped (each with its guard and command)."""
-    spawners = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()
-                and _parent(int(entry)) == worker]
+    """CPU seconds so far of the scheduler, the worker, and the worker's spawner with its
+    supervisors, reaped or still there (each with the guards and commands it reaped)."""
+    parents = {int(entry): _parent(int(entry)) for entry in os.listdir("/proc")
+               if entry.isdigit()}
+    spawners = [pid for pid, parent in parents.items() if parent == worker]
+    supervisors = [pid for pid, parent in parents.items() if parent in spawners]
     return (cpu_seconds(scheduler)[0], cpu_seconds(worker)[0],
-            sum(sum(cpu_seconds(pid)) for pid in spawners))
+            sum(sum(cpu_seconds(pid)) for pid in spawners + supervisors))
 
 
 def _parent(pid: int) -> int:

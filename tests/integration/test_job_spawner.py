@@ -50,3 +50,28 @@ async def test_the_end_of_a_supervisor_is_known_after_the_spawner_is_gone(spawne
     await spawner._process.wait()
     assert await spawned.stdout.read() == b""
     assert await spawned.wait() in (1, None)  # said by the spawner, or unknown: never hangs
+
+
+async def test_a_supervisor_done_with_an_attempt_is_not_killed_for_it(tmp_path):
+    # A spare back from attempt A may be running attempt B by the time A's handle is killed
+    # (a worker closing): killing A's handle must not take B down with it.
+    import asyncio
+    import subprocess
+    import sys
+
+    from dsched.worker.spawnerclient import Spawned
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        handle = Spawned(stdin=None, stdout=None)
+        handle.pid = other.pid
+        handle._ended = asyncio.get_running_loop().create_future()
+        handle._ended.set_result(0)  # its supervisor said it was done with this attempt
+        handle.kill()
+        assert other.poll() is None
+        handle._ended = asyncio.get_running_loop().create_future()  # not done: killed
+        handle.kill()
+        assert other.wait(10) == -9
+    finally:
+        other.kill()
+        other.wait()

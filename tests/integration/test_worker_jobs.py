@@ -19,6 +19,7 @@ from dsched.comm import connect, listen
 from dsched.protocol import ops
 from dsched.resources import Resources
 from dsched.settings import CommConfig, WorkerConfig
+from dsched.worker.jobrecords import log_path, supervisor_alive
 from dsched.worker.server import Worker, WorkerSetup
 from dsched.worker.task import WorkerTaskState
 
@@ -67,13 +68,13 @@ async def cluster(tmp_path):
     listener = await listen("127.0.0.1", 0, scheduler.serve, token=TOKEN, accept_roles={"worker"})
     workers: list[Worker] = []
 
-    async def start(**settings) -> Worker:
+    async def start(nthreads: int = 1, **settings) -> Worker:
         config = WorkerConfig(**{
             "scheduler_address": listener.address, "host": "127.0.0.1", "name": "w1",
             "local_directory": str(tmp_path), "job_directory": str(tmp_path / "jobs"),
             "reconnect_backoff_min": 0.05, "reconnect_backoff_max": 0.1, "job_kill_grace": 0.5,
             **settings})
-        worker = Worker(config, CommConfig(), WorkerSetup(token=TOKEN, nthreads=1,
+        worker = Worker(config, CommConfig(), WorkerSetup(token=TOKEN, nthreads=nthreads,
                                                           resources=Resources.parse({})))
         workers.append(worker)
         await worker.start()
@@ -340,6 +341,53 @@ async def test_an_attempt_goes_to_a_supervisor_prepared_ahead_which_leaves_nothi
         left = [name for name in os.listdir(os.path.dirname(cgroup))
                 if name.startswith(os.path.basename(cgroup))]
         assert left == []
+
+
+async def test_a_supervisor_back_from_an_attempt_runs_the_next_and_keeps_nothing_of_it(
+        cluster):
+    worker = await cluster.start()
+    spawner = worker.jobs._spawner._process.pid
+    await wait_until_async(lambda: len(spares_of(spawner)) == 2, 30, what="two spares")
+    supervisors, held = [], {}
+    for n in range(8):  # one after another: each supervisor is back before the next comes
+        key = f"job-{40 + n}.1"
+        cluster.send(job(key, "sh", "-c", "echo $PPID"))  # the job's parent: its supervisor
+        assert (await cluster.told(ops.AttemptEnded, key)).outcome == "completed"
+        supervisors.append(int((await get_log(worker, key)).data))
+        assert not supervisor_alive(log_path(worker.jobs.directory, key))  # its lock is free
+        # what it holds between attempts: its socket and its next guard's lifeline
+        await wait_until_async(lambda: alive(supervisors[-1]) and len(spares_of(spawner)) >= 2,
+                               30, what="the supervisor back among the spares")
+        held[n] = sorted(os.readlink(f"/proc/{supervisors[-1]}/fd/{fd}")
+                         for fd in os.listdir(f"/proc/{supervisors[-1]}/fd") if int(fd) > 2)
+        assert len(held[n]) == 3 and not any(".log" in path for path in held[n]), held[n]
+    assert len(set(supervisors)) < len(supervisors) / 2, supervisors  # most ran several
+
+
+async def test_supervisors_back_from_attempts_past_those_kept_end_and_leave_no_cgroup(
+        cluster, tmp_path):
+    from dsched.worker.jobspawner import KEPT
+
+    worker = await cluster.start(nthreads=KEPT + 3)
+    spawner = worker.jobs._spawner._process.pid
+    flag = tmp_path / "go"
+    keys = [f"job-{60 + n}.1" for n in range(KEPT + 3)]
+    for key in keys:
+        cluster.send(job(key, "sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done"))
+    for key in keys:
+        await cluster.told(ops.AttemptStarted, key)
+    flag.touch()
+    for key in keys:
+        assert (await cluster.told(ops.AttemptEnded, key)).outcome == "completed"
+    # all back, and those past KEPT gone with their guards: nothing else is left
+    await wait_until_async(lambda: len(psutil.Process(spawner).children()) == KEPT
+                           and len(spares_of(spawner)) == KEPT, 30, what="KEPT spares alone")
+    cgroup = worker.jobs.containment.cgroup_for("attempt-")
+    if cgroup:
+        await wait_until_async(lambda: len([
+            name for name in os.listdir(os.path.dirname(cgroup))
+            if name.startswith(os.path.basename(cgroup))]) == KEPT, 30,
+            what="the cgroups of the KEPT spares alone")
 
 
 async def test_spares_that_die_leave_no_cgroup_and_hold_no_other_attempts_pipes(cluster):

@@ -132,7 +132,7 @@ class JobRunner:
                 self._tell_state(report)
         code = await process.wait()
         del self._supervisors[key]
-        self._spawner.forget(process.pid)
+        self._spawner.forget(record)
         if cgroup:  # gone already, unless the supervisor was killed or could not finish
             await asyncio.to_thread(containment.remove_cgroup, cgroup)
         if not ended:

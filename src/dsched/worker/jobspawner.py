@@ -10,13 +10,17 @@ group, as before) and runs the same ``Supervision`` that the command line runs, 
 pipes as its stdin and stdout. So every guarantee of a supervisor stays what it was: it kills
 its job when its stdin ends (the worker is gone), it writes the outcome to the record before it
 exits, it enforces the lease whatever the worker does, and it never spawns a job whose lease is
-over. The spawner answers with the child's pid (and its cgroup), and with its exit status
-once it has reaped it.
+over. The spawner answers with the child's pid (and its cgroup), and once the supervisor is
+done with the attempt (it exited, or went back to wait for the next), with that attempt's end
+(``{"exited": pid, "key": record, "code": status}``).
 
 Once the worker has said where its cgroups go (``{"cgroups": PREFIX}``, "" for none), the
 spawner keeps supervisors forked ahead (``_Spares``): prepared as far as each can be without
 its job (``jobsupervisor.Prepared``), they wait for requests, which the spawner passes on.
-An attempt then costs no fork and no wait for the kernel's move into a cgroup.
+An attempt then costs no fork and no wait for the kernel's move into a cgroup. A spare whose
+attempt has ended, its outcome recorded and told and all its job started gone, closes that
+attempt's pipes and lock, prepares itself again and waits for the next request: the fork, the
+pages it copies and the exit were most of an attempt's cost.
 
 The spawner itself dies with its worker (a parent-death signal, and the end of the socket);
 the supervisors it started do not depend on it. Where it cannot start or is gone, the worker
@@ -79,8 +83,8 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
                 os.read(wake_read, 4096)
                 _reap(sock, spares)
                 continue
-            if fd != sock.fileno():  # a spare handed a request has spawned its job
-                spares.spawned(fd)
+            if fd != sock.fileno():  # a spare says how its attempt goes
+                spares.heard(fd, sock)
                 continue
             try:
                 data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, FDS_PER_REQUEST)
@@ -95,9 +99,10 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
             try:
                 if len(fds) != FDS_PER_REQUEST:
                     raise OSError(f"{len(fds)} descriptors came with the request")
-                pid, cgroup = spares.hand(data, fds)
+                pid, cgroup = spares.hand(data, fds, args[0])
                 if pid is None:
                     pid, cgroup = _fork(fds, args), args[4]
+                    spares.current[pid] = args[0]
             except OSError as error:  # nothing started: the worker may try otherwise
                 sock.send(json.dumps({"key": args[0], "error": str(error)}).encode())
                 continue
@@ -111,6 +116,12 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
 #: Supervisors kept ready: two, so that two attempts placed at once (a device freed on each
 #: of two GPUs, a queue released) both start without a fork or a wait.
 SPARES = 2
+#: Supervisors kept ready at most, those back from an attempt included: one whose attempt
+#: ended when as many wait already ends.
+KEPT = 4
+#: The attempts one supervisor runs before it ends (and a fresh fork takes its place): what
+#: an attempt may leave behind in its process (a descriptor, memory) stays bounded.
+REUSES = 1000
 
 
 class _Spares:
@@ -120,27 +131,41 @@ class _Spares:
     starts in the time it takes to pass the request on and spawn the command. Spares are made
     once the worker says its cgroups (``prepare``); until then, and while none is ready, each
     request is forked. New spares are forked only while no spare handed a request is still
-    spawning its job (it closes its socket once it has): on two cores, a fork and a
-    preparation meanwhile slowed that spawn by milliseconds."""
+    spawning its job: on two cores, a fork and a preparation meanwhile slowed that spawn by
+    milliseconds.
+
+    A spare whose attempt has ended (its outcome recorded and told, its job and all it started
+    gone, its stdin, stdout and the log's lock closed) prepares itself again and waits for the
+    next request, up to ``KEPT`` ready and ``REUSES`` attempts each: a fork, its copied pages
+    and an exit per attempt were most of what starting one cost. On its socket a spare says
+    ``spawned``, then ``ended CODE`` (the attempt's supervision is over: the worker hears it as
+    a supervisor's exit), then ``ready CGROUP`` once prepared again."""
 
     def __init__(self, poller: select.poll):
         self.poller = poller
         self.cgroups: str | None = None  # where spares' cgroups go ("" none); None: no spares
         self.ready: list[tuple[int, socket.socket, str]] = []  # pid, its socket, its cgroup
-        self.handed: dict[int, socket.socket] = {}  # by fd: those still spawning their job
-        #: The cgroups of spares never handed a request (no one else knows of them), by pid.
+        self.spares: dict[int, tuple[int, socket.socket]] = {}  # (pid, socket) by the fd
+        self.spawning: set[int] = set()  # the fds of those handed a request, not spawned yet
+        self.preparing: set[int] = set()  # the pids of those back from an attempt, not ready
+        #: The attempt (its record's path) each supervisor runs, by pid, until it ends.
+        self.current: dict[int, str] = {}
+        #: The cgroups of spares ready and not handed a request (no one else knows of them).
         self.unused: dict[int, str] = {}
         self.made = 0
 
     def prepare(self, cgroups: str) -> None:
         for _, ours, _ in self.ready:  # prepared for other cgroups: each ends with its socket
-            ours.close()
+            self._drop(ours)
         self.ready.clear()
         self.cgroups = cgroups
         self.fork()
 
     def fork(self) -> None:
-        while self.cgroups is not None and not self.handed and len(self.ready) < SPARES:
+        """Fork spares until ``SPARES`` are ready or on their way back from an attempt, where
+        none is spawning its job."""
+        while (self.cgroups is not None and not self.spawning
+               and len(self.ready) + len(self.preparing) < SPARES):
             self.made += 1
             cgroup = f"{self.cgroups}{os.getpid()}-{self.made}" if self.cgroups else ""
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -155,41 +180,76 @@ class _Spares:
             theirs.close()
             self.ready.append((pid, ours, cgroup))
             self.unused[pid] = cgroup
+            self.spares[ours.fileno()] = (pid, ours)
+            self.poller.register(ours.fileno(), select.POLLIN)
 
-    def hand(self, request: bytes, fds: list[int]) -> tuple[int | None, str]:
-        """Pass a request to the spare ready longest; its pid and cgroup, or None where none
-        is ready (or it is gone: it then never had it)."""
+    def hand(self, request: bytes, fds: list[int], key: str) -> tuple[int | None, str]:
+        """Pass the request for attempt ``key`` to the spare ready longest; its pid and
+        cgroup, or None where none is ready (or it is gone: it then never had it)."""
         while self.ready:
             pid, ours, cgroup = self.ready.pop(0)
             try:
                 socket.send_fds(ours, [request], fds)
             except OSError:
-                ours.close()
+                self._drop(ours)
                 continue
             del self.unused[pid]
-            self.handed[ours.fileno()] = ours
-            self.poller.register(ours.fileno(), select.POLLIN)
+            self.spawning.add(ours.fileno())
+            self.current[pid] = key
             return pid, cgroup
         return None, ""
 
-    def reaped(self, pid: int) -> bool:
-        """Whether ``pid`` was a spare never handed a request (then its cgroup is removed:
-        it may have died with its guard, which would have)."""
+    def heard(self, fd: int, sock: socket.socket) -> None:
+        """What the spare on ``fd`` says: its attempt spawned (fork more if none is spawning
+        now), ended (the worker hears of it), or that it is ready again; or it is gone."""
+        spare = self.spares.get(fd)
+        if spare is None:  # a number reused since the poll said it
+            return
+        pid, ours = spare
+        try:
+            said = ours.recv(MAX_MESSAGE).decode()
+        except OSError:
+            said = ""
+        word, _, rest = said.partition(" ")
+        if word in ("spawned", "ended"):
+            self.spawning.discard(fd)
+        if word == "ended":
+            key = self.current.pop(pid, None)
+            if key is not None:
+                _say_exit(sock, pid, key, int(rest))
+            self.preparing.add(pid)
+        elif word == "ready":
+            self.preparing.discard(pid)
+            if len(self.ready) >= KEPT:
+                self._drop(ours)  # it ends, and removes its cgroup
+            else:
+                self.ready.append((pid, ours, rest))
+                self.unused[pid] = rest
+        elif not said:  # it ended: reaped, and said, by ``_reap``
+            self.preparing.discard(pid)
+            self._drop(ours)
+        self.fork()
+
+    def reaped(self, pid: int) -> str | None:
+        """The attempt ``pid`` was running when it ended, if any; a spare never handed its
+        last preparation's request has its cgroup removed (it may have died with its guard,
+        which would have)."""
+        for fd, (spare, ours) in list(self.spares.items()):
+            if spare == pid:
+                self._drop(ours)
+        self.ready = [r for r in self.ready if r[0] != pid]
+        self.preparing.discard(pid)
         cgroup = self.unused.pop(pid, None)
-        if cgroup is None:
-            return False
         if cgroup:
             containment.remove_cgroup(cgroup, timeout=5.0)
-        return True
+        return self.current.pop(pid, None)
 
-    def spawned(self, fd: int) -> None:
-        """A spare handed a request has spawned its job, or ended: fork more if none is
-        spawning now."""
-        handed = self.handed.pop(fd, None)
-        if handed is not None:  # else a number reused since the poll said it
+    def _drop(self, ours: socket.socket) -> None:
+        fd = ours.fileno()
+        if self.spares.pop(fd, None) is not None:
             self.poller.unregister(fd)
-            handed.close()
-        self.fork()
+            self.spawning.discard(fd)
+        ours.close()
 
 
 def _fork(fds: list[int], args: list) -> int:
@@ -206,7 +266,8 @@ def _supervise(cgroup: str, channel: socket.socket | None = None,
     """In a forked child: a supervisor in a session of its own (it leads its own group, as one
     started as a program does), prepared, then given its request (``args`` and ``fds``, or
     from ``channel``: a spare), and then the same ``Supervision`` as the command line's, with
-    the request's pipes as its stdin and stdout. Never returns."""
+    the request's pipes as its stdin and stdout. A spare then closes them, prepares itself
+    again and waits for the next request (``_Spares``). Never returns."""
     code = 1
     try:
         os.setsid()
@@ -216,30 +277,34 @@ def _supervise(cgroup: str, channel: socket.socket | None = None,
         # not the spawner's, another spare's, nor those of a request meant for another.
         keep = [*(fds or ()), *((channel.fileno(),) if channel else ())]
         _close_all_but(keep)
-        prepared = Prepared(cgroup)
-        if channel is not None:
-            data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, FDS_PER_REQUEST)
-            if not data:  # the spawner is gone: no request comes
-                prepared.discard()
-                if cgroup:
-                    containment.remove_cgroup(cgroup, timeout=5.0)
+        first = cgroup
+        for attempt in range(1, REUSES + 1):
+            prepared = Prepared(cgroup)
+            if channel is not None:
+                try:
+                    if attempt > 1:
+                        channel.send(f"ready {cgroup}".encode())
+                    data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, FDS_PER_REQUEST)
+                except OSError:  # the spawner is gone
+                    data = b""
+                if not data:  # the spawner is gone, or keeps enough ready: no request comes
+                    prepared.discard()
+                    if cgroup:
+                        containment.remove_cgroup(cgroup, timeout=5.0)
+                    code = 0
+                    return
+                args = json.loads(data)
+            assert fds is not None and args is not None
+            _supervise_one(args, fds, prepared, channel)
+            if channel is None or attempt == REUSES:
                 code = 0
                 return
-            args = json.loads(data)
-        assert fds is not None and args is not None
-        os.dup2(fds[0], 0)
-        os.dup2(fds[1], 1)
-        for closing in fds[:2]:
-            os.close(closing)
-        sys.stdin = os.fdopen(0, "r", closefd=False)
-        sys.stdout = os.fdopen(1, "w", closefd=False)
-        path, _lock, kill_grace, lease_until = args[:4]  # the lock is held as fds[2]
-        supervision = Supervision(path, read_record(path), float(kill_grace),
-                                  float(lease_until), prepared=prepared)
-        if channel is not None:  # closed once the job is spawned: the spawner forks the next
-            supervision.spawned = channel.close
-        supervision.run()
-        code = 0
+            try:
+                channel.send(b"ended 0")
+            except OSError:  # the spawner is gone: so is the worker, nothing more comes
+                code = 0
+                return
+            cgroup = f"{first}-r{attempt + 1}" if first else ""  # its next, a fresh one
     except BaseException:
         traceback.print_exc()
     finally:
@@ -247,6 +312,40 @@ def _supervise(cgroup: str, channel: socket.socket | None = None,
             sys.stdout.flush()
         finally:
             os._exit(code)
+
+
+def _supervise_one(args: list, fds: list[int], prepared: Prepared,
+                   channel: socket.socket | None) -> None:
+    """Supervise the attempt of ``args`` with the request's descriptors ``fds`` (its stdin,
+    its stdout, the log's lock) until its outcome is recorded and told; then close them: the
+    worker sees the end of its stdout, and the log's lock is free."""
+    os.dup2(fds[0], 0)
+    os.dup2(fds[1], 1)
+    for closing in fds[:2]:
+        os.close(closing)
+    sys.stdin = os.fdopen(0, "r", closefd=False)
+    sys.stdout = os.fdopen(1, "w", closefd=False)
+    path, _lock, kill_grace, lease_until = args[:4]  # the lock is held as fds[2]
+    supervision = Supervision(path, read_record(path), float(kill_grace), float(lease_until),
+                              prepared=prepared)
+    if channel is not None:  # the spawner forks the next spare once the job is spawned
+        supervision.spawned = lambda: _say(channel, b"spawned")
+    supervision.run()
+    sys.stdout.flush()
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    for closing in (null, fds[2]):
+        os.close(closing)
+    prepared.lifeline.close()  # its guard went with the job's group
+
+
+def _say(channel: socket.socket, word: bytes) -> None:
+    """Tell the spawner ``word``, if it is still there (the attempt goes on without it)."""
+    try:
+        channel.send(word)
+    except OSError:
+        pass
 
 
 def _close_all_but(keep: list[int]) -> None:
@@ -279,22 +378,26 @@ def _warm() -> None:
 
 
 def _reap(sock: socket.socket, spares: _Spares) -> None:
-    """Reap the children that ended and say each one's end, but for spares never handed a
-    request (nobody knows of them)."""
+    """Reap the children that ended and say the end of each one's attempt, if it had one."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
-        if pid == 0 or spares.reaped(pid):
-            if pid == 0:
-                return
-            continue
-        try:
-            sock.send(json.dumps({"exited": pid,
-                                  "code": os.waitstatus_to_exitcode(status)}).encode())
-        except OSError:
+        if pid == 0:
             return
+        key = spares.reaped(pid)
+        if key is not None:  # else a spare between attempts: nobody waits for it
+            _say_exit(sock, pid, key, os.waitstatus_to_exitcode(status))
+
+
+def _say_exit(sock: socket.socket, pid: int, key: str, code: int) -> None:
+    """Tell the worker that the supervisor of attempt ``key`` is done with it, with ``code``
+    (its exit status where it ended)."""
+    try:
+        sock.send(json.dumps({"exited": pid, "key": key, "code": code}).encode())
+    except OSError:
+        pass
 
 
 def main(argv: list[str]) -> None:

@@ -43,6 +43,8 @@ class Spawned:
         if self.pid is None:  # not known: its stdin, closed, ends it all the same
             self.stdin.close()
             return
+        if self._ended is not None and self._ended.done():  # it may run another attempt now
+            return
         try:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -60,7 +62,9 @@ class Spawner:
         self._process: asyncio.subprocess.Process | None = None
         self._ready: asyncio.Future | None = None  # True once it listens; False: gone
         self._pids: dict[str, asyncio.Future] = {}  # by record path, until the pid comes
-        self._ends: dict[int, asyncio.Future] = {}  # by pid, until its exit status comes
+        #: By attempt (its record's path), until its supervisor is done with it: it exited,
+        #: or, a spare, went back to wait for the next attempt (``jobspawner._Spares``).
+        self._ends: dict[str, asyncio.Future] = {}
 
     async def start(self) -> bool:
         """Start the spawner; False (and a line in the log) where it cannot be."""
@@ -148,7 +152,7 @@ class Spawner:
             raise
         if said is not None:
             spawned.pid, spawned.cgroup = said
-            spawned._ended = self._ends.setdefault(spawned.pid, loop.create_future())
+            spawned._ended = self._ends.setdefault(key, loop.create_future())
         return spawned
 
     def _read(self) -> None:
@@ -171,7 +175,8 @@ class Spawner:
             elif "pid" in message or "error" in message:
                 pid = message.get("pid")
                 if pid is not None:  # its end is awaited from now, even if the spawner goes
-                    self._ends.setdefault(pid, asyncio.get_running_loop().create_future())
+                    self._ends.setdefault(message["key"],
+                                          asyncio.get_running_loop().create_future())
                 waiting = self._pids.pop(message["key"], None)
                 if waiting is not None and not waiting.done():
                     if pid is None:
@@ -180,7 +185,7 @@ class Spawner:
                         waiting.set_result((pid, message.get("cgroup", "")))
             else:
                 loop = asyncio.get_running_loop()
-                ended = self._ends.setdefault(message["exited"], loop.create_future())
+                ended = self._ends.setdefault(message["key"], loop.create_future())
                 if not ended.done():
                     ended.set_result(message["code"])
 
@@ -202,8 +207,9 @@ class Spawner:
             if not ended.done():
                 ended.set_result(None)
 
-    def forget(self, pid: int | None) -> None:
-        self._ends.pop(pid, None)
+    def forget(self, key: str) -> None:
+        """Attempt ``key`` (its record's path) is over: nothing more is awaited of it."""
+        self._ends.pop(key, None)
 
     async def close(self) -> None:
         sock, self._sock = self._sock, None
