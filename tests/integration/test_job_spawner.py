@@ -75,3 +75,80 @@ async def test_a_supervisor_done_with_an_attempt_is_not_killed_for_it(tmp_path):
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_spare_with_nothing_to_say_does_not_stall_the_spawner():
+    # Within one poll a spare's socket number may be closed and given to a new spare, which
+    # has nothing to say yet: reading it must not wait (the spawner would serve no one).
+    import select
+    import threading
+
+    from dsched.worker.jobspawner import _Spares
+
+    spares = _Spares(select.poll())
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    worker, _ = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        spares.add(12345, ours, "")
+        heard = threading.Thread(target=spares.heard, args=(ours.fileno(), worker), daemon=True)
+        heard.start()
+        heard.join(5)
+        assert not heard.is_alive()
+        assert [pid for pid, _, _ in spares.ready] == [12345]  # still ready, nothing changed
+    finally:
+        theirs.close()  # a read still waiting (without the fix) ends here
+        ours.close()
+        worker.close()
+
+
+RETIRED = r"""
+import json, os, socket, sys, time
+from dsched.worker import containment, jobspawner
+from dsched.worker.jobrecords import new_record, open_locked_log, write_record
+
+directory, stuck = sys.argv[1], sys.argv[2] == "stuck"
+if stuck:  # as if a process of the attempt would not die
+    containment.sweep = lambda *args, **kwargs: [999999]
+ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+pid = os.fork()
+if pid == 0:
+    jobspawner._supervise("", channel=theirs)
+theirs.close()
+record, log = os.path.join(directory, "job-1.1.json"), os.path.join(directory, "job-1.1.log")
+write_record(record, new_record("job-1.1", {"command": ["true"]}, (), log, "w"))
+lock = open_locked_log(log)
+orders_r, orders_w = os.pipe()
+reports_r, reports_w = os.pipe()
+socket.send_fds(ours, [json.dumps([record, str(lock), "1.0", repr(time.monotonic() + 60), ""])
+                       .encode()], [orders_r, reports_w, lock])
+for fd in (orders_r, reports_w, lock):
+    os.close(fd)
+while os.read(reports_r, 65536):
+    pass
+said = []
+while True:
+    word = ours.recv(4096).decode()
+    said.append(word.split(" ")[0])
+    if not word or word.startswith("ready"):
+        break
+if not word:
+    said.append("exit %d" % os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+else:
+    ours.close()
+    os.waitpid(pid, 0)
+print(json.dumps(said))
+"""
+
+
+@pytest.mark.parametrize("stuck, said", [(False, ["spawned", "ended", "ready"]),
+                                         (True, ["spawned", "", "exit 0"])])
+def test_a_supervisor_that_could_not_clear_its_attempt_is_not_used_again(tmp_path, stuck,
+                                                                          said):
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", RETIRED, str(tmp_path),
+                          "stuck" if stuck else "clear"], capture_output=True, text=True,
+                         timeout=60, start_new_session=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == said, out.stderr

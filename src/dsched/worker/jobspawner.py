@@ -138,8 +138,11 @@ class _Spares:
     gone, its stdin, stdout and the log's lock closed) prepares itself again and waits for the
     next request, up to ``KEPT`` ready and ``REUSES`` attempts each: a fork, its copied pages
     and an exit per attempt were most of what starting one cost. On its socket a spare says
-    ``spawned``, then ``ended CODE`` (the attempt's supervision is over: the worker hears it as
-    a supervisor's exit), then ``ready CGROUP`` once prepared again."""
+    ``spawned``, then ``ended CODE CGROUP`` (the attempt's supervision is over: the worker
+    hears it as a supervisor's exit; CGROUP is the one it prepares next, which the spawner
+    removes if it dies before it is ready), then ``ready CGROUP`` once prepared again. A
+    supervisor that could not kill all its attempt started, or remove its cgroup, is not used
+    again: it exits, and its end is the attempt's."""
 
     def __init__(self, poller: select.poll):
         self.poller = poller
@@ -178,10 +181,17 @@ class _Spares:
             if pid == 0:
                 _supervise(cgroup, channel=theirs)
             theirs.close()
-            self.ready.append((pid, ours, cgroup))
-            self.unused[pid] = cgroup
-            self.spares[ours.fileno()] = (pid, ours)
-            self.poller.register(ours.fileno(), select.POLLIN)
+            self.add(pid, ours, cgroup)
+
+    def add(self, pid: int, ours: socket.socket, cgroup: str) -> None:
+        """A spare just forked, ready, on our end of its socket ``ours``. Not blocking:
+        within one poll, a spare's number may be closed and given to a new spare, which has
+        nothing to say yet (``heard``)."""
+        ours.setblocking(False)
+        self.ready.append((pid, ours, cgroup))
+        self.unused[pid] = cgroup
+        self.spares[ours.fileno()] = (pid, ours)
+        self.poller.register(ours.fileno(), select.POLLIN)
 
     def hand(self, request: bytes, fds: list[int], key: str) -> tuple[int | None, str]:
         """Pass the request for attempt ``key`` to the spare ready longest; its pid and
@@ -203,21 +213,26 @@ class _Spares:
         """What the spare on ``fd`` says: its attempt spawned (fork more if none is spawning
         now), ended (the worker hears of it), or that it is ready again; or it is gone."""
         spare = self.spares.get(fd)
-        if spare is None:  # a number reused since the poll said it
+        if spare is None:  # a number closed since the poll said it
             return
         pid, ours = spare
         try:
             said = ours.recv(MAX_MESSAGE).decode()
+        except BlockingIOError:  # a number given to a new spare since the poll said it
+            return
         except OSError:
             said = ""
         word, _, rest = said.partition(" ")
         if word in ("spawned", "ended"):
             self.spawning.discard(fd)
-        if word == "ended":
+        if word == "ended":  # "ended CODE NEXT": its next cgroup is ours to remove till ready
+            code, _, upcoming = rest.partition(" ")
             key = self.current.pop(pid, None)
             if key is not None:
-                _say_exit(sock, pid, key, int(rest))
+                _say_exit(sock, pid, key, int(code))
             self.preparing.add(pid)
+            if upcoming:
+                self.unused[pid] = upcoming
         elif word == "ready":
             self.preparing.discard(pid)
             if len(self.ready) >= KEPT:
@@ -295,16 +310,16 @@ def _supervise(cgroup: str, channel: socket.socket | None = None,
                     return
                 args = json.loads(data)
             assert fds is not None and args is not None
-            _supervise_one(args, fds, prepared, channel)
-            if channel is None or attempt == REUSES:
-                code = 0
+            clean = _supervise_one(args, fds, prepared, channel)
+            if channel is None or attempt == REUSES or not clean:
+                code = 0  # its end, reaped, is the attempt's
                 return
+            cgroup = f"{first}-r{attempt + 1}" if first else ""  # its next, a fresh one
             try:
-                channel.send(b"ended 0")
+                channel.send(f"ended 0 {cgroup}".encode())
             except OSError:  # the spawner is gone: so is the worker, nothing more comes
                 code = 0
                 return
-            cgroup = f"{first}-r{attempt + 1}" if first else ""  # its next, a fresh one
     except BaseException:
         traceback.print_exc()
     finally:
@@ -315,10 +330,11 @@ def _supervise(cgroup: str, channel: socket.socket | None = None,
 
 
 def _supervise_one(args: list, fds: list[int], prepared: Prepared,
-                   channel: socket.socket | None) -> None:
+                   channel: socket.socket | None) -> bool:
     """Supervise the attempt of ``args`` with the request's descriptors ``fds`` (its stdin,
     its stdout, the log's lock) until its outcome is recorded and told; then close them: the
-    worker sees the end of its stdout, and the log's lock is free."""
+    worker sees the end of its stdout, and the log's lock is free. Whether nothing of the
+    attempt is left (else this process must not run another: ``Supervision.clean``)."""
     os.dup2(fds[0], 0)
     os.dup2(fds[1], 1)
     for closing in fds[:2]:
@@ -338,6 +354,8 @@ def _supervise_one(args: list, fds: list[int], prepared: Prepared,
     for closing in (null, fds[2]):
         os.close(closing)
     prepared.lifeline.close()  # its guard went with the job's group
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # as the next attempt's guard must start
+    return supervision.clean and not prepared.problem
 
 
 def _say(channel: socket.socket, word: bytes) -> None:

@@ -152,9 +152,12 @@ class Supervision:
         #: once the command is about to be spawned.
         self.prepared = prepared
         self.started = 0.0  # time.time() once the command is spawned
-        #: Called once the command is spawned and said to be (a spawner's spare: it closes
-        #: its socket, and the spawner forks the next one).
+        #: Called once the command is spawned and said to be (a spawner's spare: it says so,
+        #: and the spawner forks the next one).
         self.spawned: Callable[[], None] | None = None
+        #: Whether all the attempt started is gone, and its cgroup: a spare that runs the next
+        #: attempt must not carry anything of this one into it.
+        self.clean = True
 
     def run(self) -> None:
         command, cwd = list(self.job["command"]), self.job.get("cwd")
@@ -252,6 +255,7 @@ class Supervision:
         self._kill_group(signal.SIGKILL, tree=False)
         returncode = process.wait()
         left = containment.sweep(os.getpid(), self.cgroup)
+        self.clean = not left
         if left:
             self._note(f"{self.key}: processes {', '.join(map(str, left))} it started did not "
                        f"die within {containment.SWEEP_TIMEOUT:g} s of SIGKILL")
@@ -354,7 +358,8 @@ class Supervision:
     def _release(self) -> None:
         """Kill what is left in the job's cgroup and remove it."""
         if self.cgroup:
-            containment.remove_cgroup(self.cgroup, timeout=self.kill_grace + 5)
+            if not containment.remove_cgroup(self.cgroup, timeout=self.kill_grace + 5):
+                self.clean = False
             self.cgroup = ""
 
     def _end(self, outcome: str, returncode: int | None, error: str,
