@@ -138,7 +138,7 @@ class JobSpec(Frozen):
         the dict returned is shared, and must not be changed."""
         wire = self.__dict__.get("_wire")
         if wire is None:
-            wire = {name: getattr(self, name) for name in _SPEC_FIELDS}
+            wire = {name: getattr(self, name) for name in self.FIELDS}
             wire["command"] = list(self.command)
             wire["resources"] = self.resources.to_wire()
             wire["after_ok"], wire["after_any"] = list(self.after_ok), list(self.after_any)
@@ -195,7 +195,7 @@ class JobSpec(Frozen):
         env = {**self.env, ARRAY_ID_ENV: str(array_id),
                ARRAY_INDEX_ENV: str(array.index(position)), ARRAY_SIZE_ENV: str(array.size)}
         spec = object.__new__(JobSpec)
-        for name in _SPEC_FIELDS:  # not the wire made for the array's own spec
+        for name in self.FIELDS:  # not the wire made for the array's own spec
             object.__setattr__(spec, name, getattr(self, name))
         put = object.__setattr__
         put(spec, "submission", f"{self.submission}/{position}")
@@ -207,9 +207,6 @@ class JobSpec(Frozen):
         put(spec, "array", None)
         return spec
 
-
-#: The names of JobSpec's fields, in order.
-_SPEC_FIELDS = JobSpec.FIELDS
 
 def parse_job_ref(text: str) -> int | tuple[int, int]:
     """A job as a user names it: ``12`` (a job, or a whole array), or ``12_3`` (the element
