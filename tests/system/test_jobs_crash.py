@@ -155,6 +155,24 @@ def on_worker(client, name: str) -> dict[int, int]:
             if view["worker"] == name and view["state"] in ("assigned", "running")}
 
 
+#: Of the 1 s ledger jobs of the kill -9 test: started this recently, a job has time enough
+#: left for its supervisor to kill it (it learns of the kill at once: its stdin ends).
+YOUNG = 0.6
+
+
+def started_within(pid: int, seconds: float) -> bool:
+    """Whether process ``pid`` started less than ``seconds`` ago. Both times are read from
+    the kernel's clock since boot (``psutil``'s start time adds a boot time rounded to the
+    second, and can be a second off the wall clock)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat, open("/proc/uptime") as uptime:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+            now = float(uptime.read().split()[0])
+    except (OSError, IndexError, ValueError):
+        return False
+    return now - ticks / os.sysconf("SC_CLK_TCK") < seconds
+
+
 def names(client) -> set[str]:
     return {w["name"] for w in client.scheduler_info()["workers"].values()}
 
@@ -171,15 +189,23 @@ def test_worker_processes_killed_with_9_lose_only_the_jobs_they_ran(ledger, daem
     daemons.wait_for_workers(client, 2)
     futures = submit(client, ledger, 36, rng, requeue=0.5, seconds=1.0, resources="slot=1")
 
+    # The attempts running on a when it is killed that had at least YOUNG of their second
+    # left: each must be killed (one nearer its end may end by itself before its supervisor
+    # acts on the kill, and then rightly completes).
+    must_die: set[int] = set()
     for _ in range(2):
         def three_running_on_a():
             (worker,) = psutil.Process(nanny.pid).children()
-            return len(ledger.live_pids(ledger.running(worker="a"))) == 3 and worker
+            running = ledger.live_pids(ledger.running(worker="a"))
+            young = {pid for pid in running if started_within(pid, YOUNG)}
+            return len(running) == 3 and len(young) >= 2 and (worker, young)
 
         target = len(ledger.lines()) + rng.randrange(4, 20)
         wait_until(lambda: len(ledger.lines()) >= target, 60, what=f"{target} ledger lines")
-        worker = wait_until(three_running_on_a, 60, what="three jobs running on a")
+        worker, young = wait_until(three_running_on_a, 60,
+                                   what="three jobs running on a, two of them just started")
         worker.kill()
+        must_die |= young
         worker.wait(10)
         # Its supervisors kill their jobs at once; the nanny starts the worker again, which
         # reports them lost.
@@ -197,7 +223,8 @@ def test_worker_processes_killed_with_9_lose_only_the_jobs_they_ran(ledger, daem
     # The attempts that never wrote their end are those of the killed processes.
     unended = ledger.running(lines)
     killed = [line for line in lines if line.event == "start" and line.pid in unended]
-    assert len(killed) >= 6 and {line.worker for line in killed} == {"a"}
+    assert {line.worker for line in killed} == {"a"}
+    assert must_die <= unended, "a job of the killed worker process ran on to its end"
     runs = collections.Counter(line.job for line in killed)
     starts = ledger.starts(lines)
     for job, view in jobs.items():

@@ -324,7 +324,7 @@ def _supervise(cgroup: str, channel: socket.socket | None = None,
         traceback.print_exc()
     finally:
         try:
-            sys.stdout.flush()
+            sys.stderr.flush()
         finally:
             os._exit(code)
 
@@ -339,15 +339,12 @@ def _supervise_one(args: list, fds: list[int], prepared: Prepared,
     os.dup2(fds[1], 1)
     for closing in fds[:2]:
         os.close(closing)
-    sys.stdin = os.fdopen(0, "r", closefd=False)
-    sys.stdout = os.fdopen(1, "w", closefd=False)
     path, _lock, kill_grace, lease_until = args[:4]  # the lock is held as fds[2]
     supervision = Supervision(path, read_record(path), float(kill_grace), float(lease_until),
                               prepared=prepared)
     if channel is not None:  # the spawner forks the next spare once the job is spawned
         supervision.spawned = lambda: _say(channel, b"spawned")
     supervision.run()
-    sys.stdout.flush()
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)

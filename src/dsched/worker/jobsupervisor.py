@@ -379,10 +379,13 @@ class Supervision:
 
     @staticmethod
     def _tell(op) -> None:
+        """Write ``op`` to the worker (stdout, unbuffered: nothing of it is left to be written
+        later, into whatever stdout is by then)."""
+        data = (json.dumps(op.to_wire(), separators=(",", ":")) + "\n").encode()
         try:
-            sys.stdout.write(json.dumps(op.to_wire(), separators=(",", ":")) + "\n")
-            sys.stdout.flush()
-        except (BrokenPipeError, ValueError):  # the worker is gone; the record says it all
+            while data:
+                data = data[os.write(1, data):]
+        except OSError:  # the worker is gone; the record says it all
             pass
 
 
