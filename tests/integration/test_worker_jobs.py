@@ -364,14 +364,35 @@ async def test_a_supervisor_back_from_an_attempt_runs_the_next_and_keeps_nothing
     assert len(set(supervisors)) < len(supervisors) / 2, supervisors  # most ran several
 
 
+async def test_a_worker_busy_on_all_its_threads_forks_no_supervisor_an_attempt(cluster):
+    # Its spawner keeps as many supervisors as it runs attempts at once, and two spares.
+    worker = await cluster.start(nthreads=4)
+    spawner = worker.jobs._spawner._process.pid
+    rounds = []
+    for r in range(4):  # the first two fork what the spares cannot take (two at first)
+        keys = [f"job-{80 + 4 * r + n}.1" for n in range(4)]
+        for key in keys:  # four at once: its four threads busy
+            cluster.send(job(key, "sh", "-c", "echo $PPID"))
+        for key in keys:
+            assert (await cluster.told(ops.AttemptEnded, key)).outcome == "completed"
+        rounds.append({int((await get_log(worker, key)).data) for key in keys})
+        if r == 1:  # all back: those that ran it and the spares are all there will be
+            kept = await wait_until_async(
+                lambda: len(spares_of(spawner)) == 6 and set(spares_of(spawner)), 30,
+                what="four supervisors back and two spares")
+    assert set().union(*rounds[2:]) <= kept, (rounds, kept)
+
+
 async def test_supervisors_back_from_attempts_past_those_kept_end_and_leave_no_cgroup(
         cluster, tmp_path):
-    from dsched.worker.jobspawner import KEPT
+    from dsched.worker.jobspawner import SPARES
 
-    worker = await cluster.start(nthreads=KEPT + 3)
+    worker = await cluster.start(nthreads=SPARES + 3)
     spawner = worker.jobs._spawner._process.pid
+    cgroup = worker.jobs.containment.cgroup_for("attempt-")
+    worker.jobs._spawner.prepare(cgroup, 0)  # none kept but the spares, as if of fewer threads
     flag = tmp_path / "go"
-    keys = [f"job-{60 + n}.1" for n in range(KEPT + 3)]
+    keys = [f"job-{60 + n}.1" for n in range(SPARES + 3)]
     for key in keys:
         cluster.send(job(key, "sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done"))
     for key in keys:
@@ -379,15 +400,14 @@ async def test_supervisors_back_from_attempts_past_those_kept_end_and_leave_no_c
     flag.touch()
     for key in keys:
         assert (await cluster.told(ops.AttemptEnded, key)).outcome == "completed"
-    # all back, and those past KEPT gone with their guards: nothing else is left
-    await wait_until_async(lambda: len(psutil.Process(spawner).children()) == KEPT
-                           and len(spares_of(spawner)) == KEPT, 30, what="KEPT spares alone")
-    cgroup = worker.jobs.containment.cgroup_for("attempt-")
+    # all back, and those past the kept gone with their guards: nothing else is left
+    await wait_until_async(lambda: len(psutil.Process(spawner).children()) == SPARES
+                           and len(spares_of(spawner)) == SPARES, 30, what="the spares alone")
     if cgroup:
         await wait_until_async(lambda: len([
             name for name in os.listdir(os.path.dirname(cgroup))
-            if name.startswith(os.path.basename(cgroup))]) == KEPT, 30,
-            what="the cgroups of the KEPT spares alone")
+            if name.startswith(os.path.basename(cgroup))]) == SPARES, 30,
+            what="the cgroups of the spares alone")
 
 
 async def test_spares_that_die_leave_no_cgroup_and_hold_no_other_attempts_pipes(cluster):

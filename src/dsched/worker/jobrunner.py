@@ -50,11 +50,14 @@ class JobRunner:
     """``await open()`` first (it returns the attempts found ended); ``run(start)`` for each
     StartJob, in the worker's task group; ``await close()`` at the end, which ends the jobs
     still running (their supervisors record them lost). ``env``: the environment supervisors,
-    and so their jobs, start from (None: this process's)."""
+    and so their jobs, start from (None: this process's); ``slots``: the attempts it may run
+    at once (the worker's threads), as many supervisors as its spawner keeps for later ones."""
 
     def __init__(self, directory: str, worker_name: str, kill_grace: float,
-                 on_event: Callable[[Any], None], env: Mapping[str, str] | None = None):
+                 on_event: Callable[[Any], None], env: Mapping[str, str] | None = None,
+                 slots: int = 1):
         self.directory = directory
+        self.slots = slots  # the attempts it may run at once (the worker's threads)
         self.env = env
         self.worker_name = worker_name
         self.kill_grace = kill_grace
@@ -82,7 +85,7 @@ class JobRunner:
         """The worker's mode is known: attempts run in cgroups of their own, or none; the
         spawner keeps a supervisor prepared ahead, in the cgroup of the next attempt."""
         self.containment = chosen
-        self._spawner.prepare(chosen.cgroup_for("attempt-"))
+        self._spawner.prepare(chosen.cgroup_for("attempt-"), self.slots)
 
     # -- one attempt ----------------------------------------------------------------------------
 

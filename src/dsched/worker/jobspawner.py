@@ -94,7 +94,7 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
                 return
             args = json.loads(data)
             if isinstance(args, dict):  # the cgroups to prepare spares in ("": none)
-                spares.prepare(args["cgroups"])
+                spares.prepare(args["cgroups"], args.get("keep", 0))
                 continue
             try:
                 if len(fds) != FDS_PER_REQUEST:
@@ -116,9 +116,6 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
 #: Supervisors kept ready: two, so that two attempts placed at once (a device freed on each
 #: of two GPUs, a queue released) both start without a fork or a wait.
 SPARES = 2
-#: Supervisors kept ready at most, those back from an attempt included: one whose attempt
-#: ended when as many wait already ends.
-KEPT = 4
 #: The attempts one supervisor runs before it ends (and a fresh fork takes its place): what
 #: an attempt may leave behind in its process (a descriptor, memory) stays bounded.
 REUSES = 1000
@@ -136,7 +133,7 @@ class _Spares:
 
     A spare whose attempt has ended (its outcome recorded and told, its job and all it started
     gone, its stdin, stdout and the log's lock closed) prepares itself again and waits for the
-    next request, up to ``KEPT`` ready and ``REUSES`` attempts each: a fork, its copied pages
+    next request, up to ``kept`` ready and ``REUSES`` attempts each: a fork, its copied pages
     and an exit per attempt were most of what starting one cost. On its socket a spare says
     ``spawned``, then ``ended CODE CGROUP`` (the attempt's supervision is over: the worker
     hears it as a supervisor's exit; CGROUP is the one it prepares next, which the spawner
@@ -156,8 +153,17 @@ class _Spares:
         #: The cgroups of spares ready and not handed a request (no one else knows of them).
         self.unused: dict[int, str] = {}
         self.made = 0
+        #: Supervisors kept ready at most, those back from an attempt included (one whose
+        #: attempt ended when as many wait already ends): ``SPARES`` more than the attempts
+        #: the worker may run at once, so that a worker busy on all its threads neither forks
+        #: a supervisor an attempt nor ends one (forks and exits were a fifth of the CPU an
+        #: attempt cost with four threads and four kept).
+        self.kept = SPARES
 
-    def prepare(self, cgroups: str) -> None:
+    def prepare(self, cgroups: str, keep: int = 0) -> None:
+        """Spares from now on in ``cgroups`` ("": none), and up to ``keep`` more kept ready
+        than ``SPARES`` (the attempts the worker may run at once)."""
+        self.kept = SPARES + max(0, keep)
         for _, ours, _ in self.ready:  # prepared for other cgroups: each ends with its socket
             self._drop(ours)
         self.ready.clear()
@@ -235,7 +241,7 @@ class _Spares:
                 self.unused[pid] = upcoming
         elif word == "ready":
             self.preparing.discard(pid)
-            if len(self.ready) >= KEPT:
+            if len(self.ready) >= self.kept:
                 self._drop(ours)  # it ends, and removes its cgroup
             else:
                 self.ready.append((pid, ours, rest))

@@ -178,7 +178,7 @@ class Worker:
         self._tell_tasks(**{WORKER_NAME_ENV: self.name, LOCAL_DIRECTORY_ENV: self.local_directory})
         directory = config.job_directory or default_directory(config.local_directory, self.name)
         self.jobs = JobRunner(os.path.abspath(directory), self.name, config.job_kill_grace,
-                              self._job_report, env=self.task_env)
+                              self._job_report, env=self.task_env, slots=self.setup.nthreads)
         opened = await self.jobs.open(f"worker {self.name} at {self.address}")
         self.containment = await asyncio.to_thread(settle, config.containment, self.name,
                                                    self.jobs.directory)

@@ -96,12 +96,13 @@ class Spawner:
             return False
         return await asyncio.shield(self._ready)
 
-    def prepare(self, cgroups: str) -> None:
+    def prepare(self, cgroups: str, keep: int = 0) -> None:
         """Have the spawner keep a supervisor forked ahead of the next attempt, its cgroup
-        named ``cgroups`` plus a number of the spawner's ("": none, not in cgroup mode)."""
+        named ``cgroups`` plus a number of the spawner's ("": none, not in cgroup mode), and
+        keep up to ``keep`` more back from their attempts (the attempts run at once)."""
         if self._sock is not None:
             try:
-                self._sock.send(json.dumps({"cgroups": cgroups}).encode())
+                self._sock.send(json.dumps({"cgroups": cgroups, "keep": keep}).encode())
             except OSError:  # gone: found by its reader
                 pass
 
