@@ -44,7 +44,7 @@ async def attempts(n: int) -> dict:
     spawner = Spawner()
     if not (await spawner.start() and await spawner.ready()):
         raise SystemExit("the spawner did not start")
-    spawner.prepare("")  # spares, as a worker in subreaper mode has them
+    spawner.prepare("", 1)  # spares, as a worker of one thread in subreaper mode has them
 
     async def attempt(i: int) -> None:
         key = f"job-{i}.1"

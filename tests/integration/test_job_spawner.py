@@ -160,3 +160,95 @@ def test_a_spare_runs_a_later_attempt_unless_it_could_not_clear_its_last(tmp_pat
                          capture_output=True, text=True, timeout=60, start_new_session=True)
     assert json.loads(out.stdout.splitlines()[-1]) == said, out.stderr
     assert "Traceback" not in out.stderr
+
+
+SEQUENCE = r"""
+import json, os, signal, socket, sys, time
+import psutil
+from dsched.worker import jobspawner, jobsupervisor
+from dsched.worker.jobrecords import new_record, open_locked_log, write_record
+
+directory, first = sys.argv[1], sys.argv[2]
+if first == "crash":  # the supervisor fails while its job runs
+    def crash(self, spawned):
+        raise RuntimeError("a supervisor's error, made by the test")
+    jobsupervisor.Supervision._watch = crash
+ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+supervisor = os.fork()
+if supervisor == 0:
+    jobspawner._supervise("", channel=theirs)
+theirs.close()
+
+
+def request(n, command):
+    key = f"job-{n}.1"
+    record = os.path.join(directory, key + ".json")
+    log = os.path.join(directory, key + ".log")
+    write_record(record, new_record(key, {"command": command}, (), log, "w"))
+    lock = open_locked_log(log)
+    orders_r, orders_w = os.pipe()
+    reports_r, reports_w = os.pipe()
+    socket.send_fds(ours, [json.dumps([record, str(lock), "1.0", repr(time.monotonic() + 60),
+                                       ""]).encode()], [orders_r, reports_w, lock])
+    for fd in (orders_r, reports_w, lock):
+        os.close(fd)
+    return orders_w, reports_r
+
+
+def said():
+    return ours.recv(4096).decode().split(" ")[0]
+
+
+def until(predicate):
+    deadline = time.monotonic() + 10
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()
+
+
+def dead(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+if first != "crash":  # a first attempt, which does this to its group (and so its guard)
+    does = {"plain": "true", "usr1": "trap '' USR1; kill -USR1 0",
+            "tstp": "trap '' TSTP; kill -TSTP 0"}[first]
+    orders, reports = request(1, ["sh", "-c", does])
+    while os.read(reports, 65536):
+        pass
+    words = [said(), said(), said()]
+    assert words == ["spawned", "ended", "ready"], words
+pid_file = os.path.join(directory, "pid")
+orders, reports = request(2, ["sh", "-c", f"echo $$ > {pid_file}.new && mv {pid_file}.new "
+                                          f"{pid_file} && exec sleep 30"])
+assert said() == "spawned"
+assert until(lambda: os.path.exists(pid_file))
+job = int(open(pid_file).read())
+if first != "crash":
+    os.kill(supervisor, signal.SIGKILL)  # its guard alone is left to end its job
+os.waitpid(supervisor, 0)
+print(json.dumps({"dead": until(lambda: dead(job)), "pid": job}))
+"""
+
+
+@pytest.mark.parametrize("first", ["plain", "usr1", "tstp", "crash"])
+def test_a_supervisors_job_dies_with_it_whatever_the_guard_went_through_before(tmp_path,
+                                                                               first):
+    # plain: its guard kept from a first attempt; usr1: killed by the first attempt's job
+    # (another is forked); tstp: stopped by it (it ignores that); crash: the supervisor fails
+    # while its job runs (its guard must not be killed on its way out).
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", SEQUENCE, str(tmp_path), first],
+                         capture_output=True, text=True, timeout=60, start_new_session=True)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.splitlines()[-1])
+    if not result["dead"]:
+        os.kill(result["pid"], signal.SIGKILL)
+    assert result["dead"], out.stderr

@@ -314,11 +314,15 @@ async def test_an_attempt_goes_to_a_supervisor_prepared_ahead_which_leaves_nothi
     spares = await wait_until_async(lambda: len(spares_of(spawner)) == 2 and spares_of(spawner),
                                     30, what="two spare supervisors")
     cgroup = worker.jobs.containment.cgroup_for("attempt-")
+    def cgroup_of(pid: int) -> str:
+        return os.path.basename(open(f"/proc/{pid}/cgroup").read().split("::")[-1].strip())
+
     for spare, guard in spares.items():
-        if cgroup:  # cgroup mode: each and its guard are in an attempt's cgroup already
-            mine = open(f"/proc/{spare}/cgroup").read().split("::")[-1].strip()
-            assert open(f"/proc/{guard}/cgroup").read().split("::")[-1].strip() == mine
-            assert os.path.basename(mine).startswith(os.path.basename(cgroup))
+        if cgroup:  # cgroup mode: each goes into an attempt's cgroup ahead; its guard, which
+            # outlives the attempt, does not
+            await wait_until_async(lambda: cgroup_of(spare).startswith(os.path.basename(cgroup)),
+                                   30, what="the spare in an attempt's cgroup")
+            assert cgroup_of(guard) != cgroup_of(spare)
 
     cluster.send(job("job-8.1", "sleep", "600"))
     started = await cluster.told(ops.AttemptStarted, "job-8.1")
@@ -362,6 +366,47 @@ async def test_a_supervisor_back_from_an_attempt_runs_the_next_and_keeps_nothing
                          for fd in os.listdir(f"/proc/{supervisors[-1]}/fd") if int(fd) > 2)
         assert len(held[n]) == 3 and not any(".log" in path for path in held[n]), held[n]
     assert len(set(supervisors)) < len(supervisors) / 2, supervisors  # most ran several
+
+
+async def test_a_supervisor_keeps_its_guard_which_still_kills_a_later_job_when_it_dies(
+        cluster):
+    worker = await cluster.start(nthreads=3)
+    spawner = worker.jobs._spawner._process.pid
+    spares = await wait_until_async(lambda: len(spares_of(spawner)) == 2 and spares_of(spawner),
+                                    30, what="two spare supervisors")
+    cluster.send(job("job-90.1", "sh", "-c", "echo $PPID"))
+    assert (await cluster.told(ops.AttemptEnded, "job-90.1")).outcome == "completed"
+    supervisor = int((await get_log(worker, "job-90.1")).data)
+    guard = spares[supervisor]
+    await wait_until_async(lambda: spares_of(spawner).get(supervisor) == guard, 30,
+                           what="the supervisor back among the spares, with the same guard")
+
+    # Its next job: three at once take every spare, this one among them.
+    keys = [f"job-{91 + n}.1" for n in range(3)]
+    for key in keys:
+        cluster.send(job(key, "sh", "-c", "sleep 600 & sleep 600"))
+    started = {key: (await cluster.told(ops.AttemptStarted, key)).pid for key in keys}
+    (key,) = [k for k, pid in started.items() if psutil.Process(pid).ppid() == supervisor]
+    leader = psutil.Process(started[key])
+    group = [leader, *await wait_until_async(lambda: leader.children(), 30, what="its child")]
+    assert os.getpgid(guard) == leader.pid  # the same guard guards this job's group
+    attempts = worker.jobs.containment.cgroup_for("attempt-")
+    if attempts:  # cgroup mode: the job runs in a cgroup of this attempt's
+        mine = open(f"/proc/{leader.pid}/cgroup").read().split("::")[-1].strip()
+        path = os.path.join(os.path.dirname(attempts), os.path.basename(mine))
+        assert os.path.basename(mine).startswith(os.path.basename(attempts))
+        assert os.path.isdir(path)
+
+    os.kill(supervisor, signal.SIGKILL)  # the guard alone is left to end the job
+    await wait_until_async(lambda: not any(alive(p.pid) for p in group) and not alive(guard),
+                           30, what="the job and its guard to die with the supervisor")
+    if attempts:  # and its cgroup goes with them
+        await wait_until_async(lambda: not os.path.exists(path), 30,
+                               what="the job's cgroup to be removed")
+    assert (await cluster.told(ops.AttemptEnded, key)).outcome == "lost"
+    for other in keys:
+        if other != key:
+            cluster.send(ops.StopTask(other))
 
 
 async def test_a_worker_busy_on_all_its_threads_forks_no_supervisor_an_attempt(cluster):

@@ -347,11 +347,16 @@ def signal_tree(root: int, signum: int, cgroup: str = "", spare: frozenset | set
 
 
 def sweep(root: int, cgroup: str = "", spare: frozenset | set = frozenset(),
-          timeout: float = SWEEP_TIMEOUT) -> list[int]:
+          timeout: float = SWEEP_TIMEOUT, dying: float | None = None) -> list[int]:
     """SIGKILL what ``signal_tree`` reaches, again and again, until nothing is left (or
     ``timeout`` has passed: then what is left). When ``root`` is this process, its children
-    that ended (but ``spare``) are reaped on the way: adopted orphans must not stay zombies."""
-    if root == os.getpid() and _nothing_left(cgroup, spare):
+    that ended (but ``spare``) are reaped on the way: adopted orphans must not stay zombies.
+    ``dying``: the seconds its children just killed may take to end before /proc is walked
+    for what is left (by default ``CHILDLESS_WAIT`` where nothing is spared, else none: a
+    caller that spares a child and killed the others says so)."""
+    if dying is None:
+        dying = 0.0 if spare else CHILDLESS_WAIT
+    if root == os.getpid() and _nothing_left(cgroup, spare, dying):
         return []  # the usual end of a task: no walk of /proc
     deadline = time.monotonic() + timeout
     pause = 0.001
@@ -366,25 +371,15 @@ def sweep(root: int, cgroup: str = "", spare: frozenset | set = frozenset(),
         pause = min(pause * 2, 0.05)
 
 
-def _nothing_left(cgroup: str, spare: frozenset | set) -> bool:
+def _nothing_left(cgroup: str, spare: frozenset | set, dying: float) -> bool:
     """Whether this process (a child subreaper) has no child but ``spare`` and its cgroup no
-    process but it and ``spare``: then it has no descendant at all, since a subreaper is the
-    parent of every orphan below it. Reads its children from /proc/self/task/*/children (and
-    cgroup.procs), not every process's stat; with nothing spared, asks the kernel instead,
-    waiting a moment for children just killed to end (``_childless``). False when unsure."""
-    me = os.getpid()
-    if not spare:
-        if not _childless(CHILDLESS_WAIT):
-            return False
-    else:
-        try:
-            for thread in os.listdir("/proc/self/task"):
-                with open(f"/proc/self/task/{thread}/children") as file:
-                    if set(map(int, file.read().split())) - set(spare):
-                        return False
-        except OSError:
-            return False
-    return not cgroup or not set(cgroup_pids(cgroup)) - {me, *spare}
+    process but it and ``spare``, waiting up to ``dying`` for children just killed to end
+    (``_childless``): then it has no descendant at all, since a subreaper is the parent of
+    every orphan below it. Asks the kernel, or reads /proc/self/task/*/children where a child
+    is spared (and cgroup.procs), not every process's stat. False when unsure."""
+    if not _childless(dying, spare):
+        return False
+    return not cgroup or not set(cgroup_pids(cgroup)) - {os.getpid(), *spare}
 
 
 #: Seconds a subreaper waits for the children it has just killed to end, before it walks /proc
@@ -392,20 +387,22 @@ def _nothing_left(cgroup: str, spare: frozenset | set) -> bool:
 CHILDLESS_WAIT = 0.02
 
 
-def _childless(timeout: float) -> bool:
-    """Reap this process's ended children; whether it then has none at all, waiting up to
-    ``timeout`` for those still dying. The kernel says so (ECHILD) without a walk of /proc,
-    which costs milliseconds a process: what a job's end would otherwise spend most on. Each
+def _childless(timeout: float, spare: frozenset | set = frozenset()) -> bool:
+    """Reap this process's ended children (but ``spare``); whether it then has none but
+    ``spare``, waiting up to ``timeout`` for those still dying. The kernel says so (ECHILD)
+    without a walk of /proc, which costs milliseconds a process: what a job's end would
+    otherwise spend most on; with a child spared, its children are read from /proc/self. Each
     child's end wakes the wait (SIGCHLD, held back meanwhile so that none is missed)."""
     deadline = time.monotonic() + timeout
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     try:
         while True:
-            try:
-                while os.waitpid(-1, os.WNOHANG)[0]:
-                    pass
-            except ChildProcessError:
+            if _reap_ended(spare) is None:
                 return True
+            if spare:
+                children = _children()
+                if children is not None and not children - set(spare):
+                    return True
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
@@ -414,23 +411,43 @@ def _childless(timeout: float) -> bool:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
-def reap(spare: frozenset | set = frozenset(), table: dict | None = None) -> None:
-    """Reap this process's children that have ended, but ``spare`` (whose end is awaited
-    elsewhere): orphans handed to a subreaper must not stay zombies. Only a subreaper calls it:
-    it takes any child's end."""
-    while True:  # one call a zombie, no walk of /proc: orphans may end by the thousand
+def _reap_ended(spare: frozenset | set) -> int | None:
+    """Reap this process's children that have ended, one call each (orphans may end by the
+    thousand), up to the first of ``spare`` that has: its pid (its end is another's to take,
+    and the zombies behind it are found by a walk), else 0; None when it has no child."""
+    while True:
         try:
             ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
-            return
+            return None
         if ended is None:
-            return
-        if ended.si_pid in spare:  # first in line, and staying: find the others by walking
-            break
+            return 0
+        if ended.si_pid in spare:
+            return ended.si_pid
         try:
             os.waitpid(ended.si_pid, os.WNOHANG)
         except ChildProcessError:
             pass
+
+
+def _children() -> set[int] | None:
+    """This process's children (zombies included), from /proc/self; None if unreadable."""
+    found: set[int] = set()
+    try:
+        for thread in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{thread}/children") as file:
+                found.update(map(int, file.read().split()))
+    except OSError:
+        return None
+    return found
+
+
+def reap(spare: frozenset | set = frozenset(), table: dict | None = None) -> None:
+    """Reap this process's children that have ended, but ``spare`` (whose end is awaited
+    elsewhere): orphans handed to a subreaper must not stay zombies. Only a subreaper calls it:
+    it takes any child's end."""
+    if not _reap_ended(spare):  # else a spared one is first in line, and staying: walk
+        return
     me = os.getpid()
     table = _processes() if table is None else table
     for pid, (parent, state, *_) in table.items():

@@ -124,12 +124,12 @@ REUSES = 1000
 class _Spares:
     """The supervisors forked ahead of the next requests (spares), each prepared as far as it
     can be without its job (``jobsupervisor.Prepared``: its session, its cgroup entered, its
-    job's guard forked), and waiting on a socket of its own for a request. So an attempt
-    starts in the time it takes to pass the request on and spawn the command. Spares are made
-    once the worker says its cgroups (``prepare``); until then, and while none is ready, each
-    request is forked. New spares are forked only while no spare handed a request is still
-    spawning its job: on two cores, a fork and a preparation meanwhile slowed that spawn by
-    milliseconds.
+    job's guard forked, or kept from its last attempt), and waiting on a socket of its own
+    for a request. So an attempt starts in the time it takes to pass the request on and spawn
+    the command. Spares are made once the worker says its cgroups (``prepare``); until then,
+    and while none is ready, each request is forked. New spares are forked only while no
+    spare handed a request is still spawning its job: on two cores, a fork and a preparation
+    meanwhile slowed that spawn by milliseconds.
 
     A spare whose attempt has ended (its outcome recorded and told, its job and all it started
     gone, its stdin, stdout and the log's lock closed) prepares itself again and waits for the
@@ -290,6 +290,7 @@ def _supervise(cgroup: str, channel: socket.socket | None = None,
     the request's pipes as its stdin and stdout. A spare then closes them, prepares itself
     again and waits for the next request (``_Spares``). Never returns."""
     code = 1
+    prepared: Prepared | None = None
     try:
         os.setsid()
         signal.set_wakeup_fd(-1)
@@ -300,7 +301,7 @@ def _supervise(cgroup: str, channel: socket.socket | None = None,
         _close_all_but(keep)
         first = cgroup
         for attempt in range(1, REUSES + 1):
-            prepared = Prepared(cgroup)
+            prepared = Prepared(cgroup, kept=prepared)  # its guard kept, if still there
             if channel is not None:
                 try:
                     if attempt > 1:
@@ -330,6 +331,10 @@ def _supervise(cgroup: str, channel: socket.socket | None = None,
         traceback.print_exc()
     finally:
         try:
+            # Done with attempts, its guard goes; not after an error: the guard must then see
+            # this process end, and end what it guards.
+            if prepared is not None and code == 0:
+                prepared.retire()
             sys.stderr.flush()
         finally:
             os._exit(code)
@@ -350,14 +355,14 @@ def _supervise_one(args: list, fds: list[int], prepared: Prepared,
                               prepared=prepared)
     if channel is not None:  # the spawner forks the next spare once the job is spawned
         supervision.spawned = lambda: _say(channel, b"spawned")
+        supervision.keep_guard = True  # for its next attempt
     supervision.run()
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     for closing in (null, fds[2]):
         os.close(closing)
-    prepared.lifeline.close()  # its guard went with the job's group
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # as the next attempt's guard must start
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # as the next attempt's supervision starts
     return supervision.clean and not prepared.problem
 
 

@@ -99,13 +99,27 @@ class Prepared:
     """What a supervisor does before it knows its job, so that a spawner can have it done
     ahead (``jobspawner``): in a session of its own, it becomes a child subreaper (orphans
     among the job's descendants come to it, wherever they are, so it finds, kills and reaps
-    them, cgroup or not), makes the job's ``cgroup`` and enters it (a process's first move
-    into a cgroup in a while waits for the kernel for milliseconds), and forks the guard of
-    the job's group (``lifeline.fork_job_guard``), which is born in it."""
+    them, cgroup or not), has the guard of the job's group (``lifeline.fork_job_guard``:
+    ``kept``'s, from its last attempt, if it is still there, else a new one), makes the job's
+    ``cgroup``, enters it (a process's first move into a cgroup in a while waits for the kernel
+    for milliseconds) and tells the guard its name. The guard is forked outside the cgroup, so
+    that it outlives it."""
 
-    def __init__(self, cgroup: str = ""):
+    def __init__(self, cgroup: str = "", kept: Prepared | None = None):
         containment.become_subreaper()
         self.cgroup, self.problem, self.entered = cgroup, "", False
+        self.ended = False  # its guard was found ended (and reaped): its number is not used
+        if kept is not None and kept.guard_alive():
+            self.lifeline, self.guard = kept.lifeline, kept.guard
+        else:
+            if kept is not None:
+                kept.retire()
+            self._fork_guard()
+        # Told before the cgroup is made: a guard left alone removes it, made or not.
+        if not self.tell(cgroup):  # it reads no more (stopped): another takes its place
+            self.retire()
+            self._fork_guard()
+            self.tell(cgroup)
         if cgroup:
             try:
                 containment.make_cgroup(cgroup)
@@ -115,8 +129,54 @@ class Prepared:
                 self.problem = (f"cannot use the cgroup {cgroup} ({error.strerror or error}); "
                                 "what it starts is tracked as this supervisor's descendants "
                                 "instead")
-        self.lifeline = Lifeline()  # its write end, held until this process ends, is the guard's
-        self.guard = fork_job_guard(self.lifeline, cgroup if self.entered else "")
+                self.tell("")
+
+    def _fork_guard(self) -> None:
+        # The lifeline's write end, held until this process ends, is the guard's life.
+        self.lifeline, self.ended = Lifeline(), False
+        self.guard = fork_job_guard(self.lifeline)
+
+    def tell(self, cgroup: str) -> bool:
+        """Tell the guard the cgroup it is to remove if this process dies ("" none); False if
+        it cannot take it (it has not read what it was told before, or is retired)."""
+        try:
+            self.lifeline.say(cgroup)
+        except OSError:
+            return False
+        return True
+
+    def guard_alive(self) -> bool:
+        """Whether the guard still runs. One found ended is reaped here, and never signalled
+        nor looked at again: its number may be another's. (Until then it is a zombie, kept:
+        the job's orphans are reaped sparing it.)"""
+        if self.ended:
+            return False
+        try:
+            running = os.waitid(os.P_PID, self.guard,
+                                os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:
+            running = False
+        if not running:
+            self.ended = True
+            try:
+                os.waitpid(self.guard, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        return running
+
+    def recall(self) -> bool:
+        """Move the guard back into this process's group, out of the job's, which is about to
+        be killed, and continue it (the job may have stopped its group): whether it is there
+        to guard the next attempt. (If this process dies meanwhile, the guard, in no job's
+        group, kills all of the session.)"""
+        if not self.guard_alive():
+            return False
+        try:
+            os.setpgid(self.guard, os.getpid())
+        except OSError:
+            return False
+        os.kill(self.guard, signal.SIGCONT)  # an unreaped child: the number is its own
+        return True
 
     def leave(self) -> None:
         """Leave the cgroup (the job runs, or none comes): whoever kills it must be out."""
@@ -124,14 +184,19 @@ class Prepared:
             containment.leave_cgroup(self.cgroup)
             self.entered = False
 
-    def discard(self) -> None:
-        """No job comes: the guard is killed (it would walk the session for a job) and this
-        process leaves the cgroup (for its removal)."""
-        try:
+    def retire(self) -> None:
+        """This process runs no more attempts: its guard goes (it would walk the session).
+        Killed only while it is an unreaped child: its number is not another's."""
+        if self.guard_alive():
             os.kill(self.guard, signal.SIGKILL)
             os.waitpid(self.guard, 0)
-        except ChildProcessError:
-            pass
+            self.ended = True
+        self.lifeline.close()
+
+    def discard(self) -> None:
+        """No job comes: the guard is killed and this process leaves the cgroup (for its
+        removal)."""
+        self.retire()
         self.leave()
 
 
@@ -158,6 +223,9 @@ class Supervision:
         #: Whether all the attempt started is gone, and its cgroup: a spare that runs the next
         #: attempt must not carry anything of this one into it.
         self.clean = True
+        #: Whether the guard is kept for a later attempt (a spare's): moved back into this
+        #: process's group before the job's is killed at its end, and spared by the sweep.
+        self.keep_guard = False
 
     def run(self) -> None:
         command, cwd = list(self.job["command"]), self.job.get("cwd")
@@ -203,7 +271,7 @@ class Supervision:
     def _watch(self, spawned: float) -> int:
         """Run until the command's leader exits; its returncode."""
         process = self.process
-        assert process is not None
+        assert process is not None and self.prepared is not None  # made by _spawn
         limit = self.job.get("time_limit")
         limit_at = spawned + limit if limit else None
         poller = select.poll()
@@ -236,7 +304,8 @@ class Supervision:
                     # Once the leader has ended, the sweep below reaps them all; reaping now
                     # would walk /proc to pass over the leader's unreaped end.
                     if not self._leader_exited():
-                        containment.reap(spare={process.pid})
+                        # The guard too: if it died, its number stays its own till looked at.
+                        containment.reap(spare={process.pid, self.prepared.guard})
             now = time.monotonic()
             if self.ending is None:
                 if limit_at is not None and now >= limit_at:
@@ -252,9 +321,13 @@ class Supervision:
         # every descendant and the cgroup again, until none is left, before the outcome is
         # said (its GPUs are then free). Usually nothing is left, and the kernel says so
         # without a walk of /proc (``containment.sweep``).
+        guards: set[int] = set()
+        if self.keep_guard and self.prepared.recall():
+            guards.add(self.prepared.guard)
         self._kill_group(signal.SIGKILL, tree=False)
         returncode = process.wait()
-        left = containment.sweep(os.getpid(), self.cgroup)
+        left = containment.sweep(os.getpid(), self.cgroup, spare=guards,
+                                 dying=containment.CHILDLESS_WAIT)
         self.clean = not left
         if left:
             self._note(f"{self.key}: processes {', '.join(map(str, left))} it started did not "
@@ -327,8 +400,8 @@ class Supervision:
         (``Prepared``) moved into that group; "" or why it could not start. No Python runs
         between the command's fork and its exec, so ``subprocess`` vforks: a fork of this
         process, and Python in the child, cost milliseconds a job. In cgroup mode this process
-        is in the job's cgroup from its preparation until the command is spawned, so the guard
-        and the command are born in it, and the command with all it starts stays there."""
+        is in the job's cgroup from its preparation until the command is spawned, so the
+        command is born in it, and with all it starts stays there."""
         if self.prepared is None:
             self.prepared = Prepared(self.cgroup)
         prepared = self.prepared
@@ -356,10 +429,12 @@ class Supervision:
         self._release()
 
     def _release(self) -> None:
-        """Kill what is left in the job's cgroup and remove it."""
+        """Kill what is left in the job's cgroup and remove it (a guard kept is told so)."""
         if self.cgroup:
             if not containment.remove_cgroup(self.cgroup, timeout=self.kill_grace + 5):
                 self.clean = False
+            elif self.keep_guard and self.prepared is not None and not self.prepared.ended:
+                self.prepared.tell("")
             self.cgroup = ""
 
     def _end(self, outcome: str, returncode: int | None, error: str,

@@ -16,7 +16,10 @@ dsched.worker.lifeline PARENT FD -- COMMAND...`` (see ``Lifeline.wrap``), which 
 and then runs the command. A shell-command job's guard is forked by its supervisor before the
 job (``fork_job_guard``), so that the job is spawned without Python between fork and exec,
 and moved into the job's group after; it acts on end of file of its lifeline alone (the
-supervisor's), and one never moved kills the supervisor's session, which holds the job.
+supervisor's), and one not in a job's group then kills the supervisor's session, which holds
+the job. The supervisor tells it each attempt's cgroup on the lifeline (``Lifeline.say``), and
+moves it back into its own group before it kills the job's, so one guard serves each of its
+attempts.
 
 Linux is the target. Elsewhere there is no parent-death signal: guarded groups still die with
 the worker, but a process that leads no group outlives a parent killed with SIGKILL.
@@ -86,6 +89,7 @@ class Lifeline:
 
     def __init__(self) -> None:
         self.fd, self._write_fd = os.pipe()
+        os.set_blocking(self._write_fd, False)  # ``say`` never waits for a guard that is stuck
 
     def arguments(self) -> list[str]:
         """What a guarded child is told: ``PARENT_PID LIFELINE_FD`` (pass ``fd`` in pass_fds)."""
@@ -97,12 +101,21 @@ class Lifeline:
         return [sys.executable, "-m", "dsched.worker.lifeline", *self.arguments(), "--",
                 *command]
 
+    def say(self, line: str) -> None:
+        """Tell the guards a line (a job's guard: the cgroup of the attempt to come);
+        BlockingIOError where the pipe is full (its guard reads no more), OSError once
+        closed."""
+        os.write(self._write_fd, line.encode() + b"\n")
+
     def close(self) -> None:
+        """Close both ends (once: a number closed twice may be another file's by then)."""
         for fd in (self.fd, self._write_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.fd = self._write_fd = -1
 
 
 def hold_group(parent: int, lifeline_fd: int, cgroup: str = "", subreaper: bool = False) -> int:
@@ -140,6 +153,9 @@ def _become_guard(lifeline_fd: int) -> select.poll:
     # A job's cancellation signals its whole group with SIGTERM and allows a grace period; the
     # guard must not turn that into SIGKILL. Its end comes with the leader's or the worker's.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    # Nor may a job stop it with its group (``kill -TSTP 0``): stopped, it guards nothing.
+    for signum in (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU):
         signal.signal(signum, signal.SIG_IGN)
     # The worker reads the leader's stdout until end of file: the guard must not hold it open,
     # nor the supervisor's pipes or the log's lock.
@@ -180,39 +196,44 @@ def _guard(leader: int, lifeline_fd: int, cgroup: str, subreaper: bool) -> None:
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
-def fork_job_guard(lifeline: Lifeline, cgroup: str = "") -> int:
-    """Fork the guard of a job group that this process (a job's supervisor, a session leader)
-    is about to start; its pid. The caller then spawns the job's leader in a new group of its
-    session and moves the guard into that group (``os.setpgid(guard, leader)``), so the leader
-    is spawned without running Python between fork and exec (``subprocess`` can then vfork),
-    and the guard is there before the leader runs. When this process ends, however it ends, the
-    guard kills the group (and the ``cgroup``, which the caller entered before forking it, so
-    that the guard was born in it). A guard that was not moved yet (this process was killed
-    between the leader's spawn and the move) kills every other process of the session: the
-    leader, if spawned, and all in its group are there."""
+def fork_job_guard(lifeline: Lifeline) -> int:
+    """Fork the guard of the job groups that this process (a job's supervisor, a session
+    leader) is about to start; its pid. For each job the caller says its cgroup ("" none) on
+    the ``lifeline``, spawns the job's leader in a new group of its session and moves the guard
+    into that group (``os.setpgid(guard, leader)``), so the leader is spawned without running
+    Python between fork and exec (``subprocess`` can then vfork), and the guard is there before
+    the leader runs; to keep it for the next job, the caller moves it back into its own group
+    before it kills the job's. When this process ends, however it ends, the guard kills the
+    cgroup it was told last and its group. A guard that is not in a job's group then (this
+    process was killed between the leader's spawn and the move, or between jobs) kills every
+    other process of the session: the leader, if spawned, and all in its group are there."""
     if os.getsid(0) != os.getpid():
         # An unmoved guard would kill the session of whoever started us: refuse.
         raise RuntimeError("fork_job_guard needs a session leader (start_new_session=True)")
     guard = os.fork()
     if guard == 0:
         try:
-            _job_guard(lifeline.fd, cgroup)
+            _job_guard(lifeline.fd)
         finally:
             os._exit(0)
     return guard
 
 
-def _job_guard(lifeline_fd: int, cgroup: str) -> None:
+def _job_guard(lifeline_fd: int) -> None:
     lifeline = _become_guard(lifeline_fd)
-    while not (lifeline.poll() and not os.read(lifeline_fd, 1)):
-        pass  # nobody writes on it: readable means end of file, the supervisor is gone
-    if os.getpgid(0) == os.getsid(0):  # never moved into the job's group
+    cgroup, pending = "", b""
+    while True:
+        lifeline.poll()
+        data = os.read(lifeline_fd, 4096)
+        if not data:  # end of file: the supervisor is gone
+            break
+        *said, pending = (pending + data).split(b"\n")
+        if said:  # the cgroup of its latest attempt
+            cgroup = said[-1].decode()
+    if os.getpgid(0) == os.getsid(0):  # not in a job's group
         _kill_session()
-    if cgroup:
-        if containment.leave_cgroup(cgroup):
-            containment.remove_cgroup(cgroup, timeout=_GUARD_SWEEP_TIMEOUT)
-        else:
-            containment.sweep(os.getpid(), cgroup, timeout=_GUARD_SWEEP_TIMEOUT)
+    if cgroup:  # born outside it: it can kill all of it at once and remove it
+        containment.remove_cgroup(cgroup, timeout=_GUARD_SWEEP_TIMEOUT)
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
