@@ -29,7 +29,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
 KEY = "job-7.2"
 #: A supervisor as a spawner's spare runs it: prepared (``Prepared``) before it reads its job.
 PREPARED = ("import sys\nfrom dsched.worker.jobrecords import read_record\n"
-            "from dsched.worker.jobsupervisor import Prepared, Supervision\n"
+            "from dsched.worker.jobguard import Prepared\n"
+            "from dsched.worker.jobsupervisor import Supervision\n"
             "path, _, grace, lease, cgroup = sys.argv[1:]\n"
             "prepared = Prepared(cgroup)\n"
             "Supervision(path, read_record(path), float(grace), float(lease),\n"

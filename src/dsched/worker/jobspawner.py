@@ -16,7 +16,7 @@ done with the attempt (it exited, or went back to wait for the next), with that 
 
 Once the worker has said where its cgroups go (``{"cgroups": PREFIX}``, "" for none), the
 spawner keeps supervisors forked ahead (``_Spares``): prepared as far as each can be without
-its job (``jobsupervisor.Prepared``), they wait for requests, which the spawner passes on.
+its job (``jobguard.Prepared``), they wait for requests, which the spawner passes on.
 An attempt then costs no fork and no wait for the kernel's move into a cgroup. A spare whose
 attempt has ended, its outcome recorded and told and all its job started gone, closes that
 attempt's pipes and lock, prepares itself again and waits for the next request: the fork, the
@@ -46,7 +46,8 @@ import traceback
 # each, they cost 50 ms of CPU an attempt).
 from . import containment
 from .jobrecords import read_record
-from .jobsupervisor import Prepared, Supervision
+from .jobguard import Prepared
+from .jobsupervisor import Supervision
 from .lifeline import die_with_parent
 
 #: The most bytes one request or reply takes (a record's path and four short arguments).
@@ -123,7 +124,7 @@ REUSES = 1000
 
 class _Spares:
     """The supervisors forked ahead of the next requests (spares), each prepared as far as it
-    can be without its job (``jobsupervisor.Prepared``: its session, its cgroup entered, its
+    can be without its job (``jobguard.Prepared``: its session, its cgroup entered, its
     job's guard forked, or kept from its last attempt), and waiting on a socket of its own
     for a request. So an attempt starts in the time it takes to pass the request on and spawn
     the command. Spares are made once the worker says its cgroups (``prepare``); until then,
