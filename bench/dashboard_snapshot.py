@@ -22,7 +22,8 @@ import statistics
 import time
 from types import SimpleNamespace
 
-from dsched.jobs import JobSpec, JobState
+from dsched.jobs import JobSpec
+from dsched.jobstates import JobState
 from dsched.resources import Resources
 from dsched.scheduler import SchedulerState, events as ev
 from dsched.scheduler.http import Dashboard, jobs

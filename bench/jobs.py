@@ -53,7 +53,8 @@ from daemon import start_scheduler, stop  # noqa: E402
 from job_arrays import array_figures  # noqa: E402
 from dsched import AsyncClient, Client  # noqa: E402
 from dsched.auth import generate_token  # noqa: E402
-from dsched.jobs import JobSpec, JobState  # noqa: E402
+from dsched.jobs import JobSpec  # noqa: E402
+from dsched.jobstates import JobState  # noqa: E402
 from dsched.resources import Resources  # noqa: E402
 from dsched.scheduler import events as ev  # noqa: E402
 from dsched.scheduler.job import Job  # noqa: E402

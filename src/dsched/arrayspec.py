@@ -6,8 +6,6 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import re
-
 from .errors import JobSpecError
 from .frozen import Frozen
 from .protocol.ints import INT_MAX
@@ -72,6 +70,8 @@ class ArraySpec(Frozen):
     @classmethod
     def parse(cls, text: str) -> "ArraySpec":
         """``0-999``, ``1,3,5-7``, ``0-30:10`` (every 10th), each with an optional ``%N``."""
+        import re  # here: a ``sched`` call that gives no array need not load it
+
         spec, percent, limit = text.strip().partition("%")
         ranges = []
         for part in spec.split(","):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Mapping
 
 from .resources import Resources, check_offer
@@ -69,12 +68,19 @@ containment = _kind("one of " + ", ".join(_CONTAINMENT),
                     lambda v: v.strip().lower())
 idle_action = _kind("warn or cancel", lambda v: isinstance(v, str)
                     and v.strip().lower() in ("warn", "cancel"), lambda v: v.strip().lower())
-#: Compiled where first used (``re`` caches it), not by every program that reads its config.
 _SIZE = r"\s*(\d*\.?\d+(?:e[+-]?\d+)?)\s*([kmgtp]i?)?b?\s*"
 
 
+def _match(pattern: str, text: str, ignore_case: bool = True) -> Any:
+    """``re.fullmatch(pattern, text)``, with ``re`` loaded only for a text to read: it costs
+    a ``sched`` call about 9 ms, and most programs read no setting as text."""
+    import re
+
+    return re.fullmatch(pattern, text, re.IGNORECASE if ignore_case else 0)
+
+
 def size(v: Any) -> int:
-    if isinstance(v, str) and (m := re.fullmatch(_SIZE, v, re.IGNORECASE)):
+    if isinstance(v, str) and (m := _match(_SIZE, v)):
         unit = (m.group(2) or "").lower()
         v = float(m.group(1)) * (1024 if unit.endswith("i") else 1000) ** (
             "kmgtp".index(unit[0]) + 1 if unit else 0)
@@ -136,7 +142,8 @@ port = integer(0, 65535)
 def url_prefix(v: Any) -> str:
     """A path a reverse proxy serves under: ``/sched`` (one leading slash, no trailing one, no
     query, fragment or spaces); ``""`` or ``/`` for none."""
-    if isinstance(v, str) and re.fullmatch(r"/?([A-Za-z0-9._~!$&'()*+,;=:@%-]+/?)*", v.strip()):
+    path = r"/?([A-Za-z0-9._~!$&'()*+,;=:@%-]+/?)*"
+    if isinstance(v, str) and _match(path, v.strip(), ignore_case=False):
         parts = [part for part in v.strip().split("/") if part]
         return "".join(f"/{part}" for part in parts)
     raise Bad("a URL path such as '/sched' (letters, digits and -._~ between slashes)")

@@ -1,19 +1,15 @@
-"""Shell-command jobs: the words everyone uses for them, shared by the scheduler, the worker,
-the client and the ``sched`` command.
+"""Shell-command jobs: what a job is, shared by the scheduler, the worker, the client and the
+``sched`` command.
 
-A job is a command line with resource demands, queued durably by the scheduler and run on a
-worker in a process group of its own. Its ``state`` is one of a few lowercase words, and a job
-that is not running carries one ``reason`` from a fixed vocabulary, with a detail in words
-("waiting for gpu0 on w1, reserved for job 12"). Each run of a job is an *attempt*, numbered
-from 1; the attempt number fences messages about older attempts.
+A job is a command line with resource demands (its ``JobSpec``), queued durably by the
+scheduler and run on a worker in a process group of its own. Each run of a job is an
+*attempt*, numbered from 1; the attempt number fences messages about older attempts. The
+words for its state and the reason it waits are in ``jobstates.py``.
 
 Pure: no I/O.
 """
 
 from __future__ import annotations
-
-import re
-from enum import Enum
 
 from .arrayspec import MAX_ARRAY, ArraySpec  # noqa: F401 - theirs too
 from .environ import ARRAY_ID_ENV, ARRAY_INDEX_ENV, ARRAY_SIZE_ENV
@@ -25,47 +21,6 @@ from .resources import EMPTY, Resources
 TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
 if TYPE_CHECKING:
     from typing import Any, Mapping
-
-
-class JobState(str, Enum):
-    queued = "queued"  #: waits to be dispatched (``reason`` says why)
-    held = "held"  #: waits for ``sched release``
-    assigned = "assigned"  #: an attempt is on its way to a worker, not yet started
-    running = "running"  #: an attempt runs
-    completed = "completed"  #: its command exited 0
-    failed = "failed"  #: it exited non-zero (with no retries left) or could not start
-    cancelled = "cancelled"
-    timeout = "timeout"  #: it ran past its time limit and was killed
-    lost = "lost"  #: its worker was lost while it ran, and it is not to be queued again
-
-    def __str__(self) -> str:
-        return self.value
-
-
-#: States a job does not leave.
-ENDED = frozenset((JobState.completed, JobState.failed, JobState.cancelled, JobState.timeout,
-                   JobState.lost))
-
-
-class Reason(str, Enum):
-    """Why a job that is not running is not running."""
-
-    resources = "resources"  #: what it needs is in use (a worker that has it exists)
-    priority = "priority"  #: other jobs are ahead of it
-    dependency = "dependency"  #: a job it runs after has not ended
-    dependency_never_satisfied = "dependency_never_satisfied"  #: an --after-ok job failed
-    held = "held"
-    no_workers = "no_workers"  #: no worker that takes work is connected
-    missing_resources = "missing_resources"  #: no worker defines a resource it needs
-    too_large = "too_large"  #: it needs more than any one worker offers
-    refused = "refused"  #: a worker refused its last attempt; the next waits out a back-off
-    recovering = "recovering"  #: the scheduler restarted and waits for its workers
-    worker_lost = "worker_lost"  #: the worker running it went away
-    starting = "starting"  #: assigned: on its way to a worker that starts it at once
-    idle = "idle"  #: cancelled by its worker: it held its GPUs at 0% for too long
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class JobSpec(Frozen):
@@ -252,6 +207,8 @@ _UNIT = r"(\d+(?:\.\d*)?)\s*([smhd])$"
 def parse_duration(text: str) -> float:
     """Seconds from ``90``, ``90s``, ``15m``, ``2h``, ``1d``, ``1:30`` (m:s), ``2:00:00``
     (h:m:s) or ``1-12:00:00`` (days-h:m:s, as Slurm writes a time limit)."""
+    import re  # here: loading it costs a ``sched`` call that gives no duration about 9 ms
+
     text = text.strip()
     unit = re.match(_UNIT, text)
     if unit:

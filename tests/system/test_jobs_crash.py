@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from deadline import wait_until
-from dsched.jobs import ENDED
+from dsched.jobstates import ENDED
 from job_ledger import JobLedger
 
 SEED = int(os.environ.get("DSCHED_TEST_SEED", random.randrange(2**32)))

@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from deadline import wait_until
-from dsched.jobs import ENDED
+from dsched.jobstates import ENDED
 
 SEED = int(os.environ.get("DSCHED_TEST_SEED", random.randrange(2**32)))
 ENDED_STATES = {state.value for state in ENDED}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dsched.client.annotate import annotate, current
+from dsched.client.annotations import annotate, current
 from dsched.errors import ResourceSpecError
 from dsched.resources import Resources
 

@@ -13,6 +13,7 @@ import pytest
 
 from dsched import config
 from dsched.errors import ConfigError
+from dsched.resources import Resources
 
 MiB = 2**20
 
@@ -33,6 +34,23 @@ def user_file(home):
 
 
 # -- defaults ------------------------------------------------------------------------------
+
+
+def test_a_loaded_config_shares_nothing_that_can_change(user_file):
+    write(user_file, '[worker.resources]\nGPU = 2\n[worker]\ngpu_fault_xids = [48, 79]\n')
+    with config.set({"client.connect_timeout": 7}):
+        loaded, expected = config.load(), config.load()
+        containers = [loaded]
+        while containers:  # each value a dict or list (made again) or unchangeable (shared)
+            node = containers.pop()
+            for value in (node.values() if isinstance(node, dict) else node):
+                if isinstance(value, (dict, list)):
+                    containers.append(value)
+                else:
+                    assert isinstance(value, (str, int, float, type(None), tuple,
+                                              Resources)), value
+            node.clear()
+        assert config.load() == expected and expected["worker"]["resources"] == {"GPU": 2}
 
 
 def test_defaults_without_file_or_environment(home):

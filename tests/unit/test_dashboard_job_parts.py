@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dsched.jobs import JobState
+from dsched.jobstates import JobState
 from dsched.protocol import ops
 from dsched.scheduler.http import jobs, metrics
 from dsched.scheduler.http.joblog import LogReader, LogUnavailable, chunk

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 
 def loaded_after(code: str) -> set[str]:
@@ -84,3 +87,37 @@ def test_sched_version_through_the_console_scripts_entry_loads_next_to_nothing()
 def test_settings_load_no_handshake_or_hashlib_for_the_frame_sizes():
     loaded = loaded_modules_after("import dsched.settings")
     assert not {"hashlib", "hmac", "msgpack", "dsched.protocol.handshake"} & loaded
+
+
+#: The ``sched`` script in the repository, which an install puts on the PATH.
+SCHED_SCRIPT = Path(__file__).resolve().parents[2] / "bin" / "sched"
+
+
+def test_the_sched_script_loads_no_re_before_the_command():
+    # A console-script entry's launcher, as pip writes one, imports re first: about 9 ms of
+    # each call. The script is our own, and a plain call loads re nowhere.
+    out = subprocess.run([sys.executable, "-X", "importtime", str(SCHED_SCRIPT), "--version"],
+                         capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout == f"sched, version {__import__('dsched').__version__}\n"
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()}
+    assert "dsched.cli.quick" in imported and "re" not in imported
+
+
+def test_an_installed_sched_is_the_script_not_a_launcher():
+    installed = Path(sys.executable).parent / "sched"
+    if not installed.exists():
+        pytest.skip("dsched is not installed in this interpreter's environment")
+    ours = SCHED_SCRIPT.read_text().split("\n", 1)[1]
+    assert installed.read_text().split("\n", 1)[1] == ours  # all but the rewritten #! line
+
+
+@pytest.mark.parametrize(("where", "package"), [
+    (".framing", "dsched.protocol"), ("..errors", "dsched.client"), (".dask.requires", "dsched"),
+    ("...jobs", "dsched.scheduler.http"), (".client", "dsched"),
+])
+def test_a_lazy_name_comes_from_the_module_importlib_would_load(where, package):
+    import importlib
+
+    from dsched.lazy import _load
+
+    assert _load(where, package) is importlib.import_module(where, package)

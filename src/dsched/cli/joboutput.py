@@ -16,7 +16,7 @@ import collections
 from pathlib import Path
 from typing import IO, Any, Iterable, Sequence
 
-from ..jobs import ENDED
+from ..jobstates import ENDED
 from .jobtext import ended_line
 
 _ENDED = frozenset(state.value for state in ENDED)

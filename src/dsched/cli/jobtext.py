@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 
-from ..jobs import ENDED, JobState
+from ..jobstates import ENDED, JobState
 
 TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
 if TYPE_CHECKING:

@@ -163,7 +163,7 @@ def _resources(text: str) -> Any:
 
 
 def _state(text: str) -> str:
-    from ..jobs import JobState
+    from ..jobstates import JobState
 
     return JobState(text).value
 

@@ -13,7 +13,7 @@ import click
 
 from .. import config
 from ..errors import ConfigError, ResourceSpecError
-from ..jobs import JobState
+from ..jobstates import JobState
 from ..protocol.ints import INT_MAX, INT_MIN
 from ..resources import Resources, check_demand
 from ..settings import help_of

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import IO, Any, Callable, Sequence
 
-from ..jobs import ENDED
+from ..jobstates import ENDED
 from .jobtext import ended_line, progress_line, summary
 
 _ENDED = frozenset(state.value for state in ENDED)

@@ -27,7 +27,8 @@ import click
 
 from .. import __version__
 from ..errors import SchedError, SchedulerLostError
-from ..jobs import ENDED, ArraySpec, JobSpecError
+from ..jobs import ArraySpec, JobSpecError
+from ..jobstates import ENDED
 from . import calls
 from .calls import EXIT_SCHEDULER_LOST, stdout_closed
 from .options import GROUP, STATUS, SUBMIT

@@ -7,12 +7,8 @@ and LocalCluster (which loads the worker's core) before it needs a connection.
 
 from ..lazy import lazy_names
 
-# Loaded now, cheap: the function shares its module's name, and importing that submodule
-# later would otherwise leave the module, not the function, under dsched.client.annotate.
-from .annotate import annotate
-
 _PUBLIC = {
-    "Client": ".blocking", "AsyncClient": ".client",
+    "Client": ".blocking", "AsyncClient": ".client", "annotate": ".annotations",
     "LocalCluster": ".cluster", "CancelledError": ".future", "Future": ".future",
     **dict.fromkeys(("SchedulerLostError", "TaskFailedError"), "..errors"),
     **dict.fromkeys(("JobFailed", "JobFuture", "JobResult"), ".jobs"),

@@ -21,7 +21,8 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import SchedError
-from ..jobs import ENDED, ArraySpec, job_key
+from ..jobs import ArraySpec, job_key
+from ..jobstates import ENDED
 from ..protocol import ops
 from .jobwait import across_restarts
 

@@ -14,7 +14,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar
 
 from ..errors import SchedError, SchedulerLostError
-from ..jobs import ENDED
+from ..jobstates import ENDED
 
 if TYPE_CHECKING:
     from .client import AsyncClient

@@ -25,7 +25,7 @@ from ..protocol.fields import checked_int
 from ..protocol.messages import any_out_of_band
 from ..resources import Resources, check_demand
 from ..serialize import TaskRef
-from .annotate import current as current_annotations
+from .annotations import current as current_annotations
 
 _SCALARS = frozenset({int, float, str, bytes, bool, type(None), complex, TaskRef})
 #: Room a submit op needs around a task's function and arguments, within the message limit.

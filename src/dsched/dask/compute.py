@@ -31,7 +31,7 @@ from dask.base import collections_to_expr, get_annotations, is_dask_collection
 from dask.core import flatten
 from dask.utils import key_split
 
-from ..client.annotate import current as dsched_annotations
+from ..client.annotations import current as dsched_annotations
 from ..client.submission import KeyMaker, TaskBuilder, task_options
 from .annotations import Annotated, Demand, GraphAnnotations
 from .default import tokenize_futures_by_key

@@ -16,10 +16,9 @@ something else (HTTP, random bytes) is refused at once. Sans-IO: no sockets, no 
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import struct
+from _operator import _compare_digest as compare_digest  # hmac.compare_digest, as hmac has it
 from collections import namedtuple
 
 from ..errors import (
@@ -53,12 +52,42 @@ _LENGTH = struct.Struct(">I")
 
 TYPE_CHECKING = False  # typing is for type checkers only (see ``ints.py``)
 if TYPE_CHECKING:
-    from typing import Collection
+    from typing import Any, Callable, Collection
 
 
 #: Who is at the other end (its ``role``, ``name`` and protocol ``version``), as its hello
 #: said: trustworthy once the handshake is done.
 PeerInfo = namedtuple("PeerInfo", ("role", "name", "version"))
+
+
+def _sha256() -> Callable[[bytes], Any]:
+    """The interpreter's own SHA-256 (``_sha256`` to Python 3.11, ``_sha2`` since), else
+    hashlib's. Not hashlib's first: it loads OpenSSL's library, which costs each ``sched``
+    call about 5 ms, for the few hundred bytes a handshake hashes."""
+    try:
+        from _sha256 import sha256
+    except ImportError:
+        try:
+            from _sha2 import sha256
+        except ImportError:  # an interpreter built without its own hashes
+            from hashlib import sha256
+    return sha256
+
+
+_SHA256 = _sha256()
+_BLOCK = 64  # SHA-256's block size in bytes
+_INNER = bytes(x ^ 0x36 for x in range(256))
+_OUTER = bytes(x ^ 0x5C for x in range(256))
+
+
+def hmac_sha256(key: bytes, message: bytes) -> bytes:
+    """HMAC-SHA256 of ``message`` under ``key`` (RFC 2104): the bytes
+    ``hmac.new(key, message, hashlib.sha256).digest()`` gives (a test holds them equal)."""
+    if len(key) > _BLOCK:
+        key = _SHA256(key).digest()
+    key = key.ljust(_BLOCK, b"\0")
+    inner = _SHA256(key.translate(_INNER) + message).digest()
+    return _SHA256(key.translate(_OUTER) + inner).digest()
 
 
 def preamble(version: int = PROTOCOL_VERSION) -> bytes:
@@ -255,7 +284,7 @@ class Handshake:
         mac = op.get("mac")
         if op["op"] != "auth" or not isinstance(mac, bytes):
             raise self._fail(RemoteProtocolError(f"expected an auth op, got a {op['op']!r:.40} op"))
-        if not hmac.compare_digest(mac, self._mac(self._other_side)):
+        if not compare_digest(mac, self._mac(self._other_side)):
             assert self.peer is not None
             who = f"{self.peer.role} {self.peer.name!r}"
             raise self._fail(
@@ -278,7 +307,7 @@ class Handshake:
         for side in (INITIATOR, ACCEPTOR):
             hello = self._hellos[side]
             transcript += _LENGTH.pack(len(hello)) + hello
-        return hmac.new(self._token, transcript, hashlib.sha256).digest()
+        return hmac_sha256(self._token, transcript)
 
     def _send_op(self, op: dict) -> None:
         for chunk in encode_ops([op], max_frame_size=self.max_frame_size):

@@ -27,7 +27,8 @@ import math
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..devices import GPU_MEMORY
-from ..jobs import ENDED, ArraySpec, JobState
+from ..jobs import ArraySpec
+from ..jobstates import ENDED, JobState
 from ..protocol import ops
 from ..protocol.ints import INT_MAX, INT_MIN
 from ..resources import GPU, SCALE, Resources, device_index

@@ -12,7 +12,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from ..resources import EMPTY
-from ..jobs import JobState
+from ..jobstates import JobState
 from .job import ON_WORKER
 from .task import ACTIVE, ERRED, MEMORY, PROCESSING, QUEUED, RELEASED, WAITING, TaskState
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..jobs import ENDED, JobSpec, JobState, Reason, job_key
+from ..jobs import JobSpec, job_key
+from ..jobstates import ENDED, JobState, Reason
 from ..resources import Resources
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from bisect import bisect_right
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from ..jobs import ENDED, JobState, Reason
+from ..jobstates import ENDED, JobState, Reason
 from .job import HELD, QUEUED, Job
 
 if TYPE_CHECKING:

@@ -14,8 +14,7 @@ An attempt that ends without an outcome of its command (its worker lost it) leav
 one that surely never started is always queued again. What happens to jobs while their worker
 is away, when it returns, and after a restart is ``jobrecovery.py``'s business.
 
-Every change to a job is written to the journal through the outbox (``Outbox.journal``);
-the shell commits it before it sends any action of the same call.
+Each change is journaled (``Outbox.journal``), and committed before any action of its call.
 
 Pure: no I/O, no clock.
 """
@@ -24,7 +23,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..jobs import JobSpec, JobState, Reason, job_key, parse_job_key
+from ..jobs import JobSpec, job_key, parse_job_key
+from ..jobstates import JobState, Reason
 from ..protocol import ops
 from ..resources import demand_error
 from .actions import INFO, WARNING, SendAttemptAck, TellJobEnded, JobsReply, SendStopTask

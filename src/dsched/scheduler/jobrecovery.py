@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from ..jobs import Reason
+from ..jobstates import Reason
 from ..protocol import ops
 from . import attemptrows, reconcile as rc
 from .actions import INFO, WARNING, SendAttemptAck, SendStopTask

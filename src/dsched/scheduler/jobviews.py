@@ -15,7 +15,7 @@ from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ..devices import GPU_MEMORY, shortfall
-from ..jobs import ENDED, JobState, Reason
+from ..jobstates import ENDED, JobState, Reason
 from ..resources import GPU
 from .fit import could_host, devices_for
 from .jobarray import array_view, shown_state

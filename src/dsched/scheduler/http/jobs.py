@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Iterable, Mapping, Sequence
 
-from ...jobs import ENDED, JobState, Reason
+from ...jobstates import ENDED, JobState, Reason
 from .. import jobviews
 from .handlers import DEFAULT_LIMIT, MAX_LIMIT, DashboardHandler, Refusal
 from .joblog import DEFAULT_BYTES, MAX_BYTES, LogUnavailable

@@ -21,7 +21,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 #: The media type of the metrics text.
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
-from ...jobs import ENDED
+from ...jobstates import ENDED
 from ..reasons import REASON_KINDS
 from ..views import PENDING_TEXTS
 

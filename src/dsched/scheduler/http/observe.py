@@ -16,7 +16,7 @@ from bisect import bisect_left
 from collections import Counter, deque
 from typing import Any, Callable, Sequence
 
-from ...jobs import ENDED, JobState
+from ...jobstates import ENDED, JobState
 from .. import actions as act
 from .. import events as ev
 
