@@ -2,7 +2,8 @@
 
 1. ``sched submit --hold -- true``, N times from one bash loop (what a script that queues a
    parameter sweep does): milliseconds a call, the whole process each time (interpreter start,
-   imports, config, connect, submit, close). Target: at most 50 ms.
+   imports, config, connect, submit, close). Target: at most 50 ms. The same again with the
+   config file we ship (``deploy/config.toml``) naming the scheduler, as on a cluster.
 2. ``sched status`` with 2,000 jobs in the queue (held, topped up from a Python client),
    its output to /dev/null: the median of a few runs, in milliseconds. Target: at most 150 ms.
 
@@ -33,6 +34,8 @@ from daemon import start_scheduler  # noqa: E402
 
 #: The number of jobs in the queue while ``sched status`` is timed.
 STATUS_JOBS = 2000
+#: The config file we ship for a cluster's machines (``deploy/``).
+SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "config.toml"
 
 
 def sched_command() -> list[str]:
@@ -76,10 +79,20 @@ def cli_timings(address: str, token: str, n: int = 50, status_runs: int = 5) -> 
     loop = (f"for i in $(seq {n}); do {sched} -s {_quote(address)} submit --hold "
             "--name cli-timing -- true || exit 1; done")
     submit_ms = _bash_seconds(loop, env) * 1000 / n
+    with tempfile.TemporaryDirectory(prefix="sched-cli-timing-config-") as config_home:
+        # As on a cluster's machines: the config file we ship, naming the scheduler.
+        os.makedirs(os.path.join(config_home, "sched"))
+        with open(os.path.join(config_home, "sched", "config.toml"), "w") as file:
+            file.write(f"{SHIPPED_CONFIG.read_text()}\n[client]\n"
+                       f"scheduler_address = {json.dumps(address)}\n")
+        configured = (f"for i in $(seq {n}); do {sched} submit --hold --name cli-timing -- true "
+                      "|| exit 1; done")
+        config_ms = _bash_seconds(configured, {**env, "XDG_CONFIG_HOME": config_home}) * 1000 / n
     _queue_up_to(address, token, STATUS_JOBS)
     status = f"{sched} -s {_quote(address)} status"
     status_ms = statistics.median(_bash_seconds(status, env) * 1000 for _ in range(status_runs))
     return {"sched_submit_ms_per_call": round(submit_ms, 1),
+            "sched_submit_config_file_ms_per_call": round(config_ms, 1),
             "sched_status_2000_ms": round(status_ms, 1)}
 
 

@@ -32,8 +32,8 @@ import stat
 from collections.abc import Mapping
 
 
-from . import settings
-from .auth import default_state_dir_text
+from . import plaintoml, settings
+from .auth import default_state_dir_text, path_text
 from .environ import (CONFIG_ENV, HOME_ENV, LEVEL, NOT_SETTINGS, PREFIX, XDG_CONFIG_HOME_ENV,
                       setting_variable)
 from .config_kinds import Bad as _Bad
@@ -174,8 +174,10 @@ def check_value(key: str, value: Any, source: str = "") -> Any:
 
 
 def find_config_file(path: str | os.PathLike | None = None,
-                     env: Mapping[str, str] | None = None) -> Path | None:
-    """The config file to read, or None; raises ConfigError for a missing explicit one."""
+                     env: Mapping[str, str] | None = None) -> Path | str | None:
+    """The config file to read, or None; raises ConfigError for a missing explicit one. One
+    found where it is looked for is named by its text, as pathlib writes it: pathlib (with
+    the ``re`` and ``urllib`` it loads) would cost each ``sched`` call about 10 ms."""
     env = os.environ if env is None else env
     for explicit, where in ((path, "config file"), (env.get(CONFIG_ENV), CONFIG_ENV)):
         if explicit:
@@ -189,9 +191,7 @@ def find_config_file(path: str | os.PathLike | None = None,
     config_home = env.get(XDG_CONFIG_HOME_ENV) or os.path.join(home, ".config")
     for candidate in (os.path.join(config_home, "sched", "config.toml"), SYSTEM_CONFIG):
         if _is_file(candidate):
-            from pathlib import Path
-
-            return Path(candidate)
+            return path_text(candidate)
     return None
 
 
@@ -208,21 +208,28 @@ def _is_file(path: str | os.PathLike) -> bool:
         return Path(path).is_file()
 
 
-def _read(file: Path) -> bytes:
+def _read(file: Path | str) -> bytes:
     try:
-        return file.read_bytes()
+        with open(file, "rb") as opened:
+            return opened.read()
     except OSError as e:
         raise ConfigError(f"config file {file}: cannot be read: {e.strerror}") from None
 
 
-def _file_entries(file: Path, content: bytes) -> list:
-    import tomllib  # loaded where a file or a SCHED_* value is read: not by every command
-
+def _file_entries(file: Path | str, content: bytes) -> list:
     source = f"config file {file}"
     try:
-        data = tomllib.loads(content.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as e:
         raise ConfigError(f"{source}: invalid TOML: {e}") from None
+    data = plaintoml.loads(text)
+    if data is plaintoml.UNREAD:  # more than plain TOML: tomllib reads it, or says why not
+        import tomllib
+
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{source}: invalid TOML: {e}") from None
     return _entries(data, source, split=False)
 
 
@@ -231,7 +238,10 @@ def parse_literal(text: str) -> Any:
 
     How ``SCHED_*`` values (and the command line's free-form options) are read.
     """
-    import tomllib
+    value = plaintoml.literal(text)
+    if value is not plaintoml.UNREAD:
+        return text if value is plaintoml.NOT_TOML else value
+    import tomllib  # loaded only for more than plain TOML (see plaintoml.py)
 
     try:
         parsed = tomllib.loads(f"v = {text}")

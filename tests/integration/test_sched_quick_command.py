@@ -46,25 +46,34 @@ def test_submit_and_status_through_the_console_script(cluster, client):
 
 #: Loaded by no ``sched`` call: each costs several milliseconds of one.
 HEAVY = {"click", "asyncio", "ssl", "re", "socket", "selectors", "hashlib", "_hashlib", "hmac",
-         "copy", "weakref", "contextlib", "decimal", "importlib"}
+         "copy", "weakref", "contextlib", "decimal", "importlib", "tomllib", "pathlib"}
 
 
-def test_the_fast_path_loads_no_click_event_loop_tls_or_heavy_module(cluster):
+def test_the_fast_path_loads_no_click_event_loop_tls_or_heavy_module(cluster, tmp_path):
     code = ("import sys\nstarted = set(sys.modules)\nfrom dsched.cli.quick import run\n"
             "assert run(sys.argv[1:]) == 0\n"
             "print(' '.join(sorted(set(sys.modules) - started)))")
-    # No setting given in the environment or a config file, as in a plain shell: the
-    # cluster's own environment sets one for its daemons.
-    env = {name: value for name, value in cluster.env.items()
-           if not name.startswith("SCHED_") or name == "SCHED_TOKEN"}
-    for args, heavy in ((["submit", "--hold", "--resources", "GPU=1 MEMORY=2GiB", "--", "true"],
-                         HEAVY | {"enum"}),  # a submission names no state
-                        (["status"], HEAVY)):
-        done = subprocess.run([sys.executable, "-c", code, "-s", cluster.address, *args],
-                              env=env, capture_output=True, text=True, timeout=90)
+    # As in a plain shell: the cluster's environment sets settings for its daemons.
+    plain = {name: value for name, value in cluster.env.items()
+             if not name.startswith("SCHED_") or name == "SCHED_TOKEN"}
+    # As on a cluster's machines: the config file we ship, naming the scheduler, and a
+    # setting in the environment.
+    config = tmp_path / "config" / "sched" / "config.toml"
+    config.parent.mkdir(parents=True)
+    shipped = (Path(__file__).resolve().parents[2] / "deploy" / "config.toml").read_text()
+    config.write_text(f'{shipped}\n[client]\nscheduler_address = "{cluster.address}"\n')
+    configured = {**plain, "XDG_CONFIG_HOME": str(tmp_path / "config"),
+                  "SCHED_CLIENT__CONNECT_TIMEOUT": "30"}
+    submit = ["submit", "--hold", "--resources", "GPU=1 MEMORY=2GiB", "--", "true"]
+    for args, env, heavy in ((["-s", cluster.address, *submit], plain, HEAVY | {"enum"}),
+                             (submit, configured, HEAVY | {"enum"}),  # naming no state
+                             (["-s", cluster.address, "status"], plain, HEAVY),
+                             (["status"], configured, HEAVY)):
+        done = subprocess.run([sys.executable, "-c", code, *args], env=env,
+                              capture_output=True, text=True, timeout=90)
         assert done.returncode == 0, done.stderr
         loaded = set(done.stdout.splitlines()[-1].split())
-        assert "dsched.client.plain" in loaded and not heavy & loaded, heavy & loaded
+        assert "dsched.client.plain" in loaded and not heavy & loaded, (args, heavy & loaded)
 
 
 def test_a_wrong_token_and_an_unreachable_scheduler_say_what_the_click_command_says(cluster):

@@ -30,7 +30,7 @@ WORKER_CORE = ["actions", "attempts", "events", "gpufaults", "gpuuse", "holdings
 CORES = ([f"scheduler/{name}.py" for name in SCHEDULER_CORE]
          + [f"worker/{name}.py" for name in WORKER_CORE]
          + ["protocol/fields.py", "protocol/ops.py", "resources.py", "devices.py", "jobs.py",
-            "jobstates.py", "arrayspec.py", "frozen.py",
+            "jobstates.py", "arrayspec.py", "plaintoml.py", "frozen.py",
             "oom.py", "settings.py", "policy.py", "environ.py", "sim.py"])
 SANS_IO = ["protocol/__init__.py", "protocol/framing.py", "protocol/messages.py",
            "protocol/handshake.py"]
