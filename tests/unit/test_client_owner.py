@@ -7,6 +7,7 @@ AttributeError.
 
 import asyncio
 import gc
+import itertools
 
 import pytest
 
@@ -145,9 +146,27 @@ class StubOutbox:
     def enqueue(self, item):
         self.send(item.make())
 
+    def last_queued(self):  # each item leaves as it is queued
+        return None
+
     def send(self, op):
         if op is not None:
             self._log.append(("send", op))
+
+
+class HeldOutbox(StubOutbox):
+    """An outbox whose queue leaves only when a test says so."""
+
+    def __init__(self, log=None):
+        super().__init__(log if log is not None else [])
+        self._ids = itertools.count(1)
+        self.queue = []
+
+    def enqueue(self, item):
+        self.queue.append(item)
+
+    def last_queued(self):
+        return self.queue[-1] if self.queue else None
 
 
 class DeskOwner(StubOwner):
@@ -180,9 +199,10 @@ def test_a_job_future_is_cancelled_and_answers_through_the_owner():
 def test_a_job_cancelled_before_its_submission_left_is_never_sent():
     log = []
     desk = JobDesk(DeskOwner(log), StubOutbox(log))
-    job = JobFuture(desk.owner, desk)
+    outbox = desk.outbox = HeldOutbox()
+    job = desk.submit(job_spec(["true"]))
     job.cancel()
-    assert desk.sent(1, job, job_spec(["true"])) is None
+    assert outbox.queue.pop().make() is None
     assert log == [] and job.cancelled() and desk.unsettled() == []
     with pytest.raises(CancelledError, match="before it was submitted"):
         job.job_id(timeout=5)

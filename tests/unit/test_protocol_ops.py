@@ -174,3 +174,15 @@ def test_decoding_anything_gives_an_op_or_bad_op_and_nothing_else(d):
     except ops.BadOp:
         return
     assert type(op) is ops.OPS[d["op"]]
+
+
+def test_a_daemon_compiles_every_op_class_as_it_starts():
+    # build_all is what the scheduler and the worker call at start: afterwards no op class
+    # holds a stand-in that would compile its methods at its first use.
+    from dsched.protocol import fields
+
+    fields.build_all()
+    for name, cls in fields.OPS.items():
+        for method in ("__init__", "__repr__", "__eq__", "__hash__", "to_wire"):
+            assert cls.__dict__[method].__name__ == method, (name, method)
+        assert cls.__dict__["from_wire"].__func__.__name__ == "from_wire", name

@@ -20,6 +20,7 @@ not a second one.
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -216,6 +217,8 @@ class JobFuture:
 async def _wait(state: FutureState, timeout: float | None, what: str) -> None:
     if state.status is not PENDING:
         return
+    if timeout is None:  # no timer: a thousand jobs awaited at once do without a thousand
+        return await state.wait_async()
     try:
         await asyncio.wait_for(state.wait_async(), timeout)
     except asyncio.TimeoutError:
@@ -224,34 +227,69 @@ async def _wait(state: FutureState, timeout: float | None, what: str) -> None:
 
 class JobDesk:
     """A client's jobs in flight: submissions waiting for their number, futures waiting for
-    their job's end. Everything but ``submit`` runs on the client's loop."""
+    their job's end. Everything but ``submit`` runs on the client's loop.
+
+    Submissions queued one after another, with nothing queued between them, leave as one
+    submit-jobs op (a batch), which the scheduler takes in one step and one commit: a loop of
+    ``submit_command`` costs each job a fraction of an op. The scheduler takes or refuses a
+    batch whole; a batch refused is sent again job by job, so that each job is queued or
+    refused as it would have been alone."""
 
     def __init__(self, owner: Owner, outbox: ClientOutbox):
         self.owner = owner
         self.outbox = outbox
-        self.submitting: dict[int, _Submitting] = {}
+        #: Batches sent and not yet answered, by request id.
+        self.submitting: dict[int, list[_Submitting]] = {}
         self.watching: dict[int, list[JobFuture]] = {}
         #: Cancels sent and not yet acknowledged, by request id: their jobs.
         self.cancelling: dict[int, tuple[int, ...]] = {}
         self._settled = asyncio.Event()
         self._settled.set()
+        #: The batch last queued, while it may still grow: its op not made, nothing after it.
+        self._open: _Batch | None = None
+        self._lock = threading.Lock()
 
     def submit(self, spec: JobSpec) -> JobFuture:
         """Queue ``spec`` (any thread); its future learns its number, then its end."""
         future = JobFuture(self.owner, self)
-        request = self.outbox.next_id()
-        self.outbox.enqueue(Deferred(lambda: self.sent(request, future, spec)))
+        item = _Submitting(self.outbox.next_id(), future, spec)
+        with self._lock:
+            batch = self._open
+            if batch is not None and self.outbox.last_queued() is batch.deferred:
+                batch.items.append(item)
+                return future
+            batch = self._open = _Batch(item, self)
+        self.outbox.enqueue(batch.deferred)
         return future
 
-    def sent(self, request: int, future: JobFuture, spec: JobSpec) -> ops.SubmitJobs | None:
-        """On the loop, as the submit goes out: wait for its reply. A job cancelled before
-        it left is not sent: it was never queued, and its future says it was cancelled."""
-        if future._cancel_asked:
-            future._cancelled_unsent()
+    def sent(self, batch: _Batch) -> ops.SubmitJobs | None:
+        """On the loop, as the batch goes out: wait for its reply. A job cancelled before it
+        left is not sent: it was never queued, and its future says it was cancelled."""
+        with self._lock:  # closed: a later submission starts a batch of its own
+            if self._open is batch:
+                self._open = None
+        items = []
+        for item in batch.items:
+            if item.future._cancel_asked:
+                item.future._cancelled_unsent()
+            else:
+                items.append(item)
+        if not items:
             return None
-        self.submitting[request] = _Submitting(request, future, spec)
+        return self._send(items, make=True)
+
+    def _send(self, items: list[_Submitting], make: bool = False) -> ops.SubmitJobs | None:
+        """Wait for the reply to ``items``, sent as one op (made here for the outbox to send
+        where ``make``, else sent now)."""
+        request = items[0].request
+        self.submitting[request] = items
         self._settled.clear()
-        return ops.SubmitJobs(id=request, jobs=(spec.to_wire(),), watch=True)
+        op = ops.SubmitJobs(id=request, jobs=tuple(item.spec.to_wire() for item in items),
+                            watch=True)
+        if make:
+            return op
+        self.outbox.send(op)
+        return None
 
     def cancel(self, future: JobFuture) -> ops.CancelJobs | None:
         """On the loop, in order after the job's submission: the cancel of its job, or None
@@ -282,14 +320,18 @@ class JobDesk:
         if self.cancelling.pop(op.id, None) is not None:
             self._settle()
             return True
-        item = self.submitting.pop(op.id, None)
-        if item is None:
+        items = self.submitting.pop(op.id, None)
+        if items is None:
             return False
-        future = item.future
         if type(op) is ops.Error:
-            future._failed(refusal(op.reason))
-        else:
-            future._acknowledged(op.value[0])
+            if len(items) > 1:  # nothing was queued: again, one by one
+                for item in items:
+                    self._send([item])
+                return True
+            items[0].future._failed(refusal(op.reason))
+        for item, job in zip(items, op.value if type(op) is ops.Reply else ()):
+            future = item.future
+            future._acknowledged(job)
             self._watch(future, told=True)
             if future._cancel_asked:  # asked while the number was on its way
                 self.outbox.send(self.cancel(future))
@@ -311,7 +353,7 @@ class JobDesk:
 
     def unsettled(self) -> list[str]:
         return ([f"the submission of {' '.join(item.spec.command)[:60]!r}"
-                 for item in self.submitting.values()]
+                 for items in self.submitting.values() for item in items]
                 + [f"the cancel of job {job}" for jobs in self.cancelling.values()
                    for job in jobs])
 
@@ -327,9 +369,8 @@ class JobDesk:
         """Connected again: each submission not answered goes again, with its submission id,
         each watched job is watched again, and each cancel asked of one is asked again (one
         asked while disconnected went nowhere; cancelling twice is harmless)."""
-        for item in self.submitting.values():
-            self.outbox.send(ops.SubmitJobs(id=item.request, jobs=(item.spec.to_wire(),),
-                                            watch=True))
+        for items in list(self.submitting.values()):
+            self._send(items)
         if self.watching:
             self.outbox.send(ops.WatchJobs(jobs=tuple(self.watching)))
         self.cancelling.clear()
@@ -343,7 +384,7 @@ class JobDesk:
 
     def lost(self, error: BaseException) -> None:
         """The scheduler is gone: every future here fails (the jobs themselves go on)."""
-        futures = [*(item.future for item in self.submitting.values()),
+        futures = [*(item.future for items in self.submitting.values() for item in items),
                    *(f for fs in self.watching.values() for f in fs)]
         self.submitting, self.watching, self.cancelling = {}, {}, {}
         self._settled.set()
@@ -353,9 +394,19 @@ class JobDesk:
 
 
 class _Submitting:
-    """A submission sent and not yet answered: kept to be sent again after a reconnect."""
+    """A submission not yet answered: kept to be sent again after a reconnect."""
 
     __slots__ = ("request", "future", "spec")
 
     def __init__(self, request: int, future: JobFuture, spec: JobSpec):
         self.request, self.future, self.spec = request, future, spec
+
+
+class _Batch:
+    """Submissions queued one after another, to leave as one op by ``deferred``."""
+
+    __slots__ = ("items", "deferred")
+
+    def __init__(self, first: _Submitting, desk: JobDesk):
+        self.items = [first]
+        self.deferred = Deferred(lambda: desk.sent(self))

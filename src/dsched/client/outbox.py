@@ -114,6 +114,13 @@ class ClientOutbox:
             else:
                 loop.call_soon_threadsafe(self.flush)
 
+    def last_queued(self) -> Any:
+        """The item queued last and not yet sent, or None (any thread)."""
+        try:
+            return self._queue[-1]
+        except IndexError:
+            return None
+
     def flush(self) -> None:
         """On the loop: send the queued ops in order, counting released references."""
         self._flush_scheduled = False  # before draining, so a later append schedules again

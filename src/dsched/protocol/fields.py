@@ -283,7 +283,7 @@ def op(name: str) -> Callable[[type], type]:
         new.FIELDS = declared
         for method in ("__init__", "__repr__", "__eq__", "__hash__", "to_wire"):
             setattr(new, method, _stand_in(new, method))
-        new.from_wire = staticmethod(_stand_in(new, "from_wire", static=True))
+        new.from_wire = staticmethod(_stand_in(new, "from_wire"))
         OPS[name] = new
         return new
 
@@ -307,16 +307,11 @@ def _setstate(self: Any, state: list) -> None:
         object.__setattr__(self, name, value)
 
 
-def _stand_in(cls: type, method: str, static: bool = False) -> Callable[..., Any]:
+def _stand_in(cls: type, method: str) -> Callable[..., Any]:
     """A method of ``cls`` that puts the real methods in place, then calls the real one."""
-    if static:
-        def first_call(*args: Any, **kwargs: Any) -> Any:
-            _build(cls)
-            return cls.__dict__[method].__func__(*args, **kwargs)
-    else:
-        def first_call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            _build(cls)
-            return getattr(cls, method)(self, *args, **kwargs)
+    def first_call(*args: Any, **kwargs: Any) -> Any:  # (self, ...), or a static method's
+        _build(cls)
+        return getattr(cls, method)(*args, **kwargs)
     return first_call
 
 
@@ -383,6 +378,15 @@ def _build(cls: type) -> None:
         env[method].__qualname__ = f"{cls.__qualname__}.{method}"
         setattr(cls, method, env[method])
     cls.from_wire = staticmethod(env["from_wire"])
+
+
+def build_all() -> None:
+    """Compile the methods of every op class now, as a daemon does at start (some 20 ms): the
+    first op of each kind it serves is not late. (A ``sched`` call compiles the few it sends.)"""
+    from . import ops  # noqa: F401 - declaring its classes puts them in OPS
+
+    for cls in OPS.values():
+        _build(cls)
 
 
 def decode(d: Mapping[str, Any]) -> Any:

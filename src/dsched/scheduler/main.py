@@ -20,6 +20,7 @@ import time
 from ..daemon import ServiceNotifier
 from ..dirlock import DirectoryLock, LockHeld, take
 from ..errors import ConfigError
+from ..protocol.fields import build_all
 from ..settings import CommConfig, SchedulerConfig, build
 from .journal import FILENAME as JOURNAL, Journal, JournalNotWritable
 from .server import Scheduler
@@ -69,6 +70,7 @@ def run_scheduler(cfg: dict) -> int:
 
     config = build(SchedulerConfig, cfg["scheduler"])
     setup_logging(config.log_level)
+    build_all()  # the op classes: compiled now, not at the first op of each kind
     service = ServiceNotifier.from_environment()
     try:
         prepare_state_dir(config.state_dir)

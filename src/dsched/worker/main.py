@@ -31,6 +31,7 @@ import psutil
 from ..daemon import ServiceNotifier
 from ..environ import NANNY_PID_ENV, PREVIOUS_EXIT_ENV, setting_variable
 from ..errors import ConfigError, ResourceSpecError
+from ..protocol.fields import build_all
 from ..resources import Resources
 from .gpus import (GpuDevice, check_division, detect_gpus, gpus_option, ledger_devices,
                    resources_with_gpus, split_gpus, with_gpu_memory)
@@ -71,6 +72,7 @@ def run_worker(cfg: dict) -> int:
 
     w = build(WorkerConfig, cfg["worker"])
     setup_logging(w.log_level)
+    build_all()  # the op classes: compiled now, not at the first op of each kind
     # Read once, and kept from the tasks, which inherit this process's environment.
     nanny = os.environ.pop(NANNY_PID_ENV, None)
     previous_exit = os.environ.pop(PREVIOUS_EXIT_ENV, None) or None

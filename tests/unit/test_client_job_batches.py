@@ -1,0 +1,104 @@
+"""Submissions queued one after another leave as one submit-jobs op, and each job still fares
+as it would alone: its own number, its own refusal, its own cancel."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from dsched.client.jobs import JobDesk
+from dsched.client.outbox import Deferred
+from dsched.jobspec import job_spec
+from dsched.protocol import ops
+from test_client_owner import DeskOwner, HeldOutbox
+
+
+def desk_and_outbox():
+    log = []
+    outbox = HeldOutbox(log)
+    return JobDesk(DeskOwner(log), outbox), outbox, log
+
+
+def leave(outbox):
+    """The queued items leave in order, as the client's loop makes them."""
+    made = [item.make() if isinstance(item, Deferred) else item for item in outbox.queue]
+    outbox.queue.clear()
+    return [op for op in made if op is not None]
+
+
+def test_submissions_one_after_another_leave_as_one_op_and_each_learns_its_number():
+    desk, outbox, _ = desk_and_outbox()
+    futures = [desk.submit(job_spec(["echo", str(i)])) for i in range(3)]
+    [op] = leave(outbox)
+    assert type(op) is ops.SubmitJobs and op.watch and op.id == 1
+    assert [job["command"] for job in op.jobs] == [["echo", "0"], ["echo", "1"], ["echo", "2"]]
+    assert desk.on_reply(ops.Reply(id=1, value=[7, 8, 9]))
+    assert [future.job_id(timeout=5) for future in futures] == [7, 8, 9]
+    assert desk.unsettled() == []
+
+
+def test_an_op_queued_between_two_submissions_keeps_its_place():
+    desk, outbox, _ = desk_and_outbox()
+    desk.submit(job_spec(["a"]))
+    outbox.enqueue(ops.Release(keys=("k",)))
+    desk.submit(job_spec(["b"]))
+    desk.submit(job_spec(["c"]))
+    made = leave(outbox)
+    assert [type(op) for op in made] == [ops.SubmitJobs, ops.Release, ops.SubmitJobs]
+    assert [len(made[0].jobs), len(made[2].jobs)] == [1, 2]
+
+
+def test_a_refused_batch_is_sent_again_job_by_job_so_only_the_bad_one_is_refused():
+    desk, outbox, log = desk_and_outbox()
+    good, bad, other = (desk.submit(job_spec(["true"], after_ok=deps)) for deps in
+                        ((), (999,), ()))
+    [op] = leave(outbox)
+    assert desk.on_reply(ops.Error(reason="nothing queued: a job depends on unknown job 999",
+                                   id=op.id))
+    again = [op for kind, op in log if kind == "send"]
+    assert [(op.id, len(op.jobs)) for op in again] == [(1, 1), (2, 1), (3, 1)]
+    assert [op.jobs[0]["submission"] for op in again] == [job["submission"] for job in op.jobs]
+    assert desk.on_reply(ops.Reply(id=1, value=[7]))
+    assert desk.on_reply(ops.Error(reason="nothing queued: a job depends on unknown job 999",
+                                   id=2))
+    assert desk.on_reply(ops.Reply(id=3, value=[8]))
+    assert (good.job_id(timeout=5), other.job_id(timeout=5)) == (7, 8)
+    with pytest.raises(Exception, match="unknown job 999"):
+        bad.job_id(timeout=5)
+
+
+def test_a_job_cancelled_before_its_batch_left_is_left_out_of_it():
+    desk, outbox, _ = desk_and_outbox()
+    kept, cancelled = desk.submit(job_spec(["a"])), desk.submit(job_spec(["b"]))
+    cancelled.cancel()
+    [op] = leave(outbox)
+    assert [job["command"] for job in op.jobs] == [["a"]] and cancelled.cancelled()
+    assert desk.on_reply(ops.Reply(id=op.id, value=[5])) and kept.job_id(timeout=5) == 5
+
+
+def test_a_batch_unanswered_when_the_connection_is_lost_is_sent_again_whole():
+    desk, outbox, log = desk_and_outbox()
+    for name in ("a", "b"):
+        desk.submit(job_spec([name]))
+    [first] = leave(outbox)
+    desk.resend()
+    [again] = [op for kind, op in log if kind == "send" and type(op) is ops.SubmitJobs]
+    assert (again.id, again.jobs) == (first.id, first.jobs)  # the same submission ids
+
+
+def test_submissions_from_several_threads_each_leave_once():
+    desk, outbox, _ = desk_and_outbox()
+    futures = []
+
+    def submit_many(name):
+        for i in range(200):
+            futures.append(desk.submit(job_spec([name, str(i)])))
+
+    threads = [threading.Thread(target=submit_many, args=(name,)) for name in "abc"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    sent = [job["submission"] for op in leave(outbox) for job in op.jobs]
+    assert len(sent) == len(set(sent)) == 600
