@@ -102,3 +102,10 @@ def test_submissions_from_several_threads_each_leave_once():
         thread.join()
     sent = [job["submission"] for op in leave(outbox) for job in op.jobs]
     assert len(sent) == len(set(sent)) == 600
+
+
+def test_a_batch_holds_at_most_a_thousand_jobs():
+    desk, outbox, _ = desk_and_outbox()
+    for i in range(2500):
+        desk.submit(job_spec(["true"]))
+    assert [len(op.jobs) for op in leave(outbox)] == [1000, 1000, 500]

@@ -32,6 +32,9 @@ from .future import CancelledError, FutureState, FutureStatus, Owner
 from .outbox import Deferred, ClientOutbox
 
 PENDING = FutureStatus.pending
+#: The most jobs one submit-jobs carries: a loop of a million submissions is a thousand ops of
+#: about 100 KB, each a short step of the scheduler, not one op it would take seconds over.
+BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -255,7 +258,8 @@ class JobDesk:
         item = _Submitting(self.outbox.next_id(), future, spec)
         with self._lock:
             batch = self._open
-            if batch is not None and self.outbox.last_queued() is batch.deferred:
+            if (batch is not None and len(batch.items) < BATCH
+                    and self.outbox.last_queued() is batch.deferred):
                 batch.items.append(item)
                 return future
             batch = self._open = _Batch(item, self)
