@@ -266,7 +266,7 @@ def parse_quantity(text: object, name: str = "", part: str | None = None) -> int
         text, multiplier = _size(text)
     text = str(text)
     number = text.strip()
-    if number.isascii() and number.isdigit():  # a whole number: exact without decimal
+    if number.isascii() and number.isdigit() and len(number) <= 18:  # whole: exact as an int
         if int(number) * multiplier > MAX_QUANTITY:
             raise _above_maximum(shown)
         return int(number) * multiplier * SCALE

@@ -49,23 +49,34 @@ def test_an_op_queued_between_two_submissions_keeps_its_place():
     assert [len(made[0].jobs), len(made[2].jobs)] == [1, 2]
 
 
+def test_a_job_that_runs_after_others_goes_alone():
+    # An unknown job among those it runs after would have its whole batch refused.
+    desk, outbox, _ = desk_and_outbox()
+    for deps in ((), (), (5,), (), ()):
+        desk.submit(job_spec(["true"], after_ok=deps))
+    assert [len(op.jobs) for op in leave(outbox)] == [2, 1, 2]
+
+
 def test_a_refused_batch_is_sent_again_job_by_job_so_only_the_bad_one_is_refused():
     desk, outbox, log = desk_and_outbox()
-    good, bad, other = (desk.submit(job_spec(["true"], after_ok=deps)) for deps in
-                        ((), (999,), ()))
+    good, bad, cancelled, other = (desk.submit(job_spec(["true"], name=name))
+                                   for name in ("good", "bad", "cancelled", "other"))
     [op] = leave(outbox)
-    assert desk.on_reply(ops.Error(reason="nothing queued: a job depends on unknown job 999",
-                                   id=op.id))
+    cancelled.cancel()  # while the batch's answer is on its way
+    assert desk.on_reply(ops.Error(reason="nothing queued: job 'bad' ...", id=op.id))
     again = [op for kind, op in log if kind == "send"]
-    assert [(op.id, len(op.jobs)) for op in again] == [(1, 1), (2, 1), (3, 1)]
-    assert [op.jobs[0]["submission"] for op in again] == [job["submission"] for job in op.jobs]
+    assert [(op.id, op.jobs[0]["name"]) for op in again] == [(1, "good"), (2, "bad"),
+                                                             (4, "other")]
+    assert [op.jobs[0]["submission"] for op in again] == [
+        job["submission"] for job in op.jobs if job["name"] != "cancelled"]
+    assert cancelled.cancelled()  # never queued, and not sent again
     assert desk.on_reply(ops.Reply(id=1, value=[7]))
-    assert desk.on_reply(ops.Error(reason="nothing queued: a job depends on unknown job 999",
-                                   id=2))
-    assert desk.on_reply(ops.Reply(id=3, value=[8]))
+    assert desk.on_reply(ops.Error(reason="nothing queued: job 'bad' ...", id=2))
+    assert desk.on_reply(ops.Reply(id=4, value=[8]))
     assert (good.job_id(timeout=5), other.job_id(timeout=5)) == (7, 8)
-    with pytest.raises(Exception, match="unknown job 999"):
+    with pytest.raises(Exception, match="job 'bad'"):
         bad.job_id(timeout=5)
+    assert desk.unsettled() == []
 
 
 def test_a_job_cancelled_before_its_batch_left_is_left_out_of_it():

@@ -83,6 +83,8 @@ QUANTITY_TEXT = st.text(st.sampled_from("0123456789.eE+-_ \t\nkKmMgGtTpPiIbBx٣"
 @example("1e15")
 @example("0.00001")
 @example("007")
+@example("1" * 4301)  # more digits than int() takes
+@example("0" * 5000 + "1")
 @example("")
 def test_a_quantity_reads_as_the_patterns_read_it(text):
     assert outcome(parse_quantity, text, "X", "X=" + text) == outcome(

@@ -235,8 +235,10 @@ class JobDesk:
     Submissions queued one after another, with nothing queued between them, leave as one
     submit-jobs op (a batch), which the scheduler takes in one step and one commit: a loop of
     ``submit_command`` costs each job a fraction of an op. The scheduler takes or refuses a
-    batch whole; a batch refused is sent again job by job, so that each job is queued or
-    refused as it would have been alone."""
+    batch whole, so a job that runs after others goes alone: an unknown job among those is
+    what the scheduler refuses one job for and not its neighbours (the rest it checks, the
+    client checks first). A batch refused all the same is sent again job by job, so that each
+    job is queued or refused as it would have been alone."""
 
     def __init__(self, owner: Owner, outbox: ClientOutbox):
         self.owner = owner
@@ -256,13 +258,15 @@ class JobDesk:
         """Queue ``spec`` (any thread); its future learns its number, then its end."""
         future = JobFuture(self.owner, self)
         item = _Submitting(self.outbox.next_id(), future, spec)
+        alone = bool(spec.after_ok or spec.after_any)
         with self._lock:
             batch = self._open
-            if (batch is not None and len(batch.items) < BATCH
+            if (not alone and batch is not None and len(batch.items) < BATCH
                     and self.outbox.last_queued() is batch.deferred):
                 batch.items.append(item)
                 return future
-            batch = self._open = _Batch(item, self)
+            batch = _Batch(item, self)
+            self._open = None if alone else batch
         self.outbox.enqueue(batch.deferred)
         return future
 
@@ -330,7 +334,11 @@ class JobDesk:
         if type(op) is ops.Error:
             if len(items) > 1:  # nothing was queued: again, one by one
                 for item in items:
-                    self._send([item])
+                    if item.future._cancel_asked:  # never queued: it need not be
+                        item.future._cancelled_unsent()
+                    else:
+                        self._send([item])
+                self._settle()
                 return True
             items[0].future._failed(refusal(op.reason))
         for item, job in zip(items, op.value if type(op) is ops.Reply else ()):

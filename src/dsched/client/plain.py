@@ -197,10 +197,10 @@ class PlainClient:
 
 def _open(host: str | bytes, port: int, timeout: float) -> _socket.socket:
     """A TCP connection to ``host`` and ``port``, as ``socket.create_connection`` makes it:
-    each address the resolver gives is tried in turn, and the first one's error raised when
+    each address the resolver gives is tried in turn, and the last one's error raised when
     none connects. Made from ``_socket``: the ``socket`` module, with the ``enum`` and
     ``selectors`` it loads, cost a ``sched`` call about 6 ms, for classes this never uses."""
-    errors = []
+    last: OSError | None = None
     for family, kind, proto, _, address in _socket.getaddrinfo(host, port, 0,
                                                                _socket.SOCK_STREAM):
         sock = _socket.socket(family, kind, proto)
@@ -210,8 +210,8 @@ def _open(host: str | bytes, port: int, timeout: float) -> _socket.socket:
             return sock
         except OSError as error:
             sock.close()
-            errors.append(error)
-    raise errors[0] if errors else OSError(f"no address found for {host!r}")
+            last = error
+    raise last if last is not None else OSError(f"no address found for {host!r}")
 
 
 def _ascii(host: str) -> str | bytes:
