@@ -25,7 +25,7 @@ import struct
 import sys
 import time
 
-from . import containment
+from . import cgroups, containment
 from .lifeline import hold_group
 
 HEADER = struct.Struct("!Q")
@@ -57,8 +57,8 @@ def main(argv: list[str]) -> None:
     cgroup = argv[2] if len(argv) > 2 else ""
     if cgroup:
         try:
-            containment.make_cgroup(cgroup)
-            containment.enter_cgroup(cgroup)
+            cgroups.make_cgroup(cgroup)
+            cgroups.enter_cgroup(cgroup)
         except OSError as error:  # its descendants are still this subreaper's to find
             print(f"dsched: a GPU task process cannot use the cgroup {cgroup}: {error}",
                   file=sys.stderr)

@@ -19,7 +19,9 @@ counts as free. So each worker runs in one of two modes, chosen once at its star
 
 The names of a worker's cgroups start with a prefix made of its name and its job directory
 (which only one live worker process can hold), so a worker that starts again kills and removes
-what an earlier process under that identity left (``clean_leftovers``).
+what an earlier process under that identity left (``clean_leftovers``). The cgroups
+themselves (made, entered, killed, removed) are ``cgroups.py``'s; the mode, and the sweeps of
+process trees that work without them, are this module's.
 
 Nothing here may import asyncio or dsched's heavier modules: supervisors, GPU children and their
 guards use it. It holds no scheduling decisions.
@@ -28,7 +30,6 @@ guards use it. It holds no scheduling decisions.
 from __future__ import annotations
 
 import ctypes
-import errno
 import logging
 import os
 import re
@@ -36,6 +37,8 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+
+from .cgroups import SWEEP_TIMEOUT, cgroup_pids, own_cgroup, probe, remove_cgroup
 
 logger = logging.getLogger("dsched.worker")
 
@@ -47,9 +50,6 @@ _PR_SET_NAME = 15
 #: The name (comm) a group's guard (``lifeline``) takes, so that a sweep from outside can spare
 #: it while it kills the rest (the guard itself then kills the group).
 GUARD_NAME = b"sched-guard"
-#: Seconds a sweep waits for what it killed to be gone: a process inside the kernel (a GPU
-#: driver tearing down a context) dies only when it leaves it.
-SWEEP_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def choose(setting: str, name: str, job_directory: str) -> Containment:
             safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:64]
             digest = hashlib.sha1(os.path.abspath(job_directory).encode()).hexdigest()[:8]
             found = Containment(CGROUP, parent, f"dsched-{safe}-{digest}-")
-            _probe(found.cgroup_for(f"probe-{os.getpid()}"))
+            probe(found.cgroup_for(f"probe-{os.getpid()}"))
             return found
         except OSError as error:
             if setting == CGROUP:
@@ -112,131 +112,6 @@ def settle(setting: str, name: str, job_directory: str) -> Containment:
         logger.info("Killed and removed %d cgroup(s) an earlier worker process left: %s",
                     len(left), ", ".join(left))
     return chosen
-
-
-def own_cgroup() -> str:
-    """The directory of this process's cgroup v2; OSError when there is none to be had."""
-    if not sys.platform.startswith("linux"):
-        raise OSError("cgroups need Linux")
-    with open("/proc/self/cgroup") as file:
-        path = next((line.strip()[3:] for line in file if line.startswith("0::")), None)
-    if path is None:
-        raise OSError("this process is in no cgroup v2 hierarchy")
-    with open("/proc/self/mountinfo") as file:
-        for line in file:
-            fields = line.split()
-            dash = fields.index("-")
-            if fields[dash + 1] == "cgroup2":
-                root, mount = fields[3], fields[4]
-                if path == root or path.startswith(root.rstrip("/") + "/"):
-                    inside = path[len(root.rstrip("/")):].lstrip("/")
-                    return os.path.join(mount, inside) if inside else mount
-    raise OSError("no cgroup v2 file system is mounted where this process's cgroup is")
-
-
-def _probe(path: str) -> None:
-    """Make a cgroup, move a process into it and remove it, or say why that cannot be done."""
-    import subprocess
-
-    try:
-        os.mkdir(path)
-    except FileExistsError:
-        pass
-    except OSError as error:
-        raise OSError(f"cannot make a cgroup in {os.path.dirname(path)}: "
-                      f"{error.strerror or error}") from None
-    probe = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
-    try:
-        with open(os.path.join(path, "cgroup.procs"), "w") as procs:
-            procs.write(str(probe.pid))
-        if not in_cgroup(probe.pid, path):
-            raise OSError(f"a process moved to {path} is not there")
-    except OSError as error:
-        raise OSError(f"cannot move a process into a cgroup in {os.path.dirname(path)}: "
-                      f"{error.strerror or error}") from None
-    finally:
-        probe.kill()
-        probe.communicate()
-        remove_cgroup(path, timeout=5.0)
-
-
-# -- cgroups --------------------------------------------------------------------------------
-
-
-def make_cgroup(path: str) -> None:
-    os.makedirs(path, exist_ok=True)
-
-
-def enter_cgroup(path: str) -> None:
-    """Move this process into the cgroup at ``path``: plain system calls, so that it may run
-    between fork and exec."""
-    fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
-    try:
-        os.write(fd, b"0")
-    finally:
-        os.close(fd)
-
-
-def leave_cgroup(path: str) -> bool:
-    """Move this process from the cgroup at ``path`` to the one above it; whether it could."""
-    try:
-        enter_cgroup(os.path.dirname(path.rstrip("/")))
-        return True
-    except OSError:
-        return False
-
-
-def in_cgroup(pid: int, path: str) -> bool:
-    try:
-        with open(f"/proc/{pid}/cgroup") as file:
-            line = next((line for line in file if line.startswith("0::")), "")
-    except OSError:
-        return False
-    return bool(line) and path.rstrip("/").endswith(line.strip()[3:].rstrip("/") or "/")
-
-
-def cgroup_pids(path: str) -> list[int]:
-    """The processes in the cgroup at ``path`` and in those below it (zombies are not)."""
-    found: list[int] = []
-    for directory, _, _ in os.walk(path):
-        try:
-            with open(os.path.join(directory, "cgroup.procs")) as file:
-                found.extend(int(line) for line in file if line.strip())
-        except (OSError, ValueError):
-            pass
-    return found
-
-
-def kill_cgroup(path: str) -> None:
-    """SIGKILL every process in the cgroup at once where the kernel can (5.14 on), else each
-    process in it (the caller looks again, for any forked meanwhile)."""
-    try:
-        with open(os.path.join(path, "cgroup.kill"), "w") as file:
-            file.write("1")
-        return
-    except OSError:
-        pass
-    _signal(cgroup_pids(path), signal.SIGKILL)
-
-
-def remove_cgroup(path: str, timeout: float = SWEEP_TIMEOUT) -> bool:
-    """Kill what is in the cgroup until it is empty, and remove it; whether it is gone."""
-    deadline = time.monotonic() + timeout
-    pause = 0.001
-    while True:
-        try:
-            os.rmdir(path)
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError as error:
-            # Busy: processes remain (or are dying). Anything else will not pass.
-            if error.errno != errno.EBUSY or time.monotonic() > deadline:
-                return False
-        kill_cgroup(path)
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
 
 
 def clean_leftovers(containment: Containment) -> list[str]:

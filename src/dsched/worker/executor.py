@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 
 from .. import serialize
 from ..gpu_ids import task_environment
-from . import containment, unpickling
+from . import cgroups, containment, unpickling
 from .child import HEADER
 from .lifeline import Lifeline, describe_exit
 
@@ -177,7 +177,7 @@ class GpuChild:
         """SIGKILL the process and all its task started: its group (which outlives the leader
         while members remain), and its cgroup or, without one, its descendants."""
         if self.cgroup:
-            containment.kill_cgroup(self.cgroup)
+            cgroups.kill_cgroup(self.cgroup)
         if self.process.returncode is None:  # also where it could not enter its cgroup
             # Stopped, it starts nothing more, and what its task orphans still comes to it:
             # killed in a thread (it waits for them to be gone), the process last.
@@ -213,7 +213,7 @@ class GpuChild:
         if self._sweeping is not None:
             await asyncio.to_thread(self._sweeping.join)
         if self.cgroup:
-            await asyncio.to_thread(containment.remove_cgroup, self.cgroup)
+            await asyncio.to_thread(cgroups.remove_cgroup, self.cgroup)
 
 
 class GpuProcessPool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 
-from . import containment
+from . import cgroups, containment
 from .lifeline import Lifeline, fork_job_guard
 
 
@@ -42,8 +42,8 @@ class Prepared:
             self.tell(cgroup)
         if cgroup:
             try:
-                containment.make_cgroup(cgroup)
-                containment.enter_cgroup(cgroup)
+                cgroups.make_cgroup(cgroup)
+                cgroups.enter_cgroup(cgroup)
                 self.entered = True
             except OSError as error:
                 self.problem = (f"cannot use the cgroup {cgroup} ({error.strerror or error}); "
@@ -101,7 +101,7 @@ class Prepared:
     def leave(self) -> None:
         """Leave the cgroup (the job runs, or none comes): whoever kills it must be out."""
         if self.entered:
-            containment.leave_cgroup(self.cgroup)
+            cgroups.leave_cgroup(self.cgroup)
             self.entered = False
 
     def retire(self) -> None:

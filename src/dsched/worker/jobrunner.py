@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 
 from ..jobs import parse_job_key
 from ..protocol import ops
-from . import containment
+from . import cgroups, containment
 from .actions import IDLE, SHUTDOWN, StartJob
 from .gpufaults import FAULT
 from .spawnerclient import Spawner
@@ -137,7 +137,7 @@ class JobRunner:
         del self._supervisors[key]
         self._spawner.forget(record)
         if cgroup:  # gone already, unless the supervisor was killed or could not finish
-            await asyncio.to_thread(containment.remove_cgroup, cgroup)
+            await asyncio.to_thread(cgroups.remove_cgroup, cgroup)
         if not ended:
             self._tell_state(await asyncio.to_thread(self._supervisor_died, key, record, code))
 

@@ -44,7 +44,7 @@ import traceback
 
 # Loaded here, once: every supervisor is a fork of this process and has them (imported in
 # each, they cost 50 ms of CPU an attempt).
-from . import containment
+from . import cgroups
 from .jobrecords import read_record
 from .jobguard import Prepared
 from .jobsupervisor import Supervision
@@ -263,7 +263,7 @@ class _Spares:
         self.preparing.discard(pid)
         cgroup = self.unused.pop(pid, None)
         if cgroup:
-            containment.remove_cgroup(cgroup, timeout=5.0)
+            cgroups.remove_cgroup(cgroup, timeout=5.0)
         return self.current.pop(pid, None)
 
     def _drop(self, ours: socket.socket) -> None:
@@ -313,7 +313,7 @@ def _supervise(cgroup: str, channel: socket.socket | None = None,
                 if not data:  # the spawner is gone, or keeps enough ready: no request comes
                     prepared.discard()
                     if cgroup:
-                        containment.remove_cgroup(cgroup, timeout=5.0)
+                        cgroups.remove_cgroup(cgroup, timeout=5.0)
                     code = 0
                     return
                 args = json.loads(data)

@@ -46,7 +46,7 @@ from ..environ import JOB_ATTEMPT_ENV, JOB_ID_ENV, PATH_ENV, WORKER_NAME_ENV
 from ..gpu_ids import task_environment
 from ..jobs import parse_job_key
 from ..protocol.ops import AttemptEnded, AttemptStarted
-from . import containment
+from . import cgroups, containment
 from .jobrecords import read_record, write_record
 from .jobguard import Prepared
 from .lifeline import describe_exit
@@ -227,7 +227,7 @@ class Supervision:
         self.clean = not left
         if left:
             self._note(f"{self.key}: processes {', '.join(map(str, left))} it started did not "
-                       f"die within {containment.SWEEP_TIMEOUT:g} s of SIGKILL")
+                       f"die within {cgroups.SWEEP_TIMEOUT:g} s of SIGKILL")
         self._release()
         signal.set_wakeup_fd(-1)
         for fd in (orphans, wake) + ((exit_fd,) if exit_fd is not None else ()):
@@ -289,7 +289,7 @@ class Supervision:
         if tree:
             containment.signal_tree(os.getpid(), signum, self.cgroup, spare={self.process.pid})
         elif self.cgroup and signum == signal.SIGKILL:
-            containment.kill_cgroup(self.cgroup)
+            cgroups.kill_cgroup(self.cgroup)
 
     def _spawn(self, command: list[str], cwd: str | None, env: dict[str, str]) -> str:
         """Spawn the command as the leader of a new group of this session, with its guard
@@ -327,7 +327,7 @@ class Supervision:
     def _release(self) -> None:
         """Kill what is left in the job's cgroup and remove it (a guard kept is told so)."""
         if self.cgroup:
-            if not containment.remove_cgroup(self.cgroup, timeout=self.kill_grace + 5):
+            if not cgroups.remove_cgroup(self.cgroup, timeout=self.kill_grace + 5):
                 self.clean = False
             elif self.keep_guard and self.prepared is not None and not self.prepared.ended:
                 self.prepared.tell("")

@@ -36,7 +36,7 @@ import signal
 import sys
 import time
 
-from . import containment
+from . import cgroups, containment
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 #: Seconds between the guard's looks at whether the leader is still its parent.
@@ -189,8 +189,8 @@ def _guard(leader: int, lifeline_fd: int, cgroup: str, subreaper: bool) -> None:
     if cgroup:
         # Out of the cgroup, the guard can kill all of it at once and remove it: nobody else
         # may be left to (the worker is gone, or the supervisor).
-        if containment.leave_cgroup(cgroup):
-            containment.remove_cgroup(cgroup, timeout=_GUARD_SWEEP_TIMEOUT)
+        if cgroups.leave_cgroup(cgroup):
+            cgroups.remove_cgroup(cgroup, timeout=_GUARD_SWEEP_TIMEOUT)
         else:
             containment.sweep(leader, cgroup, timeout=_GUARD_SWEEP_TIMEOUT)
     os.killpg(os.getpgid(0), signal.SIGKILL)
@@ -233,7 +233,7 @@ def _job_guard(lifeline_fd: int) -> None:
     if os.getpgid(0) == os.getsid(0):  # not in a job's group
         _kill_session()
     if cgroup:  # born outside it: it can kill all of it at once and remove it
-        containment.remove_cgroup(cgroup, timeout=_GUARD_SWEEP_TIMEOUT)
+        cgroups.remove_cgroup(cgroup, timeout=_GUARD_SWEEP_TIMEOUT)
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
