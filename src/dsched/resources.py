@@ -260,7 +260,7 @@ def parse_quantity(text: object, name: str = "", part: str | None = None) -> int
 
         if not math.isfinite(text):
             raise ResourceSpecError(f"invalid resource {shown!r}: the value must be finite; {_FORM}")
-        text = repr(text)
+        text = repr(float(text))  # a float's own digits: numpy's float64 shows its type too
     multiplier = 1
     if isinstance(text, str):
         text, multiplier = _size(text)

@@ -17,6 +17,7 @@ from dsched.resources import (
     _PREFIXES,
     MAX_QUANTITY,
     SCALE,
+    Resources,
     _check_name,
     _parts,
     device_index,
@@ -130,3 +131,11 @@ def test_a_name_is_refused_for_the_characters_the_pattern_refused(name):
 @example("")
 def test_a_spec_splits_into_the_parts_the_pattern_split_it_into(spec):
     assert _parts(spec) == [part for part in re.split(r"[\s,]+", spec.strip()) if part]
+
+
+def test_a_quantity_may_be_a_numpy_number():
+    np = __import__("pytest").importorskip("numpy")
+    # numpy 2 writes a float64 as np.float64(0.5), which is no number to read.
+    assert parse_quantity(np.float64(0.5), "GPU") == parse_quantity(0.5, "GPU") == SCALE // 2
+    assert parse_quantity(np.int64(2), "GPU") == parse_quantity(np.float32(2.0), "GPU")
+    assert Resources.parse({"GPU": np.float64(0.25)}) == Resources.parse("GPU=0.25")
