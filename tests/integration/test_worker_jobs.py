@@ -413,19 +413,35 @@ async def test_a_worker_busy_on_all_its_threads_forks_no_supervisor_an_attempt(c
     # Its spawner keeps as many supervisors as it runs attempts at once, and two spares.
     worker = await cluster.start(nthreads=4)
     spawner = worker.jobs._spawner._process.pid
-    rounds = []
-    for r in range(4):  # the first two fork what the spares cannot take (two at first)
+
+    def settled():
+        """The spares, once every supervisor is back from its attempt and prepared again (a
+        supervisor forked for one attempt only has ended); None before."""
+        spares = spares_of(spawner)
+        alive = [child for child in psutil.Process(spawner).children()
+                 if child.status() != psutil.STATUS_ZOMBIE]
+        return spares if spares and len(spares) == len(alive) else None
+
+    async def four_at_once(r):  # its four threads busy; the parents of the four commands
         keys = [f"job-{80 + 4 * r + n}.1" for n in range(4)]
-        for key in keys:  # four at once: its four threads busy
+        for key in keys:
             cluster.send(job(key, "sh", "-c", "echo $PPID"))
         for key in keys:
             assert (await cluster.told(ops.AttemptEnded, key)).outcome == "completed"
-        rounds.append({int((await get_log(worker, key)).data) for key in keys})
-        if r == 1:  # all back: those that ran it and the spares are all there will be
-            kept = await wait_until_async(
-                lambda: len(spares_of(spawner)) == 6 and set(spares_of(spawner)), 30,
-                what="four supervisors back and two spares")
-    assert set().union(*rounds[2:]) <= kept, (rounds, kept)
+        return {int((await get_log(worker, key)).data) for key in keys}
+
+    # A round that finds fewer ready than it asks for forks the rest (each for one attempt),
+    # and those that ran it come back with two more spares: two more each round, up to six.
+    kept = await wait_until_async(settled, 30, what="the first spares")
+    for r in range(3):
+        if len(kept) == 6:
+            break
+        await four_at_once(r)
+        kept = await wait_until_async(settled, 30, what="the supervisors back, prepared")
+    assert len(kept) == 6, kept
+    for r in range(3, 5):  # from now on, every attempt goes to one of those six
+        assert await four_at_once(r) <= set(kept)
+        assert set(await wait_until_async(settled, 30, what="the six back, prepared")) == set(kept)
 
 
 async def test_supervisors_back_from_attempts_past_those_kept_end_and_leave_no_cgroup(
