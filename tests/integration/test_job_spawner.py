@@ -103,7 +103,7 @@ def test_a_spare_with_nothing_to_say_does_not_stall_the_spawner():
 
 RETIRED = r"""
 import json, os, socket, sys, time
-from dsched.worker import containment, jobspawner
+from dsched.worker import containment, sparesupervisor
 from dsched.worker.jobrecords import new_record, open_locked_log, write_record
 
 directory, mode = sys.argv[1], sys.argv[2]
@@ -112,7 +112,7 @@ if mode == "stuck":  # as if a process of the attempt would not die
 ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 pid = os.fork()
 if pid == 0:
-    jobspawner._supervise("", channel=theirs)
+    sparesupervisor.supervise("", channel=theirs)
 theirs.close()
 record, log = os.path.join(directory, "job-1.1.json"), os.path.join(directory, "job-1.1.log")
 command = ["sleep", "30"] if mode == "gone" else ["true"]
@@ -165,7 +165,7 @@ def test_a_spare_runs_a_later_attempt_unless_it_could_not_clear_its_last(tmp_pat
 SEQUENCE = r"""
 import json, os, signal, socket, sys, time
 import psutil
-from dsched.worker import jobspawner, jobsupervisor
+from dsched.worker import jobsupervisor, sparesupervisor
 from dsched.worker.jobrecords import new_record, open_locked_log, write_record
 
 directory, first = sys.argv[1], sys.argv[2]
@@ -176,7 +176,7 @@ if first == "crash":  # the supervisor fails while its job runs
 ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 supervisor = os.fork()
 if supervisor == 0:
-    jobspawner._supervise("", channel=theirs)
+    sparesupervisor.supervise("", channel=theirs)
 theirs.close()
 
 

@@ -27,8 +27,9 @@ the supervisors it started do not depend on it. Where it cannot start or is gone
 starts supervisors as before, one interpreter each.
 
 Only the standard library and the supervisor's own modules are imported here, before any fork:
-every supervisor starts as a copy of this process, and a fork costs what it copies. The
-worker's side, ``Spawner``, is in ``spawnerclient``.
+every supervisor starts as a copy of this process, and a fork costs what it copies. What a
+forked supervisor does is ``sparesupervisor``'s; the worker's side, ``Spawner``, is in
+``spawnerclient``.
 """
 
 from __future__ import annotations
@@ -45,15 +46,9 @@ import traceback
 # Loaded here, once: every supervisor is a fork of this process and has them (imported in
 # each, they cost 50 ms of CPU an attempt).
 from . import cgroups
-from .jobrecords import read_record
-from .jobguard import Prepared
-from .jobsupervisor import Supervision
 from .lifeline import die_with_parent
+from .sparesupervisor import FDS_PER_REQUEST, MAX_MESSAGE, fork_supervisor, supervise
 
-#: The most bytes one request or reply takes (a record's path and four short arguments).
-MAX_MESSAGE = 1 << 16
-#: The descriptors each request carries: the supervisor's stdin, its stdout, the log's lock.
-FDS_PER_REQUEST = 3
 
 
 # -- the spawner process ----------------------------------------------------------------------
@@ -102,7 +97,7 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
                     raise OSError(f"{len(fds)} descriptors came with the request")
                 pid, cgroup = spares.hand(data, fds, args[0])
                 if pid is None:
-                    pid, cgroup = _fork(fds, args), args[4]
+                    pid, cgroup = fork_supervisor(fds, args), args[4]
                     spares.current[pid] = args[0]
             except OSError as error:  # nothing started: the worker may try otherwise
                 sock.send(json.dumps({"key": args[0], "error": str(error)}).encode())
@@ -117,9 +112,6 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
 #: Supervisors kept ready: two, so that two attempts placed at once (a device freed on each
 #: of two GPUs, a queue released) both start without a fork or a wait.
 SPARES = 2
-#: The attempts one supervisor runs before it ends (and a fresh fork takes its place): what
-#: an attempt may leave behind in its process (a descriptor, memory) stays bounded.
-REUSES = 1000
 
 
 class _Spares:
@@ -134,8 +126,8 @@ class _Spares:
 
     A spare whose attempt has ended (its outcome recorded and told, its job and all it started
     gone, its stdin, stdout and the log's lock closed) prepares itself again and waits for the
-    next request, up to ``kept`` ready and ``REUSES`` attempts each: a fork, its copied pages
-    and an exit per attempt were most of what starting one cost. On its socket a spare says
+    next request, up to ``kept`` ready and ``sparesupervisor.REUSES`` attempts each: a fork,
+    its copied pages and an exit per attempt were most of what starting one cost. On its socket a spare says
     ``spawned``, then ``ended CODE CGROUP`` (the attempt's supervision is over: the worker
     hears it as a supervisor's exit; CGROUP is the one it prepares next, which the spawner
     removes if it dies before it is ready), then ``ready CGROUP`` once prepared again. A
@@ -186,7 +178,7 @@ class _Spares:
                 theirs.close()
                 return
             if pid == 0:
-                _supervise(cgroup, channel=theirs)
+                supervise(cgroup, channel=theirs)
             theirs.close()
             self.add(pid, ours, cgroup)
 
@@ -272,117 +264,6 @@ class _Spares:
             self.poller.unregister(fd)
             self.spawning.discard(fd)
         ours.close()
-
-
-def _fork(fds: list[int], args: list) -> int:
-    """Fork a supervisor for the request ``args`` (in the cgroup it names) with its
-    descriptors ``fds``; its pid."""
-    pid = os.fork()
-    if pid == 0:
-        _supervise(args[4], fds=fds, args=args)
-    return pid
-
-
-def _supervise(cgroup: str, channel: socket.socket | None = None,
-               fds: list[int] | None = None, args: list | None = None) -> None:
-    """In a forked child: a supervisor in a session of its own (it leads its own group, as one
-    started as a program does), prepared, then given its request (``args`` and ``fds``, or
-    from ``channel``: a spare), and then the same ``Supervision`` as the command line's, with
-    the request's pipes as its stdin and stdout. A spare then closes them, prepares itself
-    again and waits for the next request (``_Spares``). Never returns."""
-    code = 1
-    prepared: Prepared | None = None
-    try:
-        os.setsid()
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        # Only its request's descriptors (or the socket it comes on) and its standard ones:
-        # not the spawner's, another spare's, nor those of a request meant for another.
-        keep = [*(fds or ()), *((channel.fileno(),) if channel else ())]
-        _close_all_but(keep)
-        first = cgroup
-        for attempt in range(1, REUSES + 1):
-            prepared = Prepared(cgroup, kept=prepared)  # its guard kept, if still there
-            if channel is not None:
-                try:
-                    if attempt > 1:
-                        channel.send(f"ready {cgroup}".encode())
-                    data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, FDS_PER_REQUEST)
-                except OSError:  # the spawner is gone
-                    data = b""
-                if not data:  # the spawner is gone, or keeps enough ready: no request comes
-                    prepared.discard()
-                    if cgroup:
-                        cgroups.remove_cgroup(cgroup, timeout=5.0)
-                    code = 0
-                    return
-                args = json.loads(data)
-            assert fds is not None and args is not None
-            clean = _supervise_one(args, fds, prepared, channel)
-            if channel is None or attempt == REUSES or not clean:
-                code = 0  # its end, reaped, is the attempt's
-                return
-            cgroup = f"{first}-r{attempt + 1}" if first else ""  # its next, a fresh one
-            try:
-                channel.send(f"ended 0 {cgroup}".encode())
-            except OSError:  # the spawner is gone: so is the worker, nothing more comes
-                code = 0
-                return
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        try:
-            # Done with attempts, its guard goes; not after an error: the guard must then see
-            # this process end, and end what it guards.
-            if prepared is not None and code == 0:
-                prepared.retire()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-
-
-def _supervise_one(args: list, fds: list[int], prepared: Prepared,
-                   channel: socket.socket | None) -> bool:
-    """Supervise the attempt of ``args`` with the request's descriptors ``fds`` (its stdin,
-    its stdout, the log's lock) until its outcome is recorded and told; then close them: the
-    worker sees the end of its stdout, and the log's lock is free. Whether nothing of the
-    attempt is left (else this process must not run another: ``Supervision.clean``)."""
-    os.dup2(fds[0], 0)
-    os.dup2(fds[1], 1)
-    for closing in fds[:2]:
-        os.close(closing)
-    path, _lock, kill_grace, lease_until = args[:4]  # the lock is held as fds[2]
-    supervision = Supervision(path, read_record(path), float(kill_grace), float(lease_until),
-                              prepared=prepared)
-    if channel is not None:  # the spawner forks the next spare once the job is spawned
-        supervision.spawned = lambda: _say(channel, b"spawned")
-        supervision.keep_guard = True  # for its next attempt
-    supervision.run()
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 0)
-    os.dup2(null, 1)
-    for closing in (null, fds[2]):
-        os.close(closing)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # as the next attempt's supervision starts
-    return supervision.clean and not prepared.problem
-
-
-def _say(channel: socket.socket, word: bytes) -> None:
-    """Tell the spawner ``word``, if it is still there (the attempt goes on without it)."""
-    try:
-        channel.send(word)
-    except OSError:
-        pass
-
-
-def _close_all_but(keep: list[int]) -> None:
-    """Close every descriptor of this process above 2 but those in ``keep``."""
-    low = 3
-    for fd in sorted(set(keep)):
-        if fd >= low:
-            os.closerange(low, fd)
-            low = fd + 1
-    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
 def _warm() -> None:
