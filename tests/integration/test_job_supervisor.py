@@ -156,7 +156,7 @@ def test_a_job_that_exits_0_completes_with_its_output_in_its_log(supervise):
     assert (ended.outcome, ended.exit_code, ended.error) == ("completed", 0, "")
     assert ended.started == started.started <= ended.ended
     assert job.output() == "to stdout\nto stderr\n"
-    record = read_record(job.record)  # durable before it was said
+    record = read_record(job.record)  # written before the supervisor exited
     assert record["pid"] == started.pid and record["ended"] == ended.to_wire()
 
 
@@ -320,7 +320,7 @@ def test_a_prepared_supervisor_whose_job_does_not_start_leaves_no_guard_and_no_c
     cgroup = job_cgroup(tmp_path, mode)
     job = supervise(["true"] if why == "lease" else ["no-such-command-here"], cgroup=cgroup,
                     lease=-1.0 if why == "lease" else 60.0, prepared=True)
-    ended = job.ended()  # said (and so written) before the supervisor left: it was not killed
+    ended = job.ended()  # said, and written before the supervisor exited: it was not killed
     assert ended.started is None and ended.error.startswith(
         "not started" if why == "lease" else "cannot start")
     assert read_record(job.record)["ended"] == ended.to_wire()

@@ -141,6 +141,7 @@ async def test_a_job_runs_reports_serves_its_log_and_is_forgotten_once_acknowled
 
     record = tmp_path / "jobs" / "job-1.1.json"
     assert record.exists()
+    assert not worker.jobs.machine_restarted  # said once a session opened: not said again
     cluster.send(ops.AttemptAck(("job-1.1",)))
     await wait_until_async(lambda: not record.exists(), 30, what="the record to be deleted")
     assert (await get_log(worker, "job-1.1")).data == b"hello\n"  # the log stays
@@ -226,6 +227,10 @@ async def test_a_restarted_worker_reports_what_the_earlier_one_left(cluster, tmp
     cluster.send(job("job-5.1", "sleep", "600"))
     running = await cluster.told(ops.AttemptStarted, "job-5.1")
 
+    # The scheduler heard its first register: the directory is marked for this start of the
+    # machine, so the next process does not say it restarted.
+    await wait_until_async(lambda: (tmp_path / "jobs" / "machine.boot").exists(), 30,
+                           what="the job directory marked for this start of the machine")
     await first.close()  # its supervisors see the end: each kills its job and records it lost
     cluster.received.clear()
     second = await cluster.start()
@@ -240,7 +245,12 @@ async def test_a_restarted_worker_reports_what_the_earlier_one_left(cluster, tmp
     assert (await cluster.told(ops.AttemptEnded, "job-5.1")).outcome == "lost"
     assert second.state.is_idle()
     assert sorted(os.listdir(tmp_path / "jobs")) == [
-        "job-4.1.json", "job-4.1.log", "job-5.1.json", "job-5.1.log", "worker.lock"]
+        "job-4.1.json", "job-4.1.log", "job-5.1.json", "job-5.1.log", "machine.boot",
+        "worker.lock"]
+    # The first worker process found the directory new (it cannot tell what a restart of the
+    # machine took); the second, the same start of the machine: its records are all there.
+    assert cluster.registers[0].machine_restarted
+    assert not cluster.registers[-1].machine_restarted
 
 
 async def test_a_worker_killed_with_signal_9_takes_its_job_and_its_next_process_says_so(tmp_path):

@@ -33,7 +33,10 @@ class Register:
     its jobs by it). ``containment``: how it kills all that a job or GPU task started
     (``cgroup``, ``subreaper``; "" from a worker that does not say). ``devices``: the indices
     behind its ``GPU`` resource (their memory in ``gpus``; none: abstract, 0 to N-1);
-    ``running_gpus``: the devices of each running task that holds some, by key."""
+    ``running_gpus``: the devices of each running task that holds some, by key.
+    ``machine_restarted``: its machine has started again since its job directory was last
+    used (or it cannot tell): a record not yet on the disk may be gone, so an attempt it does
+    not list may have started."""
 
     name: str
     address: str
@@ -51,6 +54,7 @@ class Register:
     containment: str = ""
     devices: tuple[int, ...] = ()
     running_gpus: dict = field(default_factory=dict)
+    machine_restarted: bool = False
 
 
 @op("registered")

@@ -33,10 +33,14 @@ class GroupCommit:
 
     def __init__(self, journal: Journal | None, carry_out: Callable[[Any], None],
                  fail: Callable[[str], None], committed: Callable[[float, int], None],
-                 spawn: Callable[[Coroutine], asyncio.Task | None]):
+                 spawn: Callable[[Coroutine], asyncio.Task | None],
+                 urgent: Callable[[Any], bool] = lambda action: False):
         self.journal = journal
         self.failpoints = Failpoints()
         self._carry_out, self._fail, self._timed = carry_out, fail, committed
+        #: Which actions of a commit go first: what a worker waits for to start a job (a
+        #: client only hears of it). Each connection still gets its own ops in order.
+        self._urgent = urgent
         #: Starts a commit in the scheduler's task group; None once the scheduler is stopping.
         self._spawn = spawn
         #: Batches of actions waiting for a journal commit (None: none is pending), in order.
@@ -98,8 +102,10 @@ class GroupCommit:
                 for cause, name in _AFTER_COMMIT:
                     if cause in causes:
                         reached(name)
-            for actions in batches:
-                for action in actions:
-                    if type(action) is not act.JournalWrite:
-                        self._carry_out(action)
+            urgent = self._urgent
+            for first in (True, False):
+                for actions in batches:
+                    for action in actions:
+                        if type(action) is not act.JournalWrite and urgent(action) is first:
+                            self._carry_out(action)
         self._held = None

@@ -64,6 +64,8 @@ class WorkerJoined:
     how it kills what its jobs and GPU tasks start (shown, not used); ``devices``: the indices
     behind its ``GPU`` resource (none: abstract, 0 to N-1), their memory in ``gpus``;
     ``running_gpus``: the devices each running task holds, by key (a peer's: checked on use).
+    ``machine_restarted``: the worker's records may have lost attempts that started (its
+    machine started again since they were written): one it does not list is lost, not put back.
     """
 
     address: str
@@ -79,6 +81,7 @@ class WorkerJoined:
     containment: str = ""
     devices: tuple[int, ...] = ()
     running_gpus: Mapping[str, Any] = field(default_factory=dict)
+    machine_restarted: bool = False
     now: float
 
 

@@ -62,8 +62,10 @@ class JobRecovery:
 
     # -- a worker comes back ------------------------------------------------------------------
 
-    def worker_joined(self, w: WorkerInfo, attempts: Iterable[Mapping]) -> None:
-        """``w`` registered, listing the attempts it knows: settle the jobs on it."""
+    def worker_joined(self, w: WorkerInfo, attempts: Iterable[Mapping],
+                      machine_restarted: bool = False) -> None:
+        """``w`` registered, listing the attempts it knows (all it was sent and started,
+        unless its ``machine_restarted``): settle the jobs on it."""
         book, out = self.book, self.out
         reports = []
         for wire in attempts:
@@ -76,7 +78,7 @@ class JobRecovery:
                 reports.append(report)
         expected = list(book.on_worker.get(w.name, ()))
         acks = []
-        for d in rc.reconcile(book.jobs, w.name, reports, expected):
+        for d in rc.reconcile(book.jobs, w.name, reports, expected, machine_restarted):
             kind = type(d)
             if kind is rc.Kill:
                 out.log(WARNING, "Stopping %s on worker %s: %s", d.key, w.name, d.why)
@@ -103,7 +105,8 @@ class JobRecovery:
                     book.requeue(job, f"attempt {job.attempt} never started on {w.name}; "
                                       "queued again")
             else:
-                why = f"worker {w.name} came back without it"
+                why = f"worker {w.name} came back without it" + (
+                    " (its machine had restarted)" if machine_restarted else "")
                 out.attempt(attemptrows.lost(job, why, w))
                 book.attempt_lost(job, why)
         if acks:

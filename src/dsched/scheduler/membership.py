@@ -88,7 +88,7 @@ class Membership:
             self._explain_crash(e.name, e.previous_exit)
         if e.held or e.running:
             self._reconcile(w, e.held, e.running, e.running_gpus)
-        self.jobs.worker_joined(w, e.attempts)
+        self.jobs.worker_joined(w, e.attempts, e.machine_restarted)
         self.placer.reasons.refresh()
 
     def _explain_crash(self, name: str, how: str) -> None:

@@ -71,7 +71,8 @@ def joined(o: ops.Register, now: float) -> ev.WorkerJoined:
         address=o.address, name=o.name or o.address, nthreads=o.nthreads,
         resources=o.resources, gpus=o.gpus, held=tuple(o.held.items()), running=o.running,
         previous_exit=o.previous_exit, attempts=o.attempts, job_lease=o.job_lease,
-        containment=o.containment, devices=o.devices, running_gpus=o.running_gpus, now=now)
+        containment=o.containment, devices=o.devices, running_gpus=o.running_gpus,
+        machine_restarted=o.machine_restarted, now=now)
 
 
 # -- actions, as ops to send ------------------------------------------------------------------

@@ -63,7 +63,8 @@ class PutBack:
 
 @dataclass(frozen=True)
 class Vanished:
-    """The job's attempt had started on the worker, which no longer knows of it."""
+    """The job's attempt had started on the worker, or may have (its machine restarted), and
+    the worker no longer knows of it."""
 
     job: int
 
@@ -73,10 +74,13 @@ Report = Union[ops.AttemptStarted, ops.AttemptEnded]
 
 
 def reconcile(jobs: Mapping[int, Job], worker: str, reports: Iterable[Report],
-              expected: Iterable[int]) -> list[Decision]:
+              expected: Iterable[int], machine_restarted: bool = False) -> list[Decision]:
     """What to do about the worker named ``worker``, which reports ``reports``, given the job
     book ``jobs`` and the ids of the jobs it believes are on that worker (``expected``); in the
-    order of the reports, then the expected jobs the worker did not report."""
+    order of the reports, then the expected jobs the worker did not report. A worker does not
+    wait for the disk to record an attempt (no fsync per job), so one whose
+    ``machine_restarted`` may have lost the record of an attempt that started: an expected job
+    it does not report is then given up on, as one known to have started."""
     decisions: list[Decision] = []
     reported: set[int] = set()
     for report in reports:
@@ -101,5 +105,6 @@ def reconcile(jobs: Mapping[int, Job], worker: str, reports: Iterable[Report],
         job = jobs[job_id]
         if job_id in reported or job.state not in ON_WORKER or job.worker != worker:
             continue
-        decisions.append(Vanished(job_id) if job.started else PutBack(job_id))
+        decisions.append(Vanished(job_id) if job.started or machine_restarted
+                         else PutBack(job_id))
     return decisions

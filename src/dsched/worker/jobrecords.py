@@ -1,13 +1,18 @@
 """A worker's job directory on disk: one record and one log per job attempt it started.
 
-``job-<id>.<attempt>.json`` says what the attempt runs, its devices and log, and, once its
-supervisor has spawned it, its pid and start time, and once it has ended, its AttemptEnded as on
-the wire. Records are replaced atomically (write, fsync, rename, fsync the directory), so a
-reader finds the old one or the new one, never half of either. ``job-<id>.<attempt>.log`` holds
-the job's output; it stays after the record is forgotten. The supervisor of a running attempt
-holds an exclusive ``flock`` on its log file (taken by the worker before it starts the
-supervisor), so a worker process that starts can tell a live supervisor from a dead one without
-trusting a pid. The worker process itself holds one on ``worker.lock`` for as long as it lives
+``job-<id>.<attempt>.json`` says what the attempt runs, its devices and log (a line written by
+the worker before it asks for a supervisor), then, once its supervisor has spawned it, its pid
+and start time, and once it has ended, its AttemptEnded as on the wire (lines the supervisor
+appends, each in one write: a reader finds a line whole or passes over it). No temporary files,
+no renames, no fsync: a job's records cost it no wait for the disk. They survive every process
+of the worker but not a restart of the machine: ``machine.boot`` says which start of the machine
+last opened the directory, and a worker that finds another tells the scheduler, which then
+counts an attempt the worker does not list as one that may have run (``reconcile``).
+
+``job-<id>.<attempt>.log`` holds the job's output; it stays after the record is forgotten. The
+supervisor of a running attempt holds an exclusive ``flock`` on its log file (taken by the
+worker before it starts the supervisor), so a worker process that starts can tell a live
+supervisor from a dead one without trusting a pid. The worker process itself holds one on ``worker.lock`` for as long as it lives
 (``dirlock``, the pid and address of the holder written in it): two worker processes never share
 a job directory. The directory is private to the worker's user: made mode 0700, and refused at
 start when another user owns it or others may write to it (a planted record would be run).
@@ -25,7 +30,6 @@ import logging
 import os
 import re
 import stat
-import tempfile
 import time
 
 from ..dirlock import LockHeld, take
@@ -83,35 +87,99 @@ def new_record(key: str, job: dict, gpus: tuple[int, ...], log: str, worker: str
             "pid": None, "started": None, "ended": None}
 
 
-def write_record(path: str, record: dict, durable: bool = True) -> None:
-    """Replace the record at ``path`` atomically; ``durable``: on the disk when it returns
-    (it survives the machine), else in the page cache (it survives this process, and every
-    process of the worker, but not a power loss)."""
-    directory = os.path.dirname(path)
-    fd, temporary = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=directory)
+def write_record(path: str, record: dict) -> None:
+    """Write the record at ``path`` afresh: one line of JSON. Records live in the page cache:
+    they survive this process, and every process of the worker, but not a restart of the
+    machine, which the worker then tells the scheduler (``machine_restarted``). A job's
+    records cost it no wait for the disk (the scheduler's journal holds what must survive the
+    machine)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        with os.fdopen(fd, "w") as file:
-            json.dump(record, file)
-            if durable:
-                file.flush()
-                os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-    if durable:
-        _sync_directory(directory)
+        os.write(fd, _line(record))
+    finally:
+        os.close(fd)
+
+
+def add_to_record(path: str, fields: dict) -> None:
+    """Add ``fields`` to the record at ``path`` (its pid and start, its outcome): a line
+    appended, in one write, which a reader finds whole or not at all. A record forgotten
+    already (the scheduler has the outcome) stays forgotten: nothing is written."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        os.write(fd, _line(fields))
+    finally:
+        os.close(fd)
+
+
+def _line(fields: dict) -> bytes:
+    return json.dumps(fields, separators=(",", ":")).encode() + b"\n"
+
+
+#: Where Linux says which start of the machine this is (a new random id at each boot).
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+#: The boot id of the machine when a worker process last opened the directory.
+BOOT_NAME = "machine.boot"
+
+
+def machine_restarted(directory: str) -> bool:
+    """Whether the machine has started again since a scheduler last heard a worker of
+    ``directory`` say so (``mark_boot``); True where that cannot be told (no boot id, a
+    directory never marked). Records are written without waiting for the disk, so after a
+    restart of the machine the record of an attempt may be missing."""
+    boot = _boot()
+    try:
+        with open(os.path.join(directory, BOOT_NAME)) as file:
+            return not boot or file.read().strip() != boot
+    except OSError:
+        return True
+
+
+def mark_boot(directory: str) -> None:
+    """A scheduler has heard that the machine restarted (or that it did not): mark the
+    directory with this start of the machine, on the disk. Not before: a worker process that
+    ends before it is heard leaves the next one to say it again. A mark cut short by a crash
+    names no start, and so counts as a restart, which is safe."""
+    boot = _boot()
+    if not boot:
+        return
+    path = os.path.join(directory, BOOT_NAME)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, boot.encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _sync_directory(directory)
+
+
+def _boot() -> str:
+    """This start of the machine's id ("" where the system does not say)."""
+    try:
+        with open(BOOT_ID) as file:
+            return file.read().strip()
+    except OSError:
+        return ""
 
 
 def read_record(path: str) -> dict:
-    """The record at ``path``; OSError or ValueError (not JSON, or not a record) if none."""
-    with open(path) as file:
-        record = json.load(file)
+    """The record at ``path``: its first line, updated by each line added since (a line
+    that is not whole, cut short by a crash as it was written, is passed over); OSError or
+    ValueError (not JSON, or not a record) if none."""
+    with open(path, "rb") as file:
+        lines = file.read().split(b"\n")
+    record = json.loads(lines[0])
     if not isinstance(record, dict) or parse_job_key(record.get("key", "")) is None:
         raise ValueError(f"{path} is not a job attempt record")
+    for line in lines[1:]:
+        try:
+            fields = json.loads(line) if line else None
+        except ValueError:
+            continue
+        if isinstance(fields, dict):
+            record.update(fields)
     return record
 
 
@@ -259,7 +327,7 @@ def recover(directory: str, wait: float) -> list[AttemptEnded]:
                 record["key"], "lost", None,
                 DIED_WHILE_RUNNING if record.get("pid") else DIED_WHILE_STARTING,
                 record["log"], record.get("started"), time.time())
-            write_record(path, {**record, "ended": ended.to_wire()})
+            add_to_record(path, {"ended": ended.to_wire()})
         found.append(ended)
     return found
 

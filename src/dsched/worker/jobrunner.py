@@ -32,8 +32,8 @@ from .actions import IDLE, SHUTDOWN, StartJob
 from .gpufaults import FAULT
 from .spawnerclient import Spawner
 from .jobrecords import (
-    ended_of, lock_directory, log_path, new_record, open_locked_log, read_log, read_record,
-    record_path, recover, remove_record, write_record,
+    add_to_record, ended_of, lock_directory, log_path, machine_restarted, mark_boot, new_record,
+    open_locked_log, read_log, read_record, record_path, recover, remove_record, write_record,
 )
 from .lifeline import describe_exit
 
@@ -67,6 +67,9 @@ class JobRunner:
         self._spawner = Spawner(None if env is None else dict(env))
         self._orders: dict[str, str] = {}  # a stop given before its supervisor was started
         self.lease_until = 0.0
+        #: Whether the machine started again since a scheduler last heard so (``open``): said
+        #: to the scheduler until a session with it has opened (``restart_heard``).
+        self.machine_restarted = True
         #: The worker's mode (set once it is known): a cgroup for each attempt, or none.
         self.containment = containment.Containment(containment.SUBREAPER)
 
@@ -74,6 +77,7 @@ class JobRunner:
         """Lock the job directory (OSError if that cannot be done; ``holder``: who this process
         is, for the lock file) and recover what is there."""
         self._lock_fd = await asyncio.to_thread(lock_directory, self.directory, holder)
+        self.machine_restarted = await asyncio.to_thread(machine_restarted, self.directory)
         await self._spawner.start()
         found = await asyncio.to_thread(recover, self.directory, RECOVERY_WAIT)
         if found:
@@ -93,8 +97,8 @@ class JobRunner:
         key = start.key
         record, log = record_path(self.directory, key), log_path(self.directory, key)
         self.lease_until = max(self.lease_until, start.lease_until)
-        try:
-            lock_fd = await asyncio.to_thread(self._record, record, log, start)
+        try:  # in the page cache: a write, no wait for the disk (``jobrecords``)
+            lock_fd = self._record(record, log, start)
         except OSError as error:
             return self._cannot_start(key, log, f"cannot record it in {self.directory}: "
                                                 f"{error.strerror or error}")
@@ -136,7 +140,9 @@ class JobRunner:
         code = await process.wait()
         del self._supervisors[key]
         self._spawner.forget(record)
-        if cgroup:  # gone already, unless the supervisor was killed or could not finish
+        # Gone already, unless the supervisor was killed or could not finish: then it may take
+        # waiting for what is left in it to die.
+        if cgroup and os.path.isdir(cgroup):
             await asyncio.to_thread(cgroups.remove_cgroup, cgroup)
         if not ended:
             self._tell_state(await asyncio.to_thread(self._supervisor_died, key, record, code))
@@ -149,9 +155,11 @@ class JobRunner:
             self._tell(key, self._orders[key])
 
     def _record(self, record: str, log: str, start: StartJob) -> int:
-        # On the disk before the spawn: after a power loss of this host the worker finds it,
-        # and the scheduler then knows the attempt may have run (lost, never run again), where
-        # a record in the page cache only would be gone and the attempt queued again.
+        # Here before the supervisor is asked for: a worker process that starts after this one
+        # died finds it, whatever the supervisor did; the scheduler then knows the attempt may
+        # have run (lost, never run again). Where the machine restarted, it may be gone: the
+        # worker says so when it registers (``machine_restarted``), and the scheduler then
+        # counts every attempt it does not list as one that may have run.
         write_record(record, new_record(start.key, dict(start.job), start.gpus, log,
                                         self.worker_name))
         return open_locked_log(log)
@@ -184,7 +192,7 @@ class JobRunner:
                                  written.get("started"), time.time())
         logger.warning("Job attempt %s: %s", key, ended.error)
         try:
-            write_record(record, {**written, "ended": ended.to_wire()})
+            add_to_record(record, {"ended": ended.to_wire()})
         except (OSError, KeyError, TypeError) as error:
             logger.warning("Cannot record how %s ended: %s", key, error)
         return ended
@@ -194,7 +202,7 @@ class JobRunner:
                                  time.time())
         if record is not None:
             try:
-                write_record(record, {**read_record(record), "ended": ended.to_wire()})
+                add_to_record(record, {"ended": ended.to_wire()})
             except (OSError, ValueError) as error:
                 logger.warning("Cannot record how %s ended: %s", key, error)
         self._tell_state(ended)
@@ -233,8 +241,28 @@ class JobRunner:
         process.stdin.write(line.encode() + b"\n")
         return True
 
-    async def forget(self, key: str) -> None:
-        await asyncio.to_thread(remove_record, self.directory, key)
+    def forget(self, key: str) -> None:
+        """The scheduler has the end of ``key``: its record goes (an unlink, no wait for the
+        disk). Its supervisor may still be writing the end it told: a line added to a record
+        forgotten is not written (``add_to_record``)."""
+        remove_record(self.directory, key)
+
+    def restart_heard(self) -> None:
+        """A scheduler has heard ``machine_restarted``: not said again by this process, and
+        the directory marked for this start of the machine (off the loop: it waits for the
+        disk), so the next process does not say it either."""
+        if not self.machine_restarted:
+            return
+        self.machine_restarted = False
+
+        def mark() -> None:
+            try:
+                mark_boot(self.directory)
+            except OSError as error:  # the next worker process says it again: safe
+                logger.warning("Cannot mark the job directory %s with this start of the "
+                               "machine: %s", self.directory, error.strerror or error)
+
+        asyncio.get_running_loop().run_in_executor(None, mark)
 
     # -- logs ---------------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ from ..gpu_ids import task_environment
 from ..jobs import parse_job_key
 from ..protocol.ops import AttemptEnded, AttemptStarted
 from . import cgroups, containment
-from .jobrecords import read_record, write_record
+from .jobrecords import add_to_record, read_record
 from .jobguard import Prepared
 from .lifeline import describe_exit
 
@@ -148,9 +148,8 @@ class Supervision:
             return self._end("failed", None, f"cannot start: {problem}")
         started = self.started
         self.record.update(pid=self.process.pid, started=started)
-        # For a worker process that starts again (the job is then lost, with its start time):
-        # in the page cache is enough, as for the first record. The outcome, below, is synced.
-        write_record(self.path, self.record, durable=False)
+        # For a worker process that starts again (the job is then lost, with its start time).
+        add_to_record(self.path, {"pid": self.process.pid, "started": started})
         self._tell(AttemptStarted(self.key, self.process.pid, self.log,
                                   tuple(self.record["gpus"]), started))
         if self.spawned is not None:
@@ -336,9 +335,12 @@ class Supervision:
     def _end(self, outcome: str, returncode: int | None, error: str,
              started: float | None = None) -> None:
         ended = AttemptEnded(self.key, outcome, returncode, error, self.log, started, time.time())
-        self.record["ended"] = ended.to_wire()
-        write_record(self.path, self.record)
+        # Told first, recorded after: the worker passes it on meanwhile. A record the worker
+        # forgot meanwhile (the scheduler has the end) is not written again (``add_to_record``);
+        # a worker process that starts afresh meanwhile waits for it while the log is locked.
         self._tell(ended)
+        self.record["ended"] = ended.to_wire()
+        add_to_record(self.path, {"ended": self.record["ended"]})
 
     def _note(self, text: str) -> None:
         """A line of dsched's own in the job's log, where its user will look."""

@@ -308,9 +308,10 @@ class Worker:
             running_gpus={task.key: list(task.gpus) for task in snapshot.running if task.gpus},
             attempts=tuple(attempt.to_wire() for attempt in snapshot.attempts),
             job_lease=self.state.policy.job_lease, containment=self.containment.mode,
-            devices=self.state.ledger.devices)
+            devices=self.state.ledger.devices, machine_restarted=self.jobs.machine_restarted)
 
     def _session_opened(self) -> None:
+        self.jobs.restart_heard()  # the scheduler has settled what may be missing
         self._handle(ev.SessionOpened(self._register_sent))
 
     def _on_op(self, op: Any) -> None:
@@ -359,7 +360,7 @@ class Worker:
             elif kind is act.KillJob:
                 self.jobs.kill(action.key, action.why, action.reason)
             elif kind is act.ForgetAttempt:
-                self._spawn(self.jobs.forget(action.key))
+                self.jobs.forget(action.key)
             elif kind is act.EndUnstartedJob:
                 # Stamped here, where there is a clock; handled after this batch of actions.
                 ended = ops.AttemptEnded(action.key, action.outcome, None, action.error,

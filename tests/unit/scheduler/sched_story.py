@@ -126,11 +126,12 @@ class JobStory(Story):
 
     def worker(self, name: str, nthreads: int = 1, resources: str | None = None,
                attempts: tuple = (), job_lease: float = 100.0,
-               memory: tuple[float, ...] = ()) -> list:
+               memory: tuple[float, ...] = (), machine_restarted: bool = False) -> list:
         return self(ev.WorkerJoined(address=addr(name), name=name, nthreads=nthreads,
                                     resources=Resources.parse(resources), now=self.now,
                                     attempts=tuple(a.to_wire() for a in attempts),
-                                    job_lease=job_lease, **gpu_memory(memory)))
+                                    job_lease=job_lease, machine_restarted=machine_restarted,
+                                    **gpu_memory(memory)))
 
     def jobs(self, *specs, client: str = "c", request: int = 1, watch: bool = False) -> list:
         return self(ev.JobsSubmitted(client=client, request=request, jobs=specs, at=1000.0,

@@ -83,6 +83,25 @@ def test_a_worker_that_returns_without_a_started_job_loses_it_and_one_never_star
     assert started(actions) == [("job-2.2", "w1")]
 
 
+def test_a_worker_whose_machine_restarted_loses_even_a_job_it_was_only_sent():
+    """Its records were in the page cache: the one of an attempt that started may be gone, so
+    an attempt it does not list may have run, and is never run again."""
+    s = JobStory()
+    s.worker("w1", nthreads=2)
+    s.jobs(job(), job())
+    s.start("job-1.1")  # job 2 was sent, its start not heard
+    s.leave("w1")
+    actions = s.worker("w1", nthreads=2, machine_restarted=True)
+    assert s.states() == {1: "lost", 2: "lost"} and started(actions) == []
+    assert "its machine had restarted" in s.job(2).detail
+    # With --requeue, it runs again, as any lost job does.
+    s = JobStory()
+    s.worker("w1")
+    s.jobs(job(requeue=True))
+    s.leave("w1")
+    assert started(s.worker("w1", machine_restarted=True)) == [("job-1.2", "w1")]
+
+
 def test_a_job_sent_to_a_worker_that_never_returns_may_have_started_so_it_is_lost():
     s = JobStory(lease_margin=10.0)
     s.worker("w1", job_lease=100.0)
@@ -205,6 +224,10 @@ def test_reconcile_is_a_pure_decision_over_the_journal_and_the_report():
     assert reconcile(jobs, "w1", [ended("job-1.1")], expected=[1]) == [
         Record(1, ended("job-1.1"))]
     assert reconcile(jobs, "w1", [], expected=[1]) == [Vanished(1)]
+    # A worker whose machine restarted may have lost the record of an attempt it started: one
+    # it does not list is given up on even where its start was never heard (never run twice).
+    assert reconcile(jobs, "w1", [running("job-1.1")], expected=[1, 2],
+                     machine_restarted=True) == [Adopt(1, running("job-1.1")), Vanished(2)]
     assert reconcile(jobs, "w2", [running("job-1.1")], expected=[]) == [
         Kill("job-1.1", "it is not the current attempt of job 1")]
 

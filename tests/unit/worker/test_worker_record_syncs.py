@@ -1,20 +1,23 @@
-"""Which record writes wait for the disk (issue 20): the record before the spawn and the
-outcome, no other.
+"""Which writes of the job directory wait for the disk (issue 20): none per job.
 
-The record written before the spawn must outlive the machine (a worker that comes back after a
-power loss reports the attempt as one that may have started, never lets it run again); so must
-the outcome, before the worker reports it. The record with the pid need only outlive the
-worker process (without it the attempt is still one that may have started); a forgotten
-record may come back after a power loss (it is reported and acknowledged again).
+A job's records (before the spawn, with the pid, the outcome) are replaced atomically in the
+page cache: they survive every process of the worker, and cost a job no fsync. What a restart
+of the machine may take is covered by ``machine.boot``, written to the disk once per start of
+the machine: a worker that finds another start there tells the scheduler, which then gives up
+on any attempt the worker does not list, never runs it again (``reconcile``).
 """
 
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
+
+import pytest
 
 from dsched.worker import jobrecords
-from dsched.worker.jobrecords import new_record, read_record, record_path, remove_record, write_record
+from dsched.worker.jobrecords import (
+    BOOT_NAME, machine_restarted, mark_boot, new_record, read_record, record_path,
+    remove_record, write_record,
+)
 
 
 def counting(monkeypatch) -> list:
@@ -24,21 +27,13 @@ def counting(monkeypatch) -> list:
     return synced
 
 
-def test_a_record_not_asked_to_be_durable_is_replaced_atomically_without_a_sync(tmp_path,
-                                                                               monkeypatch):
-    synced = counting(monkeypatch)
-    path = record_path(str(tmp_path), "job-1.1")
-    write_record(path, new_record("job-1.1", {"command": ["true"]}, (), "log", "w"),
-                 durable=False)
-    assert synced == [] and read_record(path)["key"] == "job-1.1"
-    assert os.listdir(tmp_path) == ["job-1.1.json"]  # no temporary file left
-
-
-def test_a_durable_record_syncs_the_file_and_its_directory(tmp_path, monkeypatch):
+def test_a_record_is_replaced_atomically_without_a_sync(tmp_path, monkeypatch):
     synced = counting(monkeypatch)
     path = record_path(str(tmp_path), "job-1.1")
     write_record(path, new_record("job-1.1", {"command": ["true"]}, (), "log", "w"))
-    assert len(synced) == 2
+    write_record(path, {**read_record(path), "pid": 7})
+    assert synced == [] and read_record(path)["pid"] == 7
+    assert os.listdir(tmp_path) == ["job-1.1.json"]  # no temporary file left
 
 
 def test_forgetting_a_record_does_not_wait_for_the_disk(tmp_path, monkeypatch):
@@ -49,15 +44,78 @@ def test_forgetting_a_record_does_not_wait_for_the_disk(tmp_path, monkeypatch):
     assert synced == [] and not os.path.exists(path)
 
 
-def test_the_record_written_before_a_spawn_waits_for_the_disk(tmp_path, monkeypatch):
-    from dsched.worker import jobrunner
+@pytest.fixture
+def boot(tmp_path, monkeypatch):
+    """This machine's boot id, in a file the test may change (a restart of the machine)."""
+    path = tmp_path / "boot_id"
+    path.write_text("first-boot\n")
+    monkeypatch.setattr(jobrecords, "BOOT_ID", str(path))
+    return path
 
-    durable: list = []
-    monkeypatch.setattr(jobrunner, "write_record",
-                        lambda path, record, durable_=True, **kw: durable.append(
-                            kw.get("durable", durable_)))
-    monkeypatch.setattr(jobrunner, "open_locked_log", lambda log: -1)
-    start = SimpleNamespace(key="job-1.1", job={"command": ["true"]}, gpus=())
-    jobrunner.JobRunner._record(SimpleNamespace(worker_name="w"), str(tmp_path / "r.json"),
-                                "log", start)
-    assert durable == [True]
+
+def test_a_restart_of_the_machine_is_said_until_a_scheduler_has_heard_it(tmp_path, boot,
+                                                                          monkeypatch):
+    directory = tmp_path / "jobs"
+    directory.mkdir()
+    # Never marked: nothing tells what a restart may have taken.
+    assert machine_restarted(str(directory)) and machine_restarted(str(directory))
+    synced = counting(monkeypatch)
+    mark_boot(str(directory))  # a scheduler heard it
+    assert (directory / BOOT_NAME).read_text() == "first-boot\n"
+    assert len(synced) == 2  # the mark and its directory: on the disk
+    # Another worker process, the same start of the machine: its records are all there.
+    assert not machine_restarted(str(directory))
+    boot.write_text("second-boot\n")
+    assert machine_restarted(str(directory))
+    # A worker process that ended before a scheduler heard it: the next one says it again.
+    assert machine_restarted(str(directory))
+    mark_boot(str(directory))
+    assert not machine_restarted(str(directory))
+
+
+def test_a_machine_that_does_not_say_its_start_counts_as_restarted(tmp_path, monkeypatch):
+    monkeypatch.setattr(jobrecords, "BOOT_ID", str(tmp_path / "none"))
+    mark_boot(str(tmp_path))
+    assert machine_restarted(str(tmp_path)) and not (tmp_path / BOOT_NAME).exists()
+
+
+def test_the_mark_is_no_record_and_recovery_passes_over_it(tmp_path, boot):
+    mark_boot(str(tmp_path))
+    assert jobrecords.recover(str(tmp_path), 0.0) == []
+    assert (tmp_path / BOOT_NAME).exists()
+
+
+def test_a_supervisor_tells_the_end_before_it_writes_it_to_the_record(tmp_path, monkeypatch):
+    """The worker passes the end on while the record is written; the supervisor exits only
+    once it is written (``run`` returns after ``_end``)."""
+    from dsched.worker import jobsupervisor
+
+    path = record_path(str(tmp_path), "job-1.1")
+    write_record(path, new_record("job-1.1", {"command": ["true"]}, (), "log", "w"))
+    done: list = []
+    monkeypatch.setattr(jobsupervisor.Supervision, "_tell",
+                        staticmethod(lambda op: done.append(("told", read_record(path)["ended"]))))
+    supervision = jobsupervisor.Supervision(path, read_record(path), 1.0, 0.0)
+    supervision._end("completed", 0, "", 5.0)
+    assert done == [("told", None)]
+    assert read_record(path)["ended"]["outcome"] == "completed"
+
+
+def test_an_end_written_after_its_record_was_forgotten_does_not_bring_it_back(tmp_path):
+    """The scheduler may acknowledge an end, and the worker forget its record, before the
+    supervisor (which told the end first) has written it: the record stays forgotten."""
+    path = record_path(str(tmp_path), "job-1.1")
+    write_record(path, new_record("job-1.1", {"command": ["true"]}, (), "log", "w"))
+    remove_record(str(tmp_path), "job-1.1")
+    jobrecords.add_to_record(path, {"ended": {"outcome": "completed"}})
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_line_cut_short_by_a_crash_is_passed_over(tmp_path):
+    path = record_path(str(tmp_path), "job-1.1")
+    write_record(path, new_record("job-1.1", {"command": ["true"]}, (), "log", "w"))
+    jobrecords.add_to_record(path, {"pid": 7, "started": 5.0})
+    with open(path, "ab") as file:
+        file.write(b'{"ended":{"op":"attem')  # the supervisor died as it wrote
+    record = read_record(path)
+    assert (record["pid"], record["started"], record["ended"]) == (7, 5.0, None)
