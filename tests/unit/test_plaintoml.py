@@ -82,7 +82,7 @@ LINE = st.one_of(
 )
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(VALUE)
 @example("10.0.0.5:8786")
 @example("sched-head:8786")
@@ -99,7 +99,7 @@ def test_a_value_reads_as_tomllib_reads_it(text):
     assert typed(config.parse_literal(text)) == typed(text if theirs is REFUSED else theirs)
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.one_of(st.lists(LINE, max_size=8), st.lists(PLAIN_LINE, max_size=8)))
 def test_a_document_reads_as_tomllib_reads_it(lines):
     text = "\n".join(lines)
