@@ -34,9 +34,9 @@ class Register:
     (``cgroup``, ``subreaper``; "" from a worker that does not say). ``devices``: the indices
     behind its ``GPU`` resource (their memory in ``gpus``; none: abstract, 0 to N-1);
     ``running_gpus``: the devices of each running task that holds some, by key.
-    ``machine_restarted``: its machine has started again since its job directory was last
-    used (or it cannot tell): a record not yet on the disk may be gone, so an attempt it does
-    not list may have started."""
+    ``machine_restarted``: its machine has started again since a scheduler last heard from
+    its job directory's worker (or it cannot tell): a record not yet on the disk may be gone,
+    so an attempt it does not list may have started."""
 
     name: str
     address: str

@@ -5,17 +5,19 @@ the worker before it asks for a supervisor), then, once its supervisor has spawn
 and start time, and once it has ended, its AttemptEnded as on the wire (lines the supervisor
 appends, each in one write: a reader finds a line whole or passes over it). No temporary files,
 no renames, no fsync: a job's records cost it no wait for the disk. They survive every process
-of the worker but not a restart of the machine: ``machine.boot`` says which start of the machine
-last opened the directory, and a worker that finds another tells the scheduler, which then
-counts an attempt the worker does not list as one that may have run (``reconcile``).
+of the worker but not a restart of the machine: ``machine.boot`` names the start of the machine
+that a scheduler last heard of from this directory's worker, and a worker that finds another
+tells the scheduler, which then counts an attempt the worker does not list as one that may have
+run (``reconcile``).
 
 ``job-<id>.<attempt>.log`` holds the job's output; it stays after the record is forgotten. The
 supervisor of a running attempt holds an exclusive ``flock`` on its log file (taken by the
 worker before it starts the supervisor), so a worker process that starts can tell a live
-supervisor from a dead one without trusting a pid. The worker process itself holds one on ``worker.lock`` for as long as it lives
-(``dirlock``, the pid and address of the holder written in it): two worker processes never share
-a job directory. The directory is private to the worker's user: made mode 0700, and refused at
-start when another user owns it or others may write to it (a planted record would be run).
+supervisor from a dead one without trusting a pid. The worker process itself holds one on
+``worker.lock`` for as long as it lives (``dirlock``, the pid and address of the holder written
+in it): two worker processes never share a job directory. The directory is private to the
+worker's user: made mode 0700, and refused at start when another user owns it or others may
+write to it (a planted record would be run).
 
 Only keys made by ``dsched.jobs.job_key`` become file names; nothing here decides what to run or
 what to report (``WorkerState`` does). Light to import: the job supervisor imports it.
@@ -120,7 +122,7 @@ def _line(fields: dict) -> bytes:
 
 #: Where Linux says which start of the machine this is (a new random id at each boot).
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-#: The boot id of the machine when a worker process last opened the directory.
+#: The boot id a scheduler last heard of from the directory's worker (``mark_boot``).
 BOOT_NAME = "machine.boot"
 
 
