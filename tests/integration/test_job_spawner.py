@@ -169,8 +169,12 @@ from dsched.worker import jobsupervisor, sparesupervisor
 from dsched.worker.jobrecords import new_record, open_locked_log, write_record
 
 directory, first = sys.argv[1], sys.argv[2]
-if first == "crash":  # the supervisor fails while its job runs
+if first == "crash":  # the supervisor fails while its job runs (once it has written its pid)
     def crash(self, spawned):
+        written = os.path.join(directory, "pid")
+        deadline = time.monotonic() + 10
+        while not os.path.exists(written) and time.monotonic() < deadline:
+            time.sleep(0.01)
         raise RuntimeError("a supervisor's error, made by the test")
     jobsupervisor.Supervision._watch = crash
 ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
