@@ -22,6 +22,7 @@ from typing import Any, Callable, Coroutine
 from . import actions as act
 from .failpoints import Failpoints
 from .journal import Journal
+from .optables import TO_WORKER
 
 #: Where a cause's commit is the crash tests' failpoint, after it is durable.
 _AFTER_COMMIT = (("submit", "after-submit-commit"), ("dispatch", "after-dispatch-commit"),
@@ -34,12 +35,12 @@ class GroupCommit:
     def __init__(self, journal: Journal | None, carry_out: Callable[[Any], None],
                  fail: Callable[[str], None], committed: Callable[[float, int], None],
                  spawn: Callable[[Coroutine], asyncio.Task | None],
-                 urgent: Callable[[Any], bool] = lambda action: False):
+                 urgent: Callable[[Any], bool] = lambda action: type(action) in TO_WORKER):
         self.journal = journal
         self.failpoints = Failpoints()
         self._carry_out, self._fail, self._timed = carry_out, fail, committed
-        #: Which actions of a commit go first: what a worker waits for to start a job (a
-        #: client only hears of it). Each connection still gets its own ops in order.
+        #: Which actions of a commit go first: the ops to workers, what a worker waits for to
+        #: start a job (a client only hears of it). Each connection still gets its ops in order.
         self._urgent = urgent
         #: Starts a commit in the scheduler's task group; None once the scheduler is stopping.
         self._spawn = spawn

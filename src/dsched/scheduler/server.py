@@ -59,8 +59,7 @@ class Scheduler:
         self.journal = journal
         self.commits = GroupCommit(
             journal, self._carry_out, self._fail, self._committed,
-            spawn=lambda commit: self._spawn(commit, "carrying out a journal commit"),
-            urgent=lambda action: type(action) in TO_WORKER)
+            spawn=lambda commit: self._spawn(commit, "carrying out a journal commit"))
         self._log = PacedLog(logger)
         #: Where history queries run, one after another, off the event loop.
         self._history_thread = ThreadPoolExecutor(1, thread_name_prefix="sched-history")

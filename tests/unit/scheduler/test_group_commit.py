@@ -35,3 +35,11 @@ async def test_once_committed_a_workers_ops_go_first_each_kind_in_order():
     assert done == ["worker: ack 1", "worker: start 2", "worker: start 3",
                     "client: job 1 ended", "client: job 2 started"]
     commits.close()
+
+
+def test_what_goes_first_by_default_is_every_op_to_a_worker():
+    commits = GroupCommit(Journal(), lambda action: None, fail=lambda why: None,
+                          committed=lambda seconds, rows: None, spawn=lambda commit: None)
+    assert commits._urgent(act.SendAttemptAck(worker="tcp://w1", keys=("job-1.1",)))
+    assert not commits._urgent(act.TellJobEnded(clients=("c",), job={"id": 1}))
+    commits.close()
