@@ -89,9 +89,10 @@ async def cluster(tmp_path):
     await listener.close()
 
 
-def job(key: str, *command: str, time_limit=None) -> ops.Execute:
+def job(key: str, *command: str, time_limit=None, hold=False) -> ops.Execute:
     return ops.Execute(key, (b"", b""), job={"command": list(command), "env": {}, "cwd": None,
-                                             "time_limit": time_limit, "name": "test"})
+                                             "time_limit": time_limit, "name": "test"},
+                       hold=hold)
 
 
 async def get_log(worker: Worker, key: str, offset: int = 0) -> ops.Log:
@@ -203,6 +204,57 @@ async def test_a_job_sent_after_the_lease_ran_out_waits_for_a_new_lease(cluster)
     started = await cluster.told(ops.AttemptStarted, "job-4.1")
     assert started.started >= renewed
     assert (await cluster.told(ops.AttemptEnded, "job-4.1")).outcome == "completed"
+
+
+async def test_a_held_attempt_waits_for_its_proceed_and_runs_only_then(cluster, tmp_path):
+    await cluster.start()
+    marker = tmp_path / "ran"
+    cluster.send(job("job-5.1", "touch", str(marker), hold=True))
+    await wait_until_async(lambda: (tmp_path / "jobs" / "job-5.1.json").exists(), 30,
+                           what="its record")
+    proceeded = time.time()
+    cluster.send(ops.Proceed(("job-5.1",)))
+
+    started = await cluster.told(ops.AttemptStarted, "job-5.1")
+    assert started.started >= proceeded
+    assert (await cluster.told(ops.AttemptEnded, "job-5.1")).outcome == "completed"
+    assert marker.exists()
+
+
+async def test_a_held_attempt_never_told_to_proceed_does_not_start_within_its_lease(cluster,
+                                                                                      tmp_path):
+    await cluster.start(job_lease=1.0, heartbeat_interval=0.1)
+    cluster.leasing = False  # the scheduler goes quiet: the lease runs out, no Proceed comes
+    marker = tmp_path / "ran"
+    cluster.send(job("job-6.1", "touch", str(marker), hold=True))
+
+    ended = await cluster.told(ops.AttemptEnded, "job-6.1", timeout=10)
+    assert ended.started is None and ended.error.startswith("not started: ")
+    assert not marker.exists()
+    assert [type(op) for op in cluster.received] == [ops.AttemptEnded]
+
+
+async def test_a_held_attempt_whose_session_ends_is_dropped_unseen_and_runs_if_sent_again(
+        cluster, tmp_path):
+    worker = await cluster.start()
+    marker = tmp_path / "ran"
+    cluster.send(job("job-7.1", "touch", str(marker), hold=True))
+    await wait_until_async(lambda: worker.jobs.pid_of("job-7.1"), 30, what="its supervisor")
+
+    cluster.comm.abort("the scheduler crashed before its commit")
+
+    await wait_until_async(lambda: len(cluster.registers) == 2, 30, what="a new session")
+    assert cluster.registers[1].attempts == ()  # never started: the scheduler puts it back
+    record = tmp_path / "jobs" / "job-7.1.json"
+    await wait_until_async(lambda: worker.jobs.pid_of("job-7.1") is None, 30,
+                           what="its supervisor to be done")
+    assert not record.exists() and not marker.exists() and cluster.received == []
+    with open(log_path(str(tmp_path / "jobs"), "job-7.1"), "rb") as log:
+        assert log.read() == b""  # not even a line of ours
+
+    cluster.send(job("job-7.1", "touch", str(marker)))  # the same attempt, sent again
+    assert (await cluster.told(ops.AttemptEnded, "job-7.1")).outcome == "completed"
+    assert marker.exists()
 
 
 async def test_a_draining_worker_lets_a_job_run_to_the_deadline_then_stops_it(cluster):

@@ -87,7 +87,9 @@ class Lease:
 class Execute:
     """Run ``key`` now, on the devices ``gpus`` (``dsched.devices``); ``who_has`` names the
     workers holding each input, ``nbytes`` sizes. A shell-command job's attempt carries ``job``
-    (its command, ``env``, ``cwd``, ``time_limit``; see ``dsched.jobs``) and an empty ``spec``."""
+    (its command, ``env``, ``cwd``, ``time_limit``; see ``dsched.jobs``) and an empty ``spec``.
+    ``hold``: sent ahead of the scheduler's commit of the attempt: prepare it, but spawn its
+    command only once a Proceed names it; dropped, unreported, if the session ends first."""
 
     key: str
     spec: Spec
@@ -97,6 +99,14 @@ class Execute:
     nbytes: dict[str, int] = field(default_factory=dict)
     job: dict | None = None
     gpus: tuple[int, ...] = ()
+    hold: bool = False
+
+
+@op("proceed")
+class Proceed:
+    """The attempts ``keys``, sent with ``hold``, are committed: spawn their commands."""
+
+    keys: tuple[str, ...]
 
 
 @op("stop-task")

@@ -1,12 +1,12 @@
 """The actions ``SchedulerState.handle`` returns: what the async shell must now do.
 
 Each is a small frozen dataclass; the shell carries them out in order. Messages to workers
-(SendExecute, SendStopTask, SendFree, CloseWorker, SendAttemptAck), reports to clients (each task end is
-reported once: TellFinished, TellErred or TellCancelled; TellWaiting when the reason
-a queued task cannot run changes; JobsReply and TellJobEnded for jobs; TellWorkerCount when
-the number of workers changes), JournalWrite, which comes first in a call's actions and must be
-committed before any of the others is carried out, and LogLine records for the ``logging``
-module.
+(SendExecute, SendStopTask, SendFree, CloseWorker, SendAttemptAck; SendProceed the shell makes
+itself), reports to clients (each task end is reported once: TellFinished, TellErred or
+TellCancelled; TellWaiting when the reason a queued task cannot run changes; JobsReply and
+TellJobEnded for jobs; TellWorkerCount when the number of workers changes), JournalWrite,
+which comes first in a call's actions and must be committed before any of the others is
+carried out, and LogLine records for the ``logging`` module.
 
 Pure data: no I/O, no logic.
 """
@@ -47,6 +47,18 @@ class SendExecute:
     nbytes: Mapping[str, int] = field(default_factory=lambda: NO_INPUTS)
     job: Mapping | None = None
     gpus: tuple[int, ...] = ()
+    #: Set by the shell's group commit, never by the state: the job attempt is sent ahead of
+    #: the commit of its row, for the worker to prepare; SendProceed follows the commit.
+    hold: bool = False
+
+
+@_frozen
+class SendProceed:
+    """The held job attempts ``keys`` sent to ``worker`` ahead of their commit are committed:
+    their commands may start (made by the group commit in place of their SendExecute)."""
+
+    worker: str
+    keys: tuple[str, ...]
 
 
 @_frozen
@@ -269,13 +281,13 @@ DEBUG, INFO, WARNING = 10, 20, 30
 
 Action = Union[
     SendExecute, SendStopTask, SendFree, SendReplicate, SendRetire, SendAttemptAck, SendUnfenceGpu,
-    CloseWorker, TellFinished,
+    SendProceed, CloseWorker, TellFinished,
     TellMoved, TellErred, TellCancelled, TellWaiting, JobsReply, TellJobEnded, TellWorkerCount,
     JournalWrite, LogLine, WorkerAccepted, GrantLease, Refused,
 ]
 
 __all__ = [
-    "Action", "SendAttemptAck", "TellJobEnded", "JobsReply", "JournalWrite", "SendStopTask", "CloseWorker", "SendExecute", "SendFree", "LogLine", "NO_INPUTS",
+    "Action", "SendAttemptAck", "SendProceed", "TellJobEnded", "JobsReply", "JournalWrite", "SendStopTask", "CloseWorker", "SendExecute", "SendFree", "LogLine", "NO_INPUTS",
     "SendReplicate", "TellCancelled", "TellErred", "TellFinished", "TellMoved",
     "TellWaiting", "TellWorkerCount", "SendRetire", "WorkerAccepted", "GrantLease", "Refused",
     "SendUnfenceGpu",

@@ -6,6 +6,15 @@ waits behind it, so nothing is said before what it depends on is durable, and or
 Batches that arrive while the event loop turns join the same transaction. The named failpoints
 of the crash tests sit at these commits.
 
+One thing goes ahead of its commit: a job attempt the write starts is sent at once, as a
+hold (``SendExecute.hold``), and its SendProceed takes its place behind the commit. The worker
+prepares the attempt (its record, its supervisor) while the journal reaches the disk, and
+spawns the command only on the Proceed; a hold whose session ends first is dropped unreported,
+and the scheduler, which lost the session too, finds the attempt unlisted when the worker comes
+back, and puts the job back in its queue (or has no row of it, if it crashed before the
+commit). Nothing a hold does can be seen, so the promise stands: nothing runs before what it
+depends on is durable.
+
 It carries out nothing itself (``carry_out`` does) and decides nothing about jobs: that is the
 state's. Its commits run as tasks of the scheduler's task group (``spawn``): one that raises
 (a batch that cannot be carried out) fails there, and stops the scheduler. A commit that fails
@@ -16,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Coroutine
 
@@ -63,6 +73,22 @@ class GroupCommit:
         for action in actions:
             self._carry_out(action)
 
+    def _send_ahead(self, batches: list[list]) -> None:
+        """Send each job attempt that the held batches' write starts now, as a hold, and put
+        its SendProceed in its place; not to a worker whose Registered is among them (it must
+        be the first op the worker hears)."""
+        joining: set[str] = set()
+        for actions in batches:
+            writes = type(actions[0]) is act.JournalWrite
+            for i, action in enumerate(actions):
+                kind = type(action)
+                if kind is act.WorkerAccepted:
+                    joining.add(action.worker)
+                elif kind is act.SendExecute and writes and action.job is not None \
+                        and action.worker not in joining:
+                    self._carry_out(replace(action, hold=True))
+                    actions[i] = act.SendProceed(worker=action.worker, keys=(action.key,))
+
     def stop(self) -> None:
         """Say nothing more: what is not journaled was never promised."""
         self._held = []
@@ -90,6 +116,7 @@ class GroupCommit:
                     attempts += actions[0].attempts
             if rows or attempts:
                 if "dispatch" in causes:
+                    self._send_ahead(batches)  # prepared by the workers while the disk writes
                     reached("before-dispatch-commit")
                 started = time.perf_counter()
                 try:

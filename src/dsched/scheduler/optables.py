@@ -81,7 +81,8 @@ def joined(o: ops.Register, now: float) -> ev.WorkerJoined:
 TO_WORKER: dict[type, Callable[[Any], Any]] = {
     act.SendExecute: lambda a: ops.Execute(
         key=a.key, spec=a.spec, resources=a.resources, priority=a.priority,
-        who_has=a.who_has, nbytes=a.nbytes, job=a.job, gpus=a.gpus),
+        who_has=a.who_has, nbytes=a.nbytes, job=a.job, gpus=a.gpus, hold=a.hold),
+    act.SendProceed: lambda a: ops.Proceed(keys=a.keys),
     act.SendAttemptAck: lambda a: ops.AttemptAck(keys=a.keys),
     act.SendStopTask: lambda a: ops.StopTask(key=a.key),
     act.SendFree: lambda a: ops.Free(keys=a.keys),

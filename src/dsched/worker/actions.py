@@ -61,13 +61,30 @@ class StartJob:
     """Record the job attempt ``key`` durably, then spawn its supervisor: ``job`` is the
     Execute's (command, env, cwd, time_limit, name); ``gpus`` its devices (NVML indices, those
     of ``GPU=N`` and of ``gpu<N>`` together); it may run until ``lease_until`` (monotonic)
-    unless the lease is extended."""
+    unless the lease is extended. ``hold``: its supervisor prepares it and waits for a
+    ProceedJob (or a DropJob) before it spawns the command."""
 
     key: str
     job: Mapping
     gpus: tuple[int, ...] = ()
     resources: Resources = EMPTY
     lease_until: float = 0.0
+    hold: bool = False
+
+
+@dataclass(frozen=True)
+class ProceedJob:
+    """The scheduler has committed the held attempt ``key``: its supervisor spawns it now."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class DropJob:
+    """The held attempt ``key`` never runs (the session that sent it ended before its
+    Proceed): its supervisor exits without spawning it, and its record goes, unreported."""
+
+    key: str
 
 
 #: Why a job is stopped (``KillJob.why``): the scheduler cancelled it, the worker shuts down,
@@ -147,12 +164,12 @@ class WorkerSnapshot:
 Report = Union[TaskFinished, TaskErred, TaskStopped, TaskRejected, MissingData, Draining,
                Replicated, ReplicateFailed, AttemptStarted, AttemptEnded]
 Action = Union[FetchDependency, StartTask, KillTask, ReleaseResult, StartJob, KillJob,
-               ExtendLease, EndUnstartedJob, ForgetAttempt, Report]
+               ExtendLease, EndUnstartedJob, ForgetAttempt, ProceedJob, DropJob, Report]
 
 __all__ = [
-    "Action", "AttemptEnded", "AttemptStarted", "CANCEL", "Draining", "EndUnstartedJob",
+    "Action", "AttemptEnded", "AttemptStarted", "CANCEL", "Draining", "DropJob", "EndUnstartedJob",
     "ExtendLease", "FetchDependency", "ForgetAttempt", "GPU_PROCESS", "IDLE", "KillJob", "KillTask",
-    "MissingData", "ReleaseResult", "ReplicateFailed", "Replicated", "Report", "RunningTask",
+    "MissingData", "ProceedJob", "ReleaseResult", "ReplicateFailed", "Replicated", "Report", "RunningTask",
     "SHUTDOWN", "StartJob", "StartTask", "THREAD", "TaskErred", "TaskFinished", "TaskRejected",
     "TaskStopped", "WorkerSnapshot",
 ]

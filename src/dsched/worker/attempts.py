@@ -14,8 +14,8 @@ from numbers import Real
 from typing import Any
 
 from ..jobs import parse_job_key
-from ..protocol.ops import AttemptAck, AttemptEnded, AttemptStarted, Lease
-from .actions import Action, ExtendLease, ForgetAttempt
+from ..protocol.ops import AttemptAck, AttemptEnded, AttemptStarted, Lease, Proceed
+from .actions import Action, DropJob, ExtendLease, ForgetAttempt, ProceedJob
 from .events import AttemptsRecovered, SessionOpened
 
 
@@ -57,6 +57,9 @@ class AttemptBook:
         self.kept: dict[str, AttemptEnded] = {}
         #: Attempts that end without starting (EndUnstartedJob given, AttemptEnded not heard).
         self.ending_unstarted: set[str] = set()
+        #: Attempts sent ahead of the scheduler's commit (``Execute.hold``), not yet told to
+        #: proceed: their supervisors (if started) prepare them and wait.
+        self.held: set[str] = set()
 
     def may_start(self, now: float) -> bool:
         """Whether a job may start at ``now`` (the worker's monotonic clock): only while
@@ -91,6 +94,13 @@ class AttemptBook:
         self.lease_until = until
         return [ExtendLease(until)] if self.running else []
 
+    def proceed(self, event: Proceed) -> list[Action]:
+        """The scheduler committed these held attempts: those started go on (the others
+        start unheld)."""
+        going = [key for key in event.keys if key in self.held]
+        self.held.difference_update(going)
+        return [ProceedJob(key) for key in going if key in self.running]
+
     def acknowledged(self, event: AttemptAck) -> list[Action]:
         return [ForgetAttempt(key) for key in event.keys if self.kept.pop(key, None)]
 
@@ -105,6 +115,13 @@ class AttemptBook:
     def started(self, key: str, gpus: tuple[int, ...]) -> None:
         self.running[key] = None
         self.gpus[key] = gpus
+
+    def dropped(self, key: str) -> DropJob:
+        """The held attempt ``key``, started, never runs: the session that sent it ended
+        before its Proceed. The scheduler, which lost the session too, finds it unlisted when
+        the worker registers again, and puts the job back in its queue."""
+        del self.running[key], self.gpus[key]
+        return DropJob(key)
 
     def heard_started(self, report: AttemptStarted) -> list[Action]:
         """Its supervisor spawned it: tell the scheduler (once)."""
@@ -138,3 +155,4 @@ class AttemptBook:
         assert set(self.gpus) == running_jobs
         assert not (set(self.kept) & (running_jobs | unstarted_jobs)), self.kept
         assert not (self.ending_unstarted & (running_jobs | unstarted_jobs | set(self.kept)))
+        assert self.held <= running_jobs | unstarted_jobs, self.held

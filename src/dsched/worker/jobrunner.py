@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Coroutine, Mapping
 
 from ..jobs import parse_job_key
 from ..protocol import ops
@@ -66,6 +66,10 @@ class JobRunner:
         self._supervisors: dict[str, Any] = {}  # a Process, or a Spawned
         self._spawner = Spawner(None if env is None else dict(env))
         self._orders: dict[str, str] = {}  # a stop given before its supervisor was started
+        #: Each attempt's run, by key, while it lasts: a held attempt dropped may be sent
+        #: again under the same key, and then starts once the dropped one is gone.
+        self._runs: dict[str, asyncio.Future] = {}
+        self._dropped: set[asyncio.Future] = set()  # runs to end unreported (``drop``)
         self.lease_until = 0.0
         #: Whether the machine started again since a scheduler last heard so (``open``): said
         #: to the scheduler until a session with it has opened (``restart_heard``).
@@ -93,7 +97,27 @@ class JobRunner:
 
     # -- one attempt ----------------------------------------------------------------------------
 
-    async def run(self, start: StartJob) -> None:
+    def run(self, start: StartJob) -> Coroutine[Any, Any, None]:
+        """The attempt's run, to await: it starts once an earlier run of its key (a held
+        attempt dropped, sent again) is over, and ``drop`` finds it from now on."""
+        previous = self._runs.get(start.key)
+        done = self._runs[start.key] = asyncio.get_running_loop().create_future()
+        return self._run_after(previous, done, start)
+
+    async def _run_after(self, previous: asyncio.Future | None, done: asyncio.Future,
+                         start: StartJob) -> None:
+        try:
+            if previous is not None:
+                await asyncio.shield(previous)
+            await self._run(start, done)
+        finally:
+            done.set_result(None)
+            self._dropped.discard(done)
+            if self._runs.get(start.key) is done:  # the last of its key: nothing more to tell
+                del self._runs[start.key]
+                self._orders.pop(start.key, None)
+
+    async def _run(self, start: StartJob, this: asyncio.Future) -> None:
         key = start.key
         record, log = record_path(self.directory, key), log_path(self.directory, key)
         self.lease_until = max(self.lease_until, start.lease_until)
@@ -140,11 +164,14 @@ class JobRunner:
         code = await process.wait()
         del self._supervisors[key]
         self._spawner.forget(record)
+        dropped = this in self._dropped
+        if dropped:  # never spawned: as if never sent (``drop``)
+            remove_record(self.directory, key)
         # Gone already, unless the supervisor was killed or could not finish: then it may take
         # waiting for what is left in it to die.
         if cgroup and os.path.isdir(cgroup):
             await asyncio.to_thread(cgroups.remove_cgroup, cgroup)
-        if not ended:
+        if not ended and not dropped:
             self._tell_state(await asyncio.to_thread(self._supervisor_died, key, record, code))
 
     def _opened(self, key: str, spawned: Any) -> None:
@@ -160,8 +187,10 @@ class JobRunner:
         # have run (lost, never run again). Where the machine restarted, it may be gone: the
         # worker says so when it registers (``machine_restarted``), and the scheduler then
         # counts every attempt it does not list as one that may have run.
-        write_record(record, new_record(start.key, dict(start.job), start.gpus, log,
-                                        self.worker_name))
+        written = new_record(start.key, dict(start.job), start.gpus, log, self.worker_name)
+        if start.hold:  # its supervisor waits for "go" (``proceed``)
+            written["hold"] = True
+        write_record(record, written)
         return open_locked_log(log)
 
     def _decode(self, key: str, line: bytes) -> Any:
@@ -222,11 +251,31 @@ class JobRunner:
             self._tell(key, repr(self.lease_until))
 
     def kill(self, key: str, why: str, reason: str = "") -> None:
-        order = ("shutdown" if why == SHUTDOWN else f"fault {reason}" if why == FAULT
-                 else f"idle {reason}" if why == IDLE else "kill")
+        self._order(key, "shutdown" if why == SHUTDOWN else f"fault {reason}" if why == FAULT
+                    else f"idle {reason}" if why == IDLE else "kill")
+
+    def proceed(self, key: str) -> None:
+        """The held attempt ``key`` is committed: its supervisor spawns it (a stop given
+        before stands)."""
+        self._order(key, "go", keep=False)
+
+    def drop(self, key: str) -> None:
+        """The held attempt ``key`` never runs: its supervisor exits without spawning it or
+        saying anything, and its record then goes (an attempt sent again under this key
+        starts after that)."""
+        run = self._runs.get(key)
+        if run is not None:
+            self._dropped.add(run)
+            self._order(key, "drop")
+
+    def _order(self, key: str, order: str, keep: bool = True) -> None:
+        """Tell ``key``'s supervisor ``order``; while it is being started, the order is kept
+        and told again once it is known to run (or to its replacement). ``keep=False``: not
+        in place of an order kept already."""
         process = self._supervisors.get(key)
-        if process is None or process.pid is None:  # being started: kept, and told again
-            self._orders[key] = order  # once it is known to run (or to its replacement)
+        if process is None or process.pid is None:
+            if keep or key not in self._orders:
+                self._orders[key] = order
         self._tell(key, order)
 
     def pid_of(self, key: str) -> int | None:

@@ -122,6 +122,9 @@ class Supervision:
         #: Whether the guard is kept for a later attempt (a spare's): moved back into this
         #: process's group before the job's is killed at its end, and spared by the sweep.
         self.keep_guard = False
+        #: An attempt sent ahead of the scheduler's commit waits for the worker's "go"; on
+        #: "drop" it never runs (``_held``).
+        self.held, self.dropped = bool(record.get("hold")), False
 
     def run(self) -> None:
         command, cwd = list(self.job["command"]), self.job.get("cwd")
@@ -132,6 +135,8 @@ class Supervision:
         # whose lease is over by now is not spawned: the scheduler may have queued it
         # elsewhere already.
         self._take_orders()
+        if self.held and not self._held():  # dropped: nothing ran, nothing is said
+            return self._discard()
         if self.ending is None and time.monotonic() >= self.lease_until:
             self.ending = LEASE_EXPIRED
         if self.ending is not None:
@@ -247,8 +252,22 @@ class Supervision:
                 self._order(line.decode(errors="replace").strip())
         return True
 
+    def _held(self) -> bool:
+        """Wait, prepared, for the worker to say "go" (the scheduler has committed the
+        attempt), or a stop, or the end of the lease; False when it says "drop" (the session
+        that sent the attempt ended first: the scheduler puts it back in its queue)."""
+        while self.held and self.ending is None and not self.dropped:
+            wait = self.lease_until - time.monotonic()
+            if wait <= 0 or select.select([0], [], [], wait)[0] and not self._take_orders():
+                break
+        return not self.dropped
+
     def _order(self, line: str) -> None:
-        if line == "kill":
+        if line == "go":
+            self.held = False
+        elif line == "drop":
+            self.dropped = self.held
+        elif line == "kill":
             self._stop(CANCELLED)
         elif line == "shutdown":
             self._stop(SHUTDOWN)

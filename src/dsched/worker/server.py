@@ -57,7 +57,7 @@ logger = logging.getLogger("dsched.worker")
 
 #: The ops the scheduler sends that the state takes as they are.
 _TO_STATE = frozenset((ops.Execute, ops.StopTask, ops.Free, ops.Replicate, ops.Lease,
-                       ops.AttemptAck, ops.UnfenceGpu))
+                       ops.AttemptAck, ops.UnfenceGpu, ops.Proceed))
 
 
 @dataclass(frozen=True)
@@ -361,6 +361,10 @@ class Worker:
                 self.jobs.kill(action.key, action.why, action.reason)
             elif kind is act.ForgetAttempt:
                 self.jobs.forget(action.key)
+            elif kind is act.ProceedJob:
+                self.jobs.proceed(action.key)
+            elif kind is act.DropJob:
+                self.jobs.drop(action.key)
             elif kind is act.EndUnstartedJob:
                 # Stamped here, where there is a clock; handled after this batch of actions.
                 ended = ops.AttemptEnded(action.key, action.outcome, None, action.error,

@@ -23,7 +23,7 @@ from typing import Iterable
 from ..policy import WorkerPolicy
 from ..protocol import ops
 from ..resources import EMPTY, Resources
-from . import events as ev, gpufaults
+from . import draining, events as ev, gpufaults
 from .actions import (
     CANCEL, GPU_PROCESS, SHUTDOWN, THREAD, Action, EndUnstartedJob, KillJob, KillTask,
     ReleaseResult, RunningTask, StartJob, StartTask, WorkerSnapshot,
@@ -77,8 +77,9 @@ class WorkerState:
             ops.AttemptStarted: self.attempts.heard_started,
             ops.AttemptEnded: self._attempt_ended,
             ops.AttemptAck: self.attempts.acknowledged,
+            ops.Proceed: self.attempts.proceed,
             ev.AttemptsRecovered: self.attempts.recovered,
-            ev.DrainTimedOut: self._drain_timed_out,
+            ev.DrainTimedOut: partial(draining.timed_out, self),
             ev.GpuFaulted: partial(gpufaults.faulted, self),
             ops.UnfenceGpu: partial(gpufaults.unfence, self),
         }
@@ -200,6 +201,8 @@ class WorkerState:
         task = WorkerTask(event.key, event.spec, event.resources, event.priority, self._seq, (),
                           set(), granted=event.gpus, job=dict(event.job))
         self.tasks[task.key] = task
+        if event.hold:
+            self.attempts.held.add(task.key)
         self.slots.queue(task)
         return []
 
@@ -223,8 +226,8 @@ class WorkerState:
             return [] if event.key in self.holdings.results else [ReleaseResult(event.key)]
         self.slots.free(task)
         if task.state is WorkerTaskState.CANCELLING and task.stopped_for != AGAIN:
-            return [ReleaseResult(task.key), self._stop_report(task),
-                    *self._end_without_result(task)]
+            return [ReleaseResult(task.key), self.stop_report(task),
+                    *self.end_without_result(task)]
         duration = event.stop - event.start if event.duration is None else event.duration
         report = ops.TaskFinished(
             task.key, event.nbytes, event.start, event.stop, duration, event.peak_memory, task.gpus
@@ -240,10 +243,10 @@ class WorkerState:
             return []
         self.slots.free(task)
         if task.state is WorkerTaskState.CANCELLING and task.stopped_for != AGAIN:
-            report: Action = self._stop_report(task)
+            report: Action = self.stop_report(task)
         else:
             report = ops.TaskErred(**vars(event))  # the same fields (``ev.RunErred``)
-        return [report] + self._end_without_result(task)
+        return [report] + self.end_without_result(task)
 
     def _stopped(self, event: ev.RunStopped) -> list[Action]:
         task = self.tasks.get(event.key)
@@ -255,12 +258,12 @@ class WorkerState:
             self.slots.queue(task)
             return []
         if task.state is WorkerTaskState.CANCELLING:
-            report: Action = self._stop_report(task)
+            report: Action = self.stop_report(task)
         else:
             # Stopped without being cancelled (its process died): the task failed.
             text = f"the task's process was stopped: {event.reason or 'no reason given'}"
             report = ops.TaskErred(task.key, b"", text)
-        return [report] + self._end_without_result(task)
+        return [report] + self.end_without_result(task)
 
     def _cancel(self, event: ops.StopTask) -> list[Action]:
         task = self.tasks.get(event.key)
@@ -273,7 +276,7 @@ class WorkerState:
             self.attempts.ending_unstarted.add(task.key)
             return [*self.forget(task),
                     EndUnstartedJob(task.key, "cancelled", "cancelled before it started")]
-        return [ops.TaskStopped(task.key)] + self._end_without_result(task)
+        return [ops.TaskStopped(task.key)] + self.end_without_result(task)
 
     def _drain(self, event: ev.DrainRequested) -> list[Action]:
         if self.closing:
@@ -298,11 +301,15 @@ class WorkerState:
 
     def _session_lost(self, event: ev.SessionLost) -> list[Action]:
         # A job not yet started is dropped unreported: the scheduler, which lost the session
-        # too, puts it back itself. Started ones run on under their lease.
+        # too, puts it back itself; so is one held for a Proceed (its supervisor is told).
+        # Started ones run on under their lease.
         self.attempts.registered = False
         actions: list[Action] = []
         for task in sorted(self.tasks.values(), key=lambda t: t.seq):
-            if task.job is not None and task.state not in RUNNING:
+            if task.job is not None and task.state in RUNNING and task.key in self.attempts.held:
+                self.slots.free(task)
+                actions += [self.attempts.dropped(task.key), *self.forget(task)]
+            elif task.job is not None and task.state not in RUNNING:
                 actions += self.forget(task)
         return actions
 
@@ -313,28 +320,8 @@ class WorkerState:
             self.forget(task)
         return self.attempts.heard_ended(event)
 
-    def _drain_timed_out(self, event: ev.DrainTimedOut) -> list[Action]:
-        """The drain deadline passed: every running task and job is stopped for shutdown. A
-        task goes back to the scheduler as refused by a closing worker, never as an error of
-        its own: at once when it runs on a thread (which cannot be stopped; its end is
-        ignored, and one asked to stop before is left so too), else once its process is gone."""
-        actions: list[Action] = []
-        for task in sorted(self.tasks.values(), key=lambda t: t.seq):
-            on_thread = task.job is None and not task.gpus
-            if task.state is WorkerTaskState.EXECUTING:
-                task.state, task.stopped_for = WorkerTaskState.CANCELLING, SHUTDOWN
-                if not on_thread:
-                    actions.append(KillJob(task.key, SHUTDOWN) if task.job is not None
-                                   else KillTask(task.key))
-            elif not (task.state is WorkerTaskState.CANCELLING and on_thread):
-                continue
-            if on_thread:
-                self.slots.free(task)
-                actions += [self._stop_report(task), *self._end_without_result(task)]
-        return actions
-
     @staticmethod
-    def _stop_report(task: WorkerTask) -> Action:
+    def stop_report(task: WorkerTask) -> Action:
         """What the scheduler hears of a task stopped here before it ended by itself."""
         if task.stopped_for == SHUTDOWN:
             return ops.TaskRejected(task.key, "the worker is closing")
@@ -355,7 +342,7 @@ class WorkerState:
             if task.job is not None:
                 self.attempts.started(task.key, task.gpus)
                 actions.append(StartJob(task.key, task.job, task.gpus, task.resources,
-                                        self.attempts.lease_until))
+                                        self.attempts.lease_until, task.key in self.attempts.held))
             else:
                 actions.append(StartTask(task.key, task.spec, task.gpus,
                                          GPU_PROCESS if task.gpus else THREAD,
@@ -365,11 +352,12 @@ class WorkerState:
     def forget(self, task: WorkerTask) -> list[Action]:
         """Drop a task that holds no resources; release fetched inputs nobody needs now."""
         del self.tasks[task.key]
+        self.attempts.held.discard(task.key)
         if task.state is WorkerTaskState.READY:
             self.slots.unqueue(task)
         return self.holdings.release(task.key, task.dependencies) if task.dependencies else []
 
-    def _end_without_result(self, task: WorkerTask) -> list[Action]:
+    def end_without_result(self, task: WorkerTask) -> list[Action]:
         return self.forget(task) + self._lose_input(task.key, ())
 
     def _lose_input(self, dep: str, tried: tuple[str, ...], reason: str = "",
@@ -381,7 +369,7 @@ class WorkerState:
             if task is None:
                 continue  # handed back already, as a dependent of an earlier one
             actions.append(ops.MissingData(key, dep, tried, reason, permanent))
-            actions += self._end_without_result(task)
+            actions += self.end_without_result(task)
         return actions
 
     def _input_arrived(self, dep: str) -> None:

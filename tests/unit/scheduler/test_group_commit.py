@@ -1,10 +1,13 @@
 """The group commit's shell rules: nothing is said before the rows it depends on are
-committed, and once they are, what a worker waits for goes out before what clients hear."""
+committed (a job attempt goes ahead only as a hold, its Proceed after the commit), and once
+they are, what a worker waits for goes out before what clients hear."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
+from dsched.resources import Resources
 from dsched.scheduler import actions as act
 from dsched.scheduler.commits import GroupCommit
 
@@ -42,4 +45,50 @@ def test_what_goes_first_by_default_is_every_op_to_a_worker():
                           committed=lambda seconds, rows: None, spawn=lambda commit: None)
     assert commits._urgent(act.SendAttemptAck(worker="tcp://w1", keys=("job-1.1",)))
     assert not commits._urgent(act.TellJobEnded(clients=("c",), job={"id": 1}))
+    commits.close()
+
+
+def execute(key: str, worker: str = "tcp://w1", job: dict | None = None) -> act.SendExecute:
+    return act.SendExecute(key=key, worker=worker, spec=b"", resources=Resources(), job=job)
+
+
+async def test_a_job_attempt_goes_ahead_of_its_commit_held_and_its_proceed_follows_it():
+    journal, done, tasks = Journal(), [], []
+
+    def carry_out(action) -> None:  # what was said, and whether the journal had it then
+        done.append((action, len(journal.written)))
+
+    commits = GroupCommit(journal, carry_out, fail=lambda why: None,
+                          committed=lambda seconds, rows: None,
+                          spawn=lambda commit: tasks.append(asyncio.ensure_future(commit))
+                          or tasks[-1])
+    train = {"command": ["train"]}
+    write = act.JournalWrite(rows=({"id": 1}, {"id": 2}), causes=frozenset({"dispatch"}))
+    joining = act.WorkerAccepted(worker="tcp://w2")
+    commits.carry_out_all([write, execute("job-1.1", job=train), execute("task-a"), joining,
+                           execute("job-2.1", worker="tcp://w2", job=train)])
+    await asyncio.gather(*tasks)
+    assert done == [
+        # before the commit: the job attempt, held; not the task, nor anything to a worker
+        # whose Registered waits behind the commit (it must hear that first)
+        (replace(execute("job-1.1", job=train), hold=True), 0),
+        (act.SendProceed(worker="tcp://w1", keys=("job-1.1",)), 1),
+        (execute("task-a"), 1),
+        (joining, 1),
+        (execute("job-2.1", worker="tcp://w2", job=train), 1),
+    ]
+    commits.close()
+
+
+async def test_nothing_goes_ahead_of_a_commit_that_starts_no_attempt():
+    journal, done, tasks = Journal(), [], []
+    commits = GroupCommit(journal, lambda action: done.append((action, len(journal.written))),
+                          fail=lambda why: None, committed=lambda seconds, rows: None,
+                          spawn=lambda commit: tasks.append(asyncio.ensure_future(commit))
+                          or tasks[-1])
+    train = {"command": ["train"]}
+    write = act.JournalWrite(rows=({"id": 1},), causes=frozenset({"submit"}))
+    commits.carry_out_all([write, execute("job-1.1", job=train)])
+    await asyncio.gather(*tasks)
+    assert done == [(execute("job-1.1", job=train), 1)]
     commits.close()

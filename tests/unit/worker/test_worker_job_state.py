@@ -7,11 +7,13 @@ import pytest
 
 from dsched.policy import WorkerPolicy
 from dsched.protocol.ops import (
-    AttemptAck, AttemptEnded, AttemptStarted, Execute, Lease, StopTask, TaskFinished, TaskRejected,
+    AttemptAck, AttemptEnded, AttemptStarted, Execute, Lease, Proceed, StopTask, TaskFinished,
+    TaskRejected,
 )
 from dsched.resources import Resources
 from dsched.worker.actions import (
-    CANCEL, SHUTDOWN, EndUnstartedJob, ExtendLease, ForgetAttempt, KillJob, StartJob, StartTask,
+    CANCEL, SHUTDOWN, DropJob, EndUnstartedJob, ExtendLease, ForgetAttempt, KillJob, ProceedJob,
+    StartJob, StartTask,
 )
 from dsched.worker.events import (
     AttemptsRecovered, DrainRequested, DrainTimedOut, RunFinished, SessionLost, SessionOpened,
@@ -39,10 +41,10 @@ def registered(nthreads=2, resources=None, **kwargs) -> WorkerState:
     return state
 
 
-def job(key, resources=None, priority=0, command=("train", "--fast")):
+def job(key, resources=None, priority=0, command=("train", "--fast"), hold=False):
     return Execute(key, (b"", b""), R(resources), priority,
                    job={"command": list(command), "env": {"A": "1"}, "cwd": None,
-                        "time_limit": None, "name": "n"})
+                        "time_limit": None, "name": "n"}, hold=hold)
 
 
 def started(key, pid=4321, gpus=()):
@@ -124,6 +126,49 @@ def test_a_lost_session_drops_unstarted_jobs_silently_and_keeps_running_ones():
     assert state.state_of("job-1.1") is WorkerTaskState.EXECUTING
     assert state.state_of("t") is WorkerTaskState.READY  # tasks are not the session's to drop
     assert [a.key for a in state.snapshot().attempts] == ["job-1.1"]
+
+
+def held(key, resources=None):
+    """The attempt ``key`` sent ahead of the scheduler's commit (``Execute.hold``)."""
+    return job(key, resources, hold=True)
+
+
+def test_a_held_attempt_is_prepared_held_and_told_to_proceed_once_committed():
+    state = registered(nthreads=1)
+    actions = handle(state, held("job-1.1"), held("job-2.1"))
+    assert actions == [StartJob("job-1.1", job("job-1.1").job, (), R(None), 10.0 + LEASE,
+                                hold=True)]
+    assert handle(state, Proceed(("job-1.1", "job-2.1", "job-9.1"))) == [ProceedJob("job-1.1")]
+    assert handle(state, Proceed(("job-1.1",))) == []  # said once
+    # job-2.1, committed before it could start, starts unheld
+    actions = handle(state, started("job-1.1"), ended("job-1.1"))
+    assert [a for a in actions if type(a) is StartJob] == [
+        StartJob("job-2.1", job("job-2.1").job, (), R(None), 10.0 + LEASE, hold=False)]
+
+
+def test_a_held_attempt_whose_session_ends_is_dropped_unlisted_and_may_be_sent_again():
+    state = registered(nthreads=2, resources="GPU=1")
+    handle(state, held("job-1.1", "GPU=1"), job("job-2.1"))
+    handle(state, started("job-2.1"))
+    assert handle(state, SessionLost()) == [DropJob("job-1.1")]  # job-2.1 runs on
+    assert state.available == R("GPU=1") and state.free_threads == 1
+    assert [a.key for a in state.snapshot().attempts] == ["job-2.1"]
+    assert handle(state, Proceed(("job-1.1",))) == []  # too late: dropped
+    handle(state, SessionOpened(20.0))
+    actions = handle(state, job("job-1.1", "GPU=1"))  # the scheduler put it back: sent again
+    assert [(a.key, a.hold) for a in actions if type(a) is StartJob] == [("job-1.1", False)]
+
+
+def test_a_held_attempt_stopped_or_drained_is_no_longer_held():
+    state = registered(nthreads=1)
+    handle(state, held("job-1.1"), held("job-2.1"))
+    assert handle(state, StopTask("job-2.1")) == [
+        EndUnstartedJob("job-2.1", "cancelled", "cancelled before it started")]
+    assert handle(state, StopTask("job-1.1")) == [KillJob("job-1.1", CANCEL)]
+    assert state.attempts.held == {"job-1.1"}  # until its end is heard
+    handle(state, AttemptEnded("job-1.1", "cancelled", None, "cancelled before it started",
+                               "/jobs/job-1.1.log", None, 1.0))
+    assert state.attempts.held == set()
 
 
 def test_leases_extend_running_jobs_and_never_shrink():
