@@ -6,8 +6,9 @@ waits behind it, so nothing is said before what it depends on is durable, and or
 Batches that arrive while the event loop turns join the same transaction. The named failpoints
 of the crash tests sit at these commits.
 
-One thing goes ahead of its commit: a job attempt the write starts is sent at once, as a
-hold (``SendExecute.hold``), and its SendProceed takes its place behind the commit. The worker
+One thing goes ahead of its commit: a job attempt the write starts is sent as soon as the
+journal's thread has the write, as a hold (``SendExecute.hold``), and its SendProceed takes its
+place behind the commit. The worker
 prepares the attempt (its record, its supervisor) while the journal reaches the disk, and
 spawns the command only on the Proceed; a hold whose session ends first is dropped unreported,
 and the scheduler, which lost the session too, finds the attempt unlisted when the worker comes
@@ -101,7 +102,6 @@ class GroupCommit:
     async def _commit(self) -> None:
         """Commit what the held batches journal, in one transaction (more batches join while
         the event loop turns), then carry them out in order; again while more wait."""
-        await asyncio.sleep(0)
         loop = asyncio.get_running_loop()
         reached = self.failpoints.reached
         while self._held:
@@ -115,14 +115,16 @@ class GroupCommit:
                     causes |= actions[0].causes
                     attempts += actions[0].attempts
             if rows or attempts:
-                if "dispatch" in causes:
-                    self._send_ahead(batches)  # prepared by the workers while the disk writes
-                    reached("before-dispatch-commit")
                 started = time.perf_counter()
-                try:
-                    ended = (attempts,) if attempts else ()  # most commits end no attempt
-                    await loop.run_in_executor(self._thread, self.journal.write, rows.values(),
+                ended = (attempts,) if attempts else ()  # most commits end no attempt
+                writing = loop.run_in_executor(self._thread, self.journal.write, rows.values(),
                                                *ended)
+                if "dispatch" in causes:
+                    # The thread writes; meanwhile the workers prepare what it will commit.
+                    self._send_ahead(batches)
+                    reached("before-dispatch-commit")
+                try:
+                    await writing
                 except Exception as error:  # the disk is full or gone: no promise can be kept
                     self._fail(f"cannot write the journal {self.journal.path}: {error}")
                     return

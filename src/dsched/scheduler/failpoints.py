@@ -6,7 +6,8 @@ around its journal commits; without the variable every check is one dict lookup.
 
 - ``after-submit-commit``: a submission is committed, its reply not yet sent;
 - ``before-dispatch-commit`` / ``after-dispatch-commit``: around the commit of an attempt
-  assigned to a worker (after: before the worker is told);
+  assigned to a worker (before: sent to it held, the commit under way on the journal's
+  thread; after: committed, the worker not yet told to proceed);
 - ``after-result-commit``: an attempt's end is committed, the worker not yet acknowledged;
 - ``in-reconciliation``: what a registering worker reported is committed, the decisions
   about it not yet carried out.

@@ -407,7 +407,9 @@ class Scheduler:
             if comm is not None and not comm.closed:  # else its WorkerLeft is on the way
                 # A large spec is bulk: held here until the task ends anyway, and sent for at
                 # most as many tasks as the worker can start, so not held to the outbox limit.
-                bulk = kind is act.SendExecute and any_out_of_band(action.spec)
+                # So is an attempt sent ahead of its commit: written now, not after the
+                # loop's turn (the commit's thread is starting meanwhile).
+                bulk = kind is act.SendExecute and (action.hold or any_out_of_band(action.spec))
                 comm.write_nowait(make(action).to_wire(), bulk=bulk)
             return
         make = TO_CLIENTS.get(kind)

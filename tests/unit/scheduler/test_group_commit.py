@@ -5,7 +5,10 @@ they are, what a worker waits for goes out before what clients hear."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import replace
+
+from deadline import wait_until_async
 
 from dsched.resources import Resources
 from dsched.scheduler import actions as act
@@ -52,8 +55,20 @@ def execute(key: str, worker: str = "tcp://w1", job: dict | None = None) -> act.
     return act.SendExecute(key=key, worker=worker, spec=b"", resources=Resources(), job=job)
 
 
+class SlowJournal(Journal):
+    """A journal whose write returns once the test says so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def write(self, rows, attempts=()) -> None:
+        assert self.release.wait(30)
+        super().write(rows, attempts)
+
+
 async def test_a_job_attempt_goes_ahead_of_its_commit_held_and_its_proceed_follows_it():
-    journal, done, tasks = Journal(), [], []
+    journal, done, tasks = SlowJournal(), [], []
 
     def carry_out(action) -> None:  # what was said, and whether the journal had it then
         done.append((action, len(journal.written)))
@@ -67,6 +82,8 @@ async def test_a_job_attempt_goes_ahead_of_its_commit_held_and_its_proceed_follo
     joining = act.WorkerAccepted(worker="tcp://w2")
     commits.carry_out_all([write, execute("job-1.1", job=train), execute("task-a"), joining,
                            execute("job-2.1", worker="tcp://w2", job=train)])
+    await wait_until_async(lambda: done, 30, what="the attempt to go ahead")
+    journal.release.set()  # the write returns only now
     await asyncio.gather(*tasks)
     assert done == [
         # before the commit: the job attempt, held; not the task, nor anything to a worker
@@ -81,7 +98,8 @@ async def test_a_job_attempt_goes_ahead_of_its_commit_held_and_its_proceed_follo
 
 
 async def test_nothing_goes_ahead_of_a_commit_that_starts_no_attempt():
-    journal, done, tasks = Journal(), [], []
+    journal, done, tasks = SlowJournal(), [], []
+    journal.release.set()
     commits = GroupCommit(journal, lambda action: done.append((action, len(journal.written))),
                           fail=lambda why: None, committed=lambda seconds, rows: None,
                           spawn=lambda commit: tasks.append(asyncio.ensure_future(commit))
