@@ -336,6 +336,37 @@ async def test_a_worker_killed_with_signal_9_takes_its_job_and_its_next_process_
         await listener.close()
 
 
+async def test_a_worker_killed_with_signal_9_while_an_attempt_is_held_lists_it_nowhere(tmp_path):
+    scheduler = StandInScheduler()
+    listener = await listen("127.0.0.1", 0, scheduler.serve, token=TOKEN, accept_roles={"worker"})
+    env = {**os.environ, "SCHED_TOKEN": TOKEN, "SCHED_WORKER__JOB_DIRECTORY": str(tmp_path / "j")}
+    command = [sys.executable, "-m", "dsched.cli.worker", listener.address, "--no-nanny",
+               "--name", "w1", "--nthreads", "1", "--gpus", "none", "--host", "127.0.0.1",
+               "--local-directory", str(tmp_path)]
+    marker, record = tmp_path / "ran", tmp_path / "j" / "job-8.1.json"
+    processes = []
+    try:
+        processes.append(await asyncio.create_subprocess_exec(*command, env=env))
+        await wait_until_async(lambda: scheduler.comm is not None, 30, what="the worker")
+        scheduler.send(job("job-8.1", "touch", str(marker), hold=True))
+        await wait_until_async(record.exists, 30, what="its record")
+
+        processes[0].kill()  # before the scheduler's go: it never ran, whatever its supervisor
+        await processes[0].wait()  # had done by then (it drops it on its own)
+
+        scheduler.comm = None
+        processes.append(await asyncio.create_subprocess_exec(*command, env=env))
+        await wait_until_async(lambda: scheduler.comm is not None, 30, what="the new process")
+        assert scheduler.registers[-1].attempts == ()  # the scheduler puts it back
+        assert not record.exists() and not marker.exists()
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.kill()
+            await process.wait()
+        await listener.close()
+
+
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

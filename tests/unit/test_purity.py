@@ -25,8 +25,8 @@ SCHEDULER_CORE = [
     "job", "jobbook", "jobrecovery", "membership", "oomretry", "optables", "outbox", "placer",
     "queue", "reasons", "reconcile", "state", "submission", "task", "views", "worker",
 ]
-WORKER_CORE = ["actions", "attempts", "events", "gpufaults", "gpuuse", "holdings", "invariants",
-               "ledger", "slots", "state", "task"]
+WORKER_CORE = ["actions", "attempts", "draining", "events", "gpufaults", "gpuuse", "holdings",
+               "invariants", "ledger", "slots", "state", "task"]
 CORES = ([f"scheduler/{name}.py" for name in SCHEDULER_CORE]
          + [f"worker/{name}.py" for name in WORKER_CORE]
          + ["protocol/fields.py", "protocol/ops.py", "resources.py", "devices.py", "jobs.py",

@@ -34,7 +34,9 @@ from .messages import close_op, decode_ops, encode_ops
 #: 3: the scheduler tells clients future-* ops, not the task-finished/-erred workers send.
 #: 4: a job attempt may end ``idle`` (its worker stopped it for holding its GPUs idle), which
 #: a scheduler of version 3 took for lost, and queued again with ``--requeue``.
-PROTOCOL_VERSION = 4
+#: 5: a job attempt may come ``hold``, to be spawned only on a later ``proceed``, which a worker
+#: of version 4 would have run at once, before the scheduler had committed it.
+PROTOCOL_VERSION = 5
 #: A non-text first byte, so that text protocols fail on the first byte they send.
 MAGIC = b"\x89dsched"
 PREAMBLE_SIZE = len(MAGIC) + 2

@@ -76,16 +76,14 @@ class GroupCommit:
 
     def _send_ahead(self, batches: list[list]) -> None:
         """Send each job attempt that the held batches' write starts now, as a hold, and put
-        its SendProceed in its place; not to a worker whose Registered is among them (it must
-        be the first op the worker hears)."""
-        joining: set[str] = set()
+        its SendProceed in its place; nothing to a worker whose Registered is among them, be
+        it before or after (it must be the first op the worker hears)."""
+        joining = {action.worker for actions in batches for action in actions
+                   if type(action) is act.WorkerAccepted}
         for actions in batches:
             writes = type(actions[0]) is act.JournalWrite
             for i, action in enumerate(actions):
-                kind = type(action)
-                if kind is act.WorkerAccepted:
-                    joining.add(action.worker)
-                elif kind is act.SendExecute and writes and action.job is not None \
+                if type(action) is act.SendExecute and writes and action.job is not None \
                         and action.worker not in joining:
                     self._carry_out(replace(action, hold=True))
                     actions[i] = act.SendProceed(worker=action.worker, keys=(action.key,))

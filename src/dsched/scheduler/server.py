@@ -67,6 +67,8 @@ class Scheduler:
         self.fatal: asyncio.Future | None = None
         self.core_failed = ""  # set when the core raised: nothing more is decided
         self.workers: dict[str, Comm] = {}
+        #: The workers' connections that have been told Registered: only those hear more.
+        self._greeted: set[Comm] = set()
         self.clients: dict[str, Comm] = {}
         self.listener: Listener | None = None
         self._address: str | None = None
@@ -277,6 +279,7 @@ class Scheduler:
             reason = f"protocol error: {error}"
             comm.protocol_error(error)
         finally:
+            self._greeted.discard(comm)
             if self.workers.get(address) is comm:
                 del self.workers[address]
                 self._handle(ev.WorkerLeft(address=address, reason=reason, expected=expected,
@@ -405,6 +408,10 @@ class Scheduler:
         if make is not None:
             comm = self.workers.get(action.worker)
             if comm is not None and not comm.closed:  # else its WorkerLeft is on the way
+                if kind is act.WorkerAccepted:
+                    self._greeted.add(comm)
+                elif comm not in self._greeted:  # decided for its earlier connection: its
+                    return  # registration, on this one, has made the state forget it
                 # A large spec is bulk: held here until the task ends anyway, and sent for at
                 # most as many tasks as the worker can start, so not held to the outbox limit.
                 # So is an attempt sent ahead of its commit: written now, not after the

@@ -300,7 +300,9 @@ def recover(directory: str, wait: float) -> list[AttemptEnded]:
     A supervisor of that process may still be ending its attempt (it kills the job at once
     when its worker goes): wait up to ``wait`` seconds for it. An attempt with no outcome then
     is lost: its worker process died under it (or before its supervisor could say it had
-    started it); the outcome is written to its record, to be kept until acknowledged.
+    started it); the outcome is written to its record, to be kept until acknowledged. One
+    still held for the scheduler's commit (``hold``, never told to go) never ran: its record
+    goes, and it is not listed.
     """
     found: list[AttemptEnded] = []
     deadline = time.monotonic() + wait
@@ -321,6 +323,9 @@ def recover(directory: str, wait: float) -> list[AttemptEnded]:
         except (OSError, ValueError, KeyError, TypeError) as error:
             logger.warning("Ignoring %s: %s", path, error)
             continue
+        if ended is None and record.get("hold") and not supervisor_alive(record["log"]):
+            os.unlink(path)  # sent ahead of its commit, never told to go: it never ran, and
+            continue  # is not listed (the scheduler puts it back, or never had it)
         if ended is None:
             if supervisor_alive(record["log"]):
                 logger.warning("The supervisor of %s did not end within %.0fs; reporting the "

@@ -64,6 +64,7 @@ class JobRunner:
         self._on_event = on_event
         self._lock_fd: int | None = None
         self._supervisors: dict[str, Any] = {}  # a Process, or a Spawned
+        self._owners: dict[str, asyncio.Future] = {}  # the run each of those supervises
         self._spawner = Spawner(None if env is None else dict(env))
         self._orders: dict[str, str] = {}  # a stop given before its supervisor was started
         #: Each attempt's run, by key, while it lasts: a held attempt dropped may be sent
@@ -119,6 +120,8 @@ class JobRunner:
 
     async def _run(self, start: StartJob, this: asyncio.Future) -> None:
         key = start.key
+        if this in self._dropped:  # dropped while an earlier run of its key ended
+            return
         record, log = record_path(self.directory, key), log_path(self.directory, key)
         self.lease_until = max(self.lease_until, start.lease_until)
         try:  # in the page cache: a write, no wait for the disk (``jobrecords``)
@@ -133,9 +136,10 @@ class JobRunner:
                 try:
                     process = await self._spawner.spawn(
                         [record, str(lock_fd), repr(self.kill_grace), repr(self.lease_until),
-                         cgroup], lock_fd, lambda spawned: self._opened(key, spawned))
+                         cgroup], lock_fd, lambda spawned: self._opened(key, spawned, this))
                 except OSError:  # not sent, or not forked: nothing started
                     self._supervisors.pop(key, None)
+                    self._owners.pop(key, None)
             if process is None:  # a fresh interpreter: a tenth of a second or more
                 process = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "dsched.worker.jobsupervisor", record, str(lock_fd),
@@ -148,7 +152,7 @@ class JobRunner:
             return self._cannot_start(key, log, why, record)
         finally:
             os.close(lock_fd)
-        self._supervisors[key] = process
+        self._supervisors[key], self._owners[key] = process, this
         cgroup = getattr(process, "cgroup", cgroup)  # a spare's, where it was handed one
         logger.debug("Started job attempt %s (supervisor pid %s)", key, process.pid)
         self._tell(key, repr(self.lease_until))  # the lease may have grown meanwhile
@@ -162,7 +166,7 @@ class JobRunner:
                 ended = ended or type(report) is ops.AttemptEnded
                 self._tell_state(report)
         code = await process.wait()
-        del self._supervisors[key]
+        del self._supervisors[key], self._owners[key]
         self._spawner.forget(record)
         dropped = this in self._dropped
         if dropped:  # never spawned: as if never sent (``drop``)
@@ -174,10 +178,10 @@ class JobRunner:
         if not ended and not dropped:
             self._tell_state(await asyncio.to_thread(self._supervisor_died, key, record, code))
 
-    def _opened(self, key: str, spawned: Any) -> None:
+    def _opened(self, key: str, spawned: Any, run: asyncio.Future) -> None:
         """A supervisor is about to be forked with this stdin: a stop given from now on goes
         there at once (and one given before is there already when it first looks)."""
-        self._supervisors[key] = spawned
+        self._supervisors[key], self._owners[key] = spawned, run
         if key in self._orders:  # kept until the fork is known to have happened
             self._tell(key, self._orders[key])
 
@@ -273,22 +277,25 @@ class JobRunner:
         and told again once it is known to run (or to its replacement). ``keep=False``: not
         in place of an order kept already."""
         process = self._supervisors.get(key)
+        if process is not None and self._owners.get(key) is not self._runs.get(key):
+            process = None  # an earlier run's, on its way out: the order is the next run's
         if process is None or process.pid is None:
             if keep or key not in self._orders:
                 self._orders[key] = order
-        self._tell(key, order)
+        self._write(process, order)
 
     def pid_of(self, key: str) -> int | None:
         """The pid of the supervisor of ``key`` (the root of its processes), once known."""
         process = self._supervisors.get(key)
         return None if process is None else process.pid
 
-    def _tell(self, key: str, line: str) -> bool:
-        process = self._supervisors.get(key)
-        if process is None or process.stdin is None or process.stdin.is_closing():
-            return False
-        process.stdin.write(line.encode() + b"\n")
-        return True
+    def _tell(self, key: str, line: str) -> None:
+        self._write(self._supervisors.get(key), line)
+
+    @staticmethod
+    def _write(process: Any, line: str) -> None:
+        if process is not None and process.stdin is not None and not process.stdin.is_closing():
+            process.stdin.write(line.encode() + b"\n")
 
     def forget(self, key: str) -> None:
         """The scheduler has the end of ``key``: its record goes (an unlink, no wait for the

@@ -136,7 +136,9 @@ class Supervision:
         # elsewhere already.
         self._take_orders()
         if self.held and not self._held():  # dropped: nothing ran, nothing is said
-            return self._discard()
+            return self._drop()
+        if self.record.get("hold"):  # told to go: no longer an attempt that never started
+            add_to_record(self.path, {"hold": False})
         if self.ending is None and time.monotonic() >= self.lease_until:
             self.ending = LEASE_EXPIRED
         if self.ending is not None:
@@ -255,18 +257,31 @@ class Supervision:
     def _held(self) -> bool:
         """Wait, prepared, for the worker to say "go" (the scheduler has committed the
         attempt), or a stop, or the end of the lease; False when it says "drop" (the session
-        that sent the attempt ended first: the scheduler puts it back in its queue)."""
+        that sent the attempt ended first: the scheduler puts it back in its queue), or when
+        the worker is gone before either (it never said go: the scheduler, which then loses
+        the worker's session, puts it back too)."""
         while self.held and self.ending is None and not self.dropped:
             wait = self.lease_until - time.monotonic()
             if wait <= 0 or select.select([0], [], [], wait)[0] and not self._take_orders():
                 break
+        if self.held and self.ending == WORKER_GONE:
+            self.dropped = True
         return not self.dropped
+
+    def _drop(self) -> None:
+        """Never spawned, never said: its record goes (a worker process that starts afresh
+        does not list it), its guard and cgroup too."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        self._discard()
 
     def _order(self, line: str) -> None:
         if line == "go":
-            self.held = False
+            self.held = self.held and self.dropped  # once dropped, it stays so
         elif line == "drop":
-            self.dropped = self.held
+            self.dropped = self.dropped or self.held
         elif line == "kill":
             self._stop(CANCELLED)
         elif line == "shutdown":

@@ -10,7 +10,8 @@ import pytest
 
 from dsched.protocol.ops import AttemptEnded
 from dsched.worker.jobrecords import (
-    DIED_WHILE_RUNNING, DIED_WHILE_STARTING, default_directory, lock_directory, log_path,
+    DIED_WHILE_RUNNING, DIED_WHILE_STARTING, add_to_record, default_directory, lock_directory,
+    log_path,
     new_record, read_log, read_record, record_path, recover, remove_record, write_record,
 )
 
@@ -38,6 +39,17 @@ def test_an_attempt_without_an_outcome_and_no_supervisor_is_recovered_lost(tmp_p
     assert read_record(running)["ended"] == found["job-1.1"].to_wire()
     assert read_record(starting)["ended"] == found["job-2.1"].to_wire()
     assert {e.key: e for e in recover(str(tmp_path), wait=5)} == found
+
+
+def test_an_attempt_held_for_its_commit_and_never_told_to_go_is_gone_unlisted(tmp_path):
+    held = record(tmp_path, "job-1.1", hold=True)  # its worker died before the scheduler's go
+    told = record(tmp_path, "job-2.1", hold=True)
+    add_to_record(told, {"hold": False})  # told to go: it may have started
+
+    found = {ended.key: ended for ended in recover(str(tmp_path), wait=5)}
+
+    assert list(found) == ["job-2.1"] and found["job-2.1"].error == DIED_WHILE_STARTING
+    assert not os.path.exists(held)
 
 
 def test_leftovers_of_a_cut_short_write_go_and_a_bad_record_is_skipped(tmp_path, caplog):
