@@ -6,6 +6,7 @@ same job directory) reports what the earlier one left, the attempt it was runnin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -305,7 +306,10 @@ async def test_a_restarted_worker_reports_what_the_earlier_one_left(cluster, tmp
     assert not cluster.registers[-1].machine_restarted
 
 
-async def test_a_worker_killed_with_signal_9_takes_its_job_and_its_next_process_says_so(tmp_path):
+@contextlib.asynccontextmanager
+async def worker_processes(tmp_path):
+    """A stand-in scheduler, and ``start()``, which starts a worker process for it (``w1``,
+    one thread, jobs in tmp_path/j) and waits for its session; every one killed at the end."""
     scheduler = StandInScheduler()
     listener = await listen("127.0.0.1", 0, scheduler.serve, token=TOKEN, accept_roles={"worker"})
     env = {**os.environ, "SCHED_TOKEN": TOKEN, "SCHED_WORKER__JOB_DIRECTORY": str(tmp_path / "j")}
@@ -313,58 +317,51 @@ async def test_a_worker_killed_with_signal_9_takes_its_job_and_its_next_process_
                "--name", "w1", "--nthreads", "1", "--gpus", "none", "--host", "127.0.0.1",
                "--local-directory", str(tmp_path)]
     processes = []
-    try:
+
+    async def start():
+        scheduler.comm = None
         processes.append(await asyncio.create_subprocess_exec(*command, env=env))
-        await wait_until_async(lambda: scheduler.comm is not None, 30, what="the worker")
+        await wait_until_async(lambda: scheduler.comm is not None, 30, what="a worker process")
+        return processes[-1]
+
+    try:
+        yield scheduler, start
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.kill()
+            await process.wait()
+        await listener.close()
+
+
+async def test_a_worker_killed_with_signal_9_takes_its_job_and_its_next_process_says_so(tmp_path):
+    async with worker_processes(tmp_path) as (scheduler, start):
+        first = await start()
         scheduler.send(job("job-6.1", "sleep", "600"))
         running = await scheduler.told(ops.AttemptStarted, "job-6.1")
 
-        processes[0].kill()
+        first.kill()
 
         await wait_until_async(lambda: not alive(running.pid), 10, what="the job to die")
-        scheduler.comm = None
-        processes.append(await asyncio.create_subprocess_exec(*command, env=env))
-        await wait_until_async(lambda: scheduler.comm is not None, 30, what="the new process")
+        await start()
         attempt, = [ops.decode(wire) for wire in scheduler.registers[-1].attempts]
         assert (attempt.key, attempt.outcome, attempt.exit_code) == ("job-6.1", "lost", -9)
         assert attempt.error == "killed because its worker process ended while it ran"
-    finally:
-        for process in processes:
-            if process.returncode is None:
-                process.kill()
-            await process.wait()
-        await listener.close()
 
 
 async def test_a_worker_killed_with_signal_9_while_an_attempt_is_held_lists_it_nowhere(tmp_path):
-    scheduler = StandInScheduler()
-    listener = await listen("127.0.0.1", 0, scheduler.serve, token=TOKEN, accept_roles={"worker"})
-    env = {**os.environ, "SCHED_TOKEN": TOKEN, "SCHED_WORKER__JOB_DIRECTORY": str(tmp_path / "j")}
-    command = [sys.executable, "-m", "dsched.cli.worker", listener.address, "--no-nanny",
-               "--name", "w1", "--nthreads", "1", "--gpus", "none", "--host", "127.0.0.1",
-               "--local-directory", str(tmp_path)]
     marker, record = tmp_path / "ran", tmp_path / "j" / "job-8.1.json"
-    processes = []
-    try:
-        processes.append(await asyncio.create_subprocess_exec(*command, env=env))
-        await wait_until_async(lambda: scheduler.comm is not None, 30, what="the worker")
+    async with worker_processes(tmp_path) as (scheduler, start):
+        first = await start()
         scheduler.send(job("job-8.1", "touch", str(marker), hold=True))
         await wait_until_async(record.exists, 30, what="its record")
 
-        processes[0].kill()  # before the scheduler's go: it never ran, whatever its supervisor
-        await processes[0].wait()  # had done by then (it drops it on its own)
+        first.kill()  # before the scheduler's go: it never ran, whatever its supervisor had
+        await first.wait()  # done by then (it drops it on its own)
 
-        scheduler.comm = None
-        processes.append(await asyncio.create_subprocess_exec(*command, env=env))
-        await wait_until_async(lambda: scheduler.comm is not None, 30, what="the new process")
+        await start()
         assert scheduler.registers[-1].attempts == ()  # the scheduler puts it back
         assert not record.exists() and not marker.exists()
-    finally:
-        for process in processes:
-            if process.returncode is None:
-                process.kill()
-            await process.wait()
-        await listener.close()
 
 
 def alive(pid: int) -> bool:
