@@ -73,6 +73,30 @@ async def test_ops_queued_in_one_tick_travel_as_one_batch(echo_server):
         await listener.close()
 
 
+async def test_flush_now_sends_what_is_queued_without_waiting_for_the_tick():
+    batches: list[int] = []
+
+    async def record(comm):
+        async for batch_op in comm:
+            batches.append(batch_op["i"])
+
+    listener = await listen("127.0.0.1", 0, record, token=TOKEN)
+    comm = await connect(listener.address, role="client", name="c", token=TOKEN)
+    try:
+        for i in range(3):
+            comm.write_nowait({"op": "log", "i": i})
+        comm.flush_now()  # these three leave now, as one message
+        assert comm._pending == []
+        for i in range(3, 5):
+            comm.write_nowait({"op": "log", "i": i})
+        assert len(comm._pending) == 2  # these at the end of the tick
+        await eventually(lambda: len(batches) == 5)
+        assert batches == [0, 1, 2, 3, 4]
+    finally:
+        await comm.close("done")
+        await listener.close()
+
+
 async def test_close_sends_a_reason_that_ends_the_peers_iteration():
     handled = asyncio.Event()
 

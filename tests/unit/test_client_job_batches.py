@@ -1,5 +1,6 @@
 """Submissions queued one after another leave as one submit-jobs op, and each job still fares
-as it would alone: its own number, its own refusal, its own cancel."""
+as it would alone: its own number, its own refusal, its own cancel. On the client's own loop a
+full batch leaves at once, so that the scheduler takes it while the caller makes the next."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import threading
 
 import pytest
 
-from dsched.client.jobs import JobDesk
+from dsched.client.jobs import EAGER, JobDesk
 from dsched.client.outbox import Deferred
 from dsched.jobspec import job_spec
 from dsched.protocol import ops
@@ -120,3 +121,27 @@ def test_a_batch_holds_at_most_a_thousand_jobs():
     for i in range(2500):
         desk.submit(job_spec(["true"]))
     assert [len(op.jobs) for op in leave(outbox)] == [1000, 1000, 500]
+
+
+class EagerOutbox(HeldOutbox):
+    """A held outbox that records what ``flush_now`` sent at once."""
+
+    def __init__(self, log):
+        super().__init__(log)
+        self.left_at_once = []
+
+    def flush_now(self):
+        self.left_at_once += leave(self)
+
+
+@pytest.mark.parametrize("on_loop", [True, False])
+def test_on_the_clients_loop_a_full_batch_leaves_at_once(on_loop):
+    log = []
+    outbox = EagerOutbox(log)
+    desk = JobDesk(DeskOwner(log, on_loop=on_loop), outbox)
+    for i in range(EAGER + 5):
+        desk.submit(job_spec(["echo", str(i)]))
+    at_once = [len(op.jobs) for op in outbox.left_at_once]
+    at_the_loops_turn = [len(op.jobs) for op in leave(outbox)]
+    # From another thread, the loop sends as it turns, in batches of up to BATCH.
+    assert (at_once, at_the_loops_turn) == (([EAGER], [5]) if on_loop else ([], [EAGER + 5]))

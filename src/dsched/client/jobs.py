@@ -35,6 +35,10 @@ PENDING = FutureStatus.pending
 #: The most jobs one submit-jobs carries: a loop of a million submissions is a thousand ops of
 #: about 100 KB, each a short step of the scheduler, not one op it would take seconds over.
 BATCH = 1000
+#: Submissions made on the client's own loop (an asynchronous client) go in batches of this
+#: many, each sent as soon as it is full: the scheduler takes one while the caller, which
+#: keeps the loop busy, makes the next.
+EAGER = 100
 
 
 @dataclass(frozen=True)
@@ -264,10 +268,18 @@ class JobDesk:
             if (not alone and batch is not None and len(batch.items) < BATCH
                     and self.outbox.last_queued() is batch.deferred):
                 batch.items.append(item)
-                return future
-            batch = _Batch(item, self)
-            self._open = None if alone else batch
-        self.outbox.enqueue(batch.deferred)
+                if len(batch.items) == EAGER and self.owner.on_loop():
+                    self._open = None  # full: it goes now, and the next starts a batch
+                    batch = None
+                else:
+                    return future
+            else:
+                batch = _Batch(item, self)
+                self._open = None if alone else batch
+        if batch is None:
+            self.outbox.flush_now()
+        else:
+            self.outbox.enqueue(batch.deferred)
         return future
 
     def sent(self, batch: _Batch) -> ops.SubmitJobs | None:

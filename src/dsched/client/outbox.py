@@ -130,6 +130,13 @@ class ClientOutbox:
             logger.exception("Client failed sending queued ops")
             self._on_failure(f"client error: cannot send queued ops: {error!r}")
 
+    def flush_now(self) -> None:
+        """On the loop: send what is queued at once (see ``Comm.flush_now``)."""
+        self.flush()
+        comm = self.comm
+        if comm is not None:
+            comm.flush_now()
+
     def _drain(self) -> None:
         queue = self._queue
         released: list[str] = []

@@ -138,6 +138,13 @@ class Comm:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush_pending)
 
+    def flush_now(self) -> None:
+        """Write what ``write_nowait`` queued now, not at the end of the loop's tick (the
+        caller keeps the loop busy a while, and the peer can start on these meanwhile); not
+        while the transport is full (that waits for the loop, as before)."""
+        if not self.closed and not self._connection.writing_paused:
+            self._flush_pending()
+
     def _flush_pending(self) -> None:
         self._flush_scheduled = False
         if not self._pending or self.closed:
