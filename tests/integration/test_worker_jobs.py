@@ -521,15 +521,17 @@ async def test_a_worker_busy_on_all_its_threads_forks_no_supervisor_an_attempt(c
         return {int((await get_log(worker, key)).data) for key in keys}
 
     # A round that finds fewer ready than it asks for forks the rest (each for one attempt),
-    # and those that ran it come back with two more spares: two more each round, up to six.
+    # and those that ran it come back with two more spares: up to two more each round (fewer
+    # where a spare was still preparing when its round began, as on a loaded machine), up to
+    # six.
     kept = await wait_until_async(settled, 30, what="the first spares")
-    for r in range(3):
+    for r in range(6):
         if len(kept) == 6:
             break
         await four_at_once(r)
         kept = await wait_until_async(settled, 30, what="the supervisors back, prepared")
     assert len(kept) == 6, kept
-    for r in range(3, 5):  # from now on, every attempt goes to one of those six
+    for r in range(6, 8):  # from now on, every attempt goes to one of those six
         assert await four_at_once(r) <= set(kept)
         assert set(await wait_until_async(settled, 30, what="the six back, prepared")) == set(kept)
 
