@@ -8,13 +8,12 @@ of the crash tests sit at these commits.
 
 One thing goes ahead of its commit: a job attempt the write starts is sent as soon as the
 journal's thread has the write, as a hold (``SendExecute.hold``), and its SendProceed takes its
-place behind the commit. The worker
-prepares the attempt (its record, its supervisor) while the journal reaches the disk, and
-spawns the command only on the Proceed; a hold whose session ends first is dropped unreported,
-and the scheduler, which lost the session too, finds the attempt unlisted when the worker comes
-back, and puts the job back in its queue (or has no row of it, if it crashed before the
-commit). Nothing a hold does can be seen, so the promise stands: nothing runs before what it
-depends on is durable.
+place behind the commit. The worker prepares the attempt (its record, its supervisor) while
+the journal reaches the disk, and spawns the command only on the Proceed; a hold whose session
+ends first is dropped unreported, and the scheduler, which lost the session too, finds the
+attempt unlisted when the worker comes back, and puts the job back in its queue (or has no row
+of it, if it crashed before the commit). Nothing a hold does can be seen, so the promise
+stands: nothing runs before what it depends on is durable.
 
 It carries out nothing itself (``carry_out`` does) and decides nothing about jobs: that is the
 state's. Its commits run as tasks of the scheduler's task group (``spawn``): one that raises
@@ -26,8 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, Callable, Coroutine
 
 from . import actions as act
