@@ -17,6 +17,7 @@ worker stops, and the group cancels the rest.
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import itertools
 import logging
@@ -69,6 +70,9 @@ class Scheduler:
         self.workers: dict[str, Comm] = {}
         #: The workers' connections that have been told Registered: only those hear more.
         self._greeted: set[Comm] = set()
+        #: By address, in order, the connections whose registration awaits its answer (a
+        #: Registered, or a refusal): each answer is for the first, whatever came since.
+        self._registering: dict[str, collections.deque] = {}
         self.clients: dict[str, Comm] = {}
         self.listener: Listener | None = None
         self._address: str | None = None
@@ -262,6 +266,7 @@ class Scheduler:
             # the new registration replaces the old one, and the state reconciles the two.
             old.abort("the worker registered again")
         self.workers[address] = comm
+        self._registering.setdefault(address, collections.deque()).append(comm)
         reason, expected = "connection closed", False
         try:
             self._handle(joined(first, self.now()))  # accepted: it hears so first
@@ -407,11 +412,13 @@ class Scheduler:
         make = TO_WORKER.get(kind)
         if make is not None:
             comm = self.workers.get(action.worker)
+            if kind is act.WorkerAccepted:  # for the connection its registration came on
+                if self._answering(action.worker) is not comm:
+                    return  # gone since, replaced by one that registered again
+                self._greeted.add(comm)
+            elif comm not in self._greeted:  # decided for an earlier connection: the
+                return  # registration on this one has made the state forget it
             if comm is not None and not comm.closed:  # else its WorkerLeft is on the way
-                if kind is act.WorkerAccepted:
-                    self._greeted.add(comm)
-                elif comm not in self._greeted:  # decided for its earlier connection: its
-                    return  # registration, on this one, has made the state forget it
                 # A large spec is bulk: held here until the task ends anyway, and sent for at
                 # most as many tasks as the worker can start, so not held to the outbox limit.
                 # So is an attempt sent ahead of its commit: written now, not after the
@@ -441,14 +448,26 @@ class Scheduler:
         elif kind is act.LogLine:
             self._log.write(action, self.now())
         elif kind is act.CloseWorker:
-            comm = self.workers.get(action.worker)
-            if comm is not None:
-                if action.refused:  # it is listening: tell it why, so it does not come back
+            if action.refused:  # it is listening: tell it why, so it does not come back
+                comm = self._answering(action.worker)
+                if comm is not None:
                     comm.close_nowait(f"refused: {action.reason}")
-                else:  # it stopped answering
+            else:  # it stopped answering (not one that registered again since)
+                comm = self.workers.get(action.worker)
+                if comm in self._greeted:
                     comm.abort(action.reason)
         else:
             raise TypeError(f"unknown scheduler action {action!r}")
+
+    def _answering(self, address: str) -> Comm | None:
+        """The connection the next answer to a registration from ``address`` is for."""
+        waiting = self._registering.get(address)
+        if not waiting:
+            return None
+        comm = waiting.popleft()
+        if not waiting:
+            del self._registering[address]
+        return comm
 
     async def _tick(self) -> None:
         while True:

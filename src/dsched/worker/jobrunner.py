@@ -66,7 +66,8 @@ class JobRunner:
         self._supervisors: dict[str, Any] = {}  # a Process, or a Spawned
         self._owners: dict[str, asyncio.Future] = {}  # the run each of those supervises
         self._spawner = Spawner(None if env is None else dict(env))
-        self._orders: dict[str, str] = {}  # a stop given before its supervisor was started
+        #: A stop (or go) given to a run before its supervisor was started, by run.
+        self._orders: dict[asyncio.Future, str] = {}
         #: Each attempt's run, by key, while it lasts: a held attempt dropped may be sent
         #: again under the same key, and then starts once the dropped one is gone.
         self._runs: dict[str, asyncio.Future] = {}
@@ -114,9 +115,9 @@ class JobRunner:
         finally:
             done.set_result(None)
             self._dropped.discard(done)
-            if self._runs.get(start.key) is done:  # the last of its key: nothing more to tell
+            self._orders.pop(done, None)
+            if self._runs.get(start.key) is done:
                 del self._runs[start.key]
-                self._orders.pop(start.key, None)
 
     async def _run(self, start: StartJob, this: asyncio.Future) -> None:
         key = start.key
@@ -156,8 +157,8 @@ class JobRunner:
         cgroup = getattr(process, "cgroup", cgroup)  # a spare's, where it was handed one
         logger.debug("Started job attempt %s (supervisor pid %s)", key, process.pid)
         self._tell(key, repr(self.lease_until))  # the lease may have grown meanwhile
-        if key in self._orders:
-            self._tell(key, self._orders.pop(key))
+        if this in self._orders:
+            self._tell(key, self._orders.pop(this))
         ended = False
         assert process.stdout is not None
         async for line in process.stdout:
@@ -182,8 +183,8 @@ class JobRunner:
         """A supervisor is about to be forked with this stdin: a stop given from now on goes
         there at once (and one given before is there already when it first looks)."""
         self._supervisors[key], self._owners[key] = spawned, run
-        if key in self._orders:  # kept until the fork is known to have happened
-            self._tell(key, self._orders[key])
+        if run in self._orders:  # kept until the fork is known to have happened
+            self._tell(key, self._orders[run])
 
     def _record(self, record: str, log: str, start: StartJob) -> int:
         # Here before the supervisor is asked for: a worker process that starts after this one
@@ -276,12 +277,13 @@ class JobRunner:
         """Tell ``key``'s supervisor ``order``; while it is being started, the order is kept
         and told again once it is known to run (or to its replacement). ``keep=False``: not
         in place of an order kept already."""
+        run = self._runs.get(key)
         process = self._supervisors.get(key)
-        if process is not None and self._owners.get(key) is not self._runs.get(key):
+        if process is not None and self._owners.get(key) is not run:
             process = None  # an earlier run's, on its way out: the order is the next run's
-        if process is None or process.pid is None:
-            if keep or key not in self._orders:
-                self._orders[key] = order
+        if run is not None and (process is None or process.pid is None):
+            if keep or run not in self._orders:
+                self._orders[run] = order
         self._write(process, order)
 
     def pid_of(self, key: str) -> int | None:

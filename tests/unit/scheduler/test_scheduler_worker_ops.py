@@ -1,14 +1,19 @@
-"""The scheduler's shell and a worker's connection: a connection hears nothing before its
-Registered. An op decided for the worker's earlier connection (queued behind a journal commit
-while the worker registered again) is not sent on the new one: the registration has made the
-state reconcile what it was about, and a worker whose first op is not Registered gives up."""
+"""The scheduler's shell and a worker's connections: a connection hears nothing before its
+Registered, and a registration's answer goes to the connection it came on. An op decided for
+the worker's earlier connection (queued behind a journal commit while the worker registered
+again) is not sent on the new one: the registration has made the state reconcile what it was
+about, and a worker whose first op is not Registered gives up."""
 
 from __future__ import annotations
+
+import collections
 
 from dsched.resources import Resources
 from dsched.scheduler import actions as act
 from dsched.scheduler.server import Scheduler
 from dsched.settings import CommConfig, SchedulerConfig
+
+W1 = "tcp://w1"
 
 
 class Comm:
@@ -16,19 +21,56 @@ class Comm:
 
     def __init__(self) -> None:
         self.sent: list[str] = []
+        self.closed_with = ""
 
     def write_nowait(self, wire: dict, bulk: bool = False) -> None:
         self.sent.append(wire["op"])
 
+    def close_nowait(self, reason: str) -> None:
+        self.closed_with = reason
+
+
+def register(scheduler: Scheduler) -> Comm:
+    """A connection from W1 whose register op came, as ``_serve_worker`` books it."""
+    comm = scheduler.workers[W1] = Comm()
+    scheduler._registering.setdefault(W1, collections.deque()).append(comm)
+    return comm
+
+
+def execute(key: str) -> act.SendExecute:
+    return act.SendExecute(key=key, worker=W1, spec=b"", resources=Resources(),
+                           job={"command": ["true"]})
+
 
 def test_a_workers_connection_hears_nothing_before_its_registered():
     scheduler = Scheduler(SchedulerConfig(), CommConfig(), token="t")
-    comm = scheduler.workers["tcp://w1"] = Comm()
-    stale = act.SendExecute(key="job-1.1", worker="tcp://w1", spec=b"", resources=Resources(),
-                            job={"command": ["true"]})
-    scheduler._carry_out(stale)
-    scheduler._carry_out(act.SendAttemptAck(worker="tcp://w1", keys=("job-0.1",)))
+    comm = register(scheduler)
+    scheduler._carry_out(execute("job-1.1"))  # decided for an earlier connection
+    scheduler._carry_out(act.SendAttemptAck(worker=W1, keys=("job-0.1",)))
     assert comm.sent == []
-    scheduler._carry_out(act.WorkerAccepted(worker="tcp://w1"))
-    scheduler._carry_out(act.SendProceed(worker="tcp://w1", keys=("job-2.1",)))
+    scheduler._carry_out(act.WorkerAccepted(worker=W1))
+    scheduler._carry_out(act.SendProceed(worker=W1, keys=("job-2.1",)))
     assert comm.sent == ["registered", "proceed"]
+
+
+def test_a_registrations_answer_goes_to_the_connection_it_came_on():
+    scheduler = Scheduler(SchedulerConfig(), CommConfig(), token="t")
+    second = register(scheduler)
+    third = register(scheduler)  # the worker registered again before the second's answer
+    scheduler._carry_out(act.WorkerAccepted(worker=W1))  # the second's: it is gone
+    scheduler._carry_out(execute("job-1.1"))  # decided for the second connection
+    scheduler._carry_out(act.CloseWorker(worker=W1, reason="stopped answering"))
+    assert (second.sent, third.sent) == ([], [])
+    scheduler._carry_out(act.WorkerAccepted(worker=W1))  # the third's
+    assert third.sent == ["registered"]
+
+
+def test_a_refusal_closes_the_connection_it_answers():
+    scheduler = Scheduler(SchedulerConfig(), CommConfig(), token="t")
+    refused = register(scheduler)
+    accepted = register(scheduler)
+    scheduler._carry_out(act.CloseWorker(worker=W1, reason="a worker needs a thread",
+                                         refused=True))
+    scheduler._carry_out(act.WorkerAccepted(worker=W1))
+    assert refused.closed_with == "refused: a worker needs a thread"
+    assert (accepted.closed_with, accepted.sent) == ("", ["registered"])
