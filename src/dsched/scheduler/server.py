@@ -421,10 +421,10 @@ class Scheduler:
             if comm is not None and not comm.closed:  # else its WorkerLeft is on the way
                 # A large spec is bulk: held here until the task ends anyway, and sent for at
                 # most as many tasks as the worker can start, so not held to the outbox limit.
-                # So is an attempt sent ahead of its commit: written now, not after the
-                # loop's turn (the commit's thread is starting meanwhile).
-                bulk = kind is act.SendExecute and (action.hold or any_out_of_band(action.spec))
+                bulk = kind is act.SendExecute and any_out_of_band(action.spec)
                 comm.write_nowait(make(action).to_wire(), bulk=bulk)
+                if kind is act.SendExecute and action.hold:  # now, not after the loop's turn:
+                    comm.flush_now()  # the worker prepares while the commit's thread writes
             return
         make = TO_CLIENTS.get(kind)
         if make is not None:

@@ -279,7 +279,8 @@ class Supervision:
 
     def _order(self, line: str) -> None:
         if line == "go":
-            self.held = self.held and self.dropped  # once dropped, it stays so
+            if not self.dropped:  # once dropped, it stays so
+                self.held = False
         elif line == "drop":
             self.dropped = self.dropped or self.held
         elif line == "kill":
