@@ -256,3 +256,46 @@ def test_a_supervisors_job_dies_with_it_whatever_the_guard_went_through_before(t
     if not result["dead"]:
         os.kill(result["pid"], signal.SIGKILL)
     assert result["dead"], out.stderr
+
+
+async def test_spares_start_each_job_where_it_asks_with_only_its_standard_descriptors(tmp_path):
+    # A spare runs one attempt after another: the directory one job asked for is not the next
+    # one's, and nothing of an earlier attempt, nor the log's lock, is passed on to a job.
+    import json
+    import sys
+    import time
+
+    from dsched.worker.jobrecords import new_record, open_locked_log, write_record
+
+    script = "import os, json; print(json.dumps([os.getcwd(), os.listdir('/proc/self/fd')]))"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    spawner = Spawner()
+    assert await spawner.start() and await spawner.ready()
+    spawner.prepare("", 1)  # three kept: each of the last three has run one of the first
+    supervisors, seen = [], []
+    try:
+        for i, cwd in enumerate([str(elsewhere)] * 3 + [None] * 3):
+            key = f"job-{i + 1}.1"
+            record, log = str(tmp_path / f"{key}.json"), str(tmp_path / f"{key}.log")
+            job = {"command": [sys.executable, "-c", script], "cwd": cwd}
+            write_record(record, new_record(key, job, (), log, "w"))
+            lock = open_locked_log(log)
+            try:
+                spawned = await spawner.spawn(
+                    [record, str(lock), "1.0", repr(time.monotonic() + 60), ""], lock,
+                    lambda _: None)
+            finally:
+                os.close(lock)
+            async for _ in spawned.stdout:  # AttemptStarted, AttemptEnded
+                pass
+            await spawned.wait()
+            spawner.forget(record)
+            supervisors.append(spawned.pid)
+            with open(log) as file:
+                seen.append(json.loads(file.read()))
+    finally:
+        await spawner.close()
+    assert set(supervisors[3:]) <= set(supervisors[:3])  # the same spares, reused
+    assert [where for where, _ in seen] == [str(elsewhere)] * 3 + [os.getcwd()] * 3
+    assert all(sorted(fds) == ["0", "1", "2", "3"] for _, fds in seen)  # 3: the listing's own

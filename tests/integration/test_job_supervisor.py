@@ -181,6 +181,43 @@ def test_the_job_sees_the_workers_environment_its_own_its_gpus_and_its_names(sup
                                         "w1"]
 
 
+def test_the_job_inherits_no_descriptor_but_its_standard_ones(supervise):
+    # Not the log's lock (the supervisor holds it, not the job) nor any of the supervisor's.
+    job = supervise([sys.executable, "-c", "import os; print(sorted(os.listdir('/proc/self/fd')))"])
+    job.started()
+    assert job.ended().outcome == "completed"
+    assert job.output() == "['0', '1', '2', '3']\n"  # 3: the listing's own
+
+
+def test_the_job_starts_with_the_signals_python_ignores_at_their_default(supervise):
+    job = supervise(["grep", "SigIgn", "/proc/self/status"])
+    job.started()
+    assert job.ended().outcome == "completed"
+    ignored = int(job.output().split()[1], 16)
+    for signum in (signal.SIGPIPE, signal.SIGXFSZ):
+        assert not ignored & 1 << (signum - 1), signum
+
+
+def test_a_command_is_looked_for_on_the_jobs_own_path(supervise, tmp_path):
+    own = tmp_path / "bin"
+    own.mkdir()
+    (own / "only-here").write_text("#!/bin/sh\necho found\n")
+    (own / "only-here").chmod(0o755)
+    job = supervise(["only-here"], env={"PATH": f"{own}:/usr/bin:/bin"})
+    job.started()
+    assert job.ended().outcome == "completed" and job.output() == "found\n"
+    missing = supervise(["true"], env={"PATH": str(own)})  # on the worker's PATH, not the job's
+    assert missing.report().error == "cannot start: true: command not found"
+
+
+def test_a_file_that_is_not_executable_is_refused_in_words(supervise, tmp_path):
+    (tmp_path / "plain.sh").write_text("echo never\n")
+    job = supervise(["./plain.sh"], cwd=str(tmp_path))
+    ended = job.report()
+    assert (type(ended), ended.error) == (ops.AttemptEnded, "cannot start: ./plain.sh: permission "
+                                                            "denied")
+
+
 def test_a_job_granted_no_gpu_sees_none(supervise, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     job = supervise(["sh", "-c", 'echo "[$CUDA_VISIBLE_DEVICES]"'])

@@ -134,20 +134,21 @@ class JobRunner:
         process: Any = None
         try:
             if await self._spawner.ready():  # forked in a millisecond
+                lease = self.lease_until  # the latest: the spawner may have just started
                 try:
                     process = await self._spawner.spawn(
-                        [record, str(lock_fd), repr(self.kill_grace), repr(self.lease_until),
-                         cgroup], lock_fd, lambda spawned: self._opened(key, spawned, this))
+                        [record, str(lock_fd), repr(self.kill_grace), repr(lease), cgroup],
+                        lock_fd, lambda spawned: self._opened(key, spawned, this))
                 except OSError:  # not sent, or not forked: nothing started
                     self._supervisors.pop(key, None)
                     self._owners.pop(key, None)
             if process is None:  # a fresh interpreter: a tenth of a second or more
+                lease = self.lease_until
                 process = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "dsched.worker.jobsupervisor", record, str(lock_fd),
-                    repr(self.kill_grace), repr(self.lease_until),
-                    *((cgroup,) if cgroup else ()), stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE, pass_fds=(lock_fd,), start_new_session=True,
-                    env=None if self.env is None else dict(self.env))
+                    repr(self.kill_grace), repr(lease), *((cgroup,) if cgroup else ()),
+                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    pass_fds=(lock_fd,), start_new_session=True, env=None if self.env is None else dict(self.env))
         except OSError as error:
             why = f"cannot start its supervisor: {error.strerror or error}"
             return self._cannot_start(key, log, why, record)
@@ -156,7 +157,9 @@ class JobRunner:
         self._supervisors[key], self._owners[key] = process, this
         cgroup = getattr(process, "cgroup", cgroup)  # a spare's, where it was handed one
         logger.debug("Started job attempt %s (supervisor pid %s)", key, process.pid)
-        self._tell(key, repr(self.lease_until))  # the lease may have grown meanwhile
+        if self.lease_until > lease:  # it grew while the supervisor started (told only then:
+            # each line wakes the supervisor)
+            self._tell(key, repr(self.lease_until))
         if this in self._orders:
             self._tell(key, self._orders.pop(this))
         ended = False

@@ -273,8 +273,10 @@ def _warm() -> None:
     writes to)."""
     from ..protocol.ops import AttemptEnded, AttemptStarted, decode
     from .containment import libc
+    from .jobsupervisor import worker_environment
 
     libc()
+    worker_environment()
     try:
         for op in (AttemptStarted("job-1.1", 1, "log", (0,), 1.0),
                    AttemptEnded("job-1.1", "completed", 0, "", "log", 1.0, 2.0)):

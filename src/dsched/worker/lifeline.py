@@ -201,7 +201,7 @@ def fork_job_guard(lifeline: Lifeline) -> int:
     leader) is about to start; its pid. For each job the caller says its cgroup ("" none) on
     the ``lifeline``, spawns the job's leader in a new group of its session and moves the guard
     into that group (``os.setpgid(guard, leader)``), so the leader is spawned without running
-    Python between fork and exec (``subprocess`` can then vfork), and the guard is there before
+    Python between fork and exec (``os.posix_spawn``), and the guard is there before
     the leader runs; to keep it for the next job, the caller moves it back into its own group
     before it kills the job's. When this process ends, however it ends, the guard kills the
     cgroup it was told last and its group. A guard that is not in a job's group then (this

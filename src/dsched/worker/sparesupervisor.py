@@ -106,6 +106,7 @@ def _supervise_one(args: list, fds: list[int], prepared: Prepared,
     os.dup2(fds[1], 1)
     for closing in fds[:2]:
         os.close(closing)
+    os.set_inheritable(fds[2], False)  # the log's lock is held by this process, not its job
     path, _lock, kill_grace, lease_until = args[:4]  # the lock is held as fds[2]
     supervision = Supervision(path, read_record(path), float(kill_grace), float(lease_until),
                               prepared=prepared)

@@ -5,6 +5,8 @@ run's supervisor; it is never told to the earlier one, which is on its way out."
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 
 from dsched.worker.jobrunner import JobRunner
 
@@ -23,6 +25,9 @@ class Stdin:
 class Supervisor:
     def __init__(self, pid: int) -> None:
         self.pid, self.stdin = pid, Stdin()
+
+    async def wait(self) -> int:
+        return 0
 
 
 async def test_an_order_for_the_next_run_of_a_key_is_kept_for_it(tmp_path):
@@ -51,3 +56,67 @@ async def test_an_order_kept_for_one_run_of_a_key_is_not_another_runs(tmp_path):
     runner._runs["job-1.1"] = second  # the same attempt sent again, held, then committed
     runner.proceed("job-1.1")
     assert runner._orders == {first: "drop", second: "go"}
+
+
+class Reports:
+    """A supervisor's stdout: what it says of its attempt, then its end."""
+
+    def __init__(self, key: str) -> None:
+        from dsched.protocol import ops
+
+        said = [ops.AttemptStarted(key, 7, "log", (), 1.0),
+                ops.AttemptEnded(key, "completed", 0, "", "log", 1.0, 2.0)]
+        self.lines = [json.dumps(op.to_wire()).encode() + b"\n" for op in said]
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> bytes:
+        if not self.lines:
+            raise StopAsyncIteration
+        return self.lines.pop(0)
+
+
+class StandInSpawner:
+    """Forks nothing: each attempt's supervisor is a ``Supervisor`` that says its attempt ran;
+    ``meanwhile`` runs while it is being 'forked'."""
+
+    def __init__(self, meanwhile=lambda: None) -> None:
+        self.meanwhile, self.leases, self.spawned = meanwhile, [], []
+
+    async def ready(self) -> bool:
+        return True
+
+    async def spawn(self, args, lock_fd, opened):
+        self.leases.append(float(args[3]))
+        supervisor = Supervisor(40 + len(self.spawned))
+        supervisor.stdout = Reports(os.path.basename(args[0])[:-len(".json")])
+        supervisor.cgroup = ""
+        self.meanwhile()  # while its pipes are made: not yet told what the runner tells all
+        opened(supervisor)
+        self.spawned.append(supervisor)
+        return supervisor
+
+    def forget(self, record: str) -> None:
+        pass
+
+
+async def _one_attempt(runner: JobRunner, spawner: StandInSpawner) -> Supervisor:
+    from dsched.worker.actions import StartJob
+
+    runner._spawner = spawner
+    await runner.run(StartJob("job-1.1", {"command": ["true"]}, lease_until=100.0))
+    supervisor, = spawner.spawned
+    return supervisor
+
+
+async def test_a_supervisor_is_told_its_lease_again_only_if_it_grew_while_it_started(tmp_path):
+    # Each line told wakes the supervisor: one that started with the latest lease hears
+    # nothing more of it; one whose lease was extended while it was being forked hears the
+    # new one (it may have missed it).
+    for extended, told in ((None, []), (250.0, [b"250.0\n"])):
+        runner = JobRunner(str(tmp_path), "w1", 1.0, on_event=lambda event: None)
+        spawner = StandInSpawner(lambda: extended and runner.extend(extended))
+        supervisor = await _one_attempt(runner, spawner)
+        assert spawner.leases == [100.0]
+        assert supervisor.stdin.lines == told
