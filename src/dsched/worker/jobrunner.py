@@ -170,6 +170,8 @@ class JobRunner:
                 ended = ended or type(report) is ops.AttemptEnded
                 self._tell_state(report)
         code = await process.wait()
+        if process.stdin is not None:  # done with it: no more orders
+            process.stdin.close()
         del self._supervisors[key], self._owners[key]
         self._spawner.forget(record)
         dropped = this in self._dropped

@@ -21,6 +21,9 @@ class Stdin:
     def write(self, data: bytes) -> None:
         self.lines.append(data)
 
+    def close(self) -> None:
+        pass
+
 
 class Supervisor:
     def __init__(self, pid: int) -> None:

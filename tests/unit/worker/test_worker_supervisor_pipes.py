@@ -1,0 +1,76 @@
+"""The worker's ends of a supervisor's pipes (``spawnerclient.Orders``, ``Reports``): orders
+are written in order however full the pipe is, and never raise once the supervisor is gone;
+reports come a line at a time however the pipe cuts them, until the supervisor closes it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from deadline import wait_until_async
+from dsched.worker.spawnerclient import Orders, Reports
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return b"".join(chunks)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+async def test_orders_the_pipe_cannot_take_yet_follow_in_order_once_it_can():
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    orders = Orders(write, asyncio.get_running_loop())
+    lines = [f"{i:08d}".encode() * 512 + b"\n" for i in range(40)]  # 160 KB: over a pipe's 64
+    for line in lines:
+        orders.write(line)
+    assert orders._pending  # kept, not lost
+    got = bytearray()
+
+    def drained() -> bool:  # the loop writes what is pending as the pipe empties
+        got.extend(_read_all(read))
+        return len(got) == sum(map(len, lines))
+
+    await wait_until_async(drained, what="every order")
+    assert got == b"".join(lines) and not orders._pending
+    orders.close()
+    assert orders.is_closing() and os.read(read, 10) == b""  # end of file
+    os.close(read)
+
+
+async def test_an_order_to_a_supervisor_that_is_gone_is_dropped_without_an_error():
+    read, write = os.pipe()
+    os.close(read)
+    orders = Orders(write, asyncio.get_running_loop())
+    orders.write(b"kill\n")  # EPIPE: closed, nothing raised
+    assert orders.is_closing()
+    orders.write(b"go\n")
+    orders.close()
+
+
+async def test_reports_come_a_line_at_a_time_until_the_end_of_the_pipe():
+    read, write = os.pipe()
+    reports = Reports(read, asyncio.get_running_loop())
+    got: list[bytes] = []
+
+    async def collect():
+        async for line in reports:
+            got.append(line)
+
+    collecting = asyncio.ensure_future(collect())
+    os.write(write, b'{"op":"attempt-sta')  # a line cut in two by the pipe
+    await wait_until_async(lambda: reports._partial, what="the first half read")
+    os.write(write, b'rted"}\n{"op":"attempt-ended"}\n{"last":')
+    await wait_until_async(lambda: len(got) == 2, what="two whole lines")
+    os.write(write, b"1}")  # its last line, without its newline
+    os.close(write)
+    await asyncio.wait_for(collecting, 10)
+    assert got == [b'{"op":"attempt-started"}\n', b'{"op":"attempt-ended"}\n', b'{"last":1}']
+    assert reports.fd == -1  # closed at the end
+    assert await reports.read() == b""
