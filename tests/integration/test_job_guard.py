@@ -1,4 +1,4 @@
-"""A job's command is spawned with no Python between fork and exec (``subprocess`` can vfork):
+"""A job's command is spawned with no Python between fork and exec (``os.posix_spawn``):
 its guard is forked by the supervisor before the spawn and moved into the job's group after,
 and a guard that was never moved (its supervisor killed in between) still takes the job down.
 The spawner, whose memory every supervisor copies, loads no asyncio and no worker core."""
@@ -162,3 +162,29 @@ def test_a_guard_not_yet_moved_kills_what_the_job_forks_while_the_guard_looks(tm
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+#: Supervisors prepared one after another, as a spare prepares for each attempt (run as the
+#: leader of a session of its own): what their guard is told (each line wakes it).
+TOLD = """
+import json
+from dsched.worker import lifeline
+from dsched.worker.jobguard import Prepared
+told = []
+say = lifeline.Lifeline.say
+lifeline.Lifeline.say = lambda self, line: (told.append(line), say(self, line))[1]
+first = Prepared("")
+again = Prepared("", kept=first)
+kept = again.guard == first.guard
+again.tell("/sys/fs/cgroup/a")
+again.tell("/sys/fs/cgroup/a")
+later = Prepared("", kept=again)
+again.retire()
+print(json.dumps([kept, told]))
+"""
+
+
+def test_a_kept_guard_is_told_a_cgroup_only_when_it_changes():
+    out = subprocess.run([sys.executable, "-c", TOLD], capture_output=True, text=True,
+                         timeout=60, start_new_session=True)
+    assert json.loads(out.stdout) == [True, ["/sys/fs/cgroup/a", ""]], out.stderr

@@ -30,7 +30,7 @@ class Prepared:
         self.cgroup, self.problem, self.entered = cgroup, "", False
         self.ended = False  # its guard was found ended (and reaped): its number is not used
         if kept is not None and kept.guard_alive():
-            self.lifeline, self.guard = kept.lifeline, kept.guard
+            self.lifeline, self.guard, self.told = kept.lifeline, kept.guard, kept.told
         else:
             if kept is not None:
                 kept.retire()
@@ -55,14 +55,20 @@ class Prepared:
         # The lifeline's write end, held until this process ends, is the guard's life.
         self.lifeline, self.ended = Lifeline(), False
         self.guard = fork_job_guard(self.lifeline)
+        self.told = ""  # the cgroup the guard knows of: none yet
 
     def tell(self, cgroup: str) -> bool:
-        """Tell the guard the cgroup it is to remove if this process dies ("" none); False if
-        it cannot take it (it has not read what it was told before, or is retired)."""
+        """Tell the guard the cgroup it is to remove if this process dies ("" none), unless
+        it knows it already (a line wakes it: without cgroups, a guard kept is told nothing
+        more); False if it cannot take it (it has not read what it was told before, or is
+        retired)."""
+        if cgroup == self.told:
+            return True
         try:
             self.lifeline.say(cgroup)
         except OSError:
             return False
+        self.told = cgroup
         return True
 
     def guard_alive(self) -> bool:

@@ -127,11 +127,12 @@ class _Spares:
     A spare whose attempt has ended (its outcome recorded and told, its job and all it started
     gone, its stdin, stdout and the log's lock closed) prepares itself again and waits for the
     next request, up to ``kept`` ready and ``sparesupervisor.REUSES`` attempts each: a fork,
-    its copied pages and an exit per attempt were most of what starting one cost. On its socket a spare says
-    ``spawned``, then ``ended CODE CGROUP`` (the attempt's supervision is over: the worker
-    hears it as a supervisor's exit; CGROUP is the one it prepares next, which the spawner
-    removes if it dies before it is ready), then ``ready CGROUP`` once prepared again. A
-    supervisor that could not kill all its attempt started, or remove its cgroup, is not used
+    its copied pages and an exit per attempt were most of what starting one cost. On its
+    socket a spare says ``spawned``, then ``ended CODE CGROUP`` (the attempt's supervision is
+    over: the worker hears it as a supervisor's exit; CGROUP is the one it prepares next,
+    which the spawner removes if it dies before it is ready), then ``ready CGROUP`` once
+    prepared again; without cgroups, a preparation takes microseconds, and the two lines
+    come in one message. A supervisor that could not kill all its attempt started, or remove its cgroup, is not used
     again: it exits, and its end is the attempt's."""
 
     def __init__(self, poller: select.poll):
@@ -209,8 +210,9 @@ class _Spares:
         return None, ""
 
     def heard(self, fd: int, sock: socket.socket) -> None:
-        """What the spare on ``fd`` says: its attempt spawned (fork more if none is spawning
-        now), ended (the worker hears of it), or that it is ready again; or it is gone."""
+        """What the spare on ``fd`` says, a line or two in a message: its attempt spawned (fork
+        more if none is spawning now), ended (the worker hears of it), that it is ready again
+        (without cgroups said with the end: one wakeup here); or that it is gone."""
         spare = self.spares.get(fd)
         if spare is None:  # a number closed since the poll said it
             return
@@ -221,6 +223,12 @@ class _Spares:
             return
         except OSError:
             said = ""
+        for line in [line for line in said.split("\n") if line] if said else [""]:
+            self._heard(fd, pid, ours, line, sock)
+        self.fork()
+
+    def _heard(self, fd: int, pid: int, ours: socket.socket, said: str,
+               sock: socket.socket) -> None:
         word, _, rest = said.partition(" ")
         if word in ("spawned", "ended"):
             self.spawning.discard(fd)
@@ -242,7 +250,6 @@ class _Spares:
         elif not said:  # it ended: reaped, and said, by ``_reap``
             self.preparing.discard(pid)
             self._drop(ours)
-        self.fork()
 
     def reaped(self, pid: int) -> str | None:
         """The attempt ``pid`` was running when it ended, if any; a spare never handed its

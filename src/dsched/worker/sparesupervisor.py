@@ -56,12 +56,13 @@ def supervise(cgroup: str, channel: socket.socket | None = None,
         keep = [*(fds or ()), *((channel.fileno(),) if channel else ())]
         _close_all_but(keep)
         first = cgroup
+        ended = ""  # the end of its last attempt, where it is said with its "ready"
         for attempt in range(1, REUSES + 1):
             prepared = Prepared(cgroup, kept=prepared)  # its guard kept, if still there
             if channel is not None:
                 try:
                     if attempt > 1:
-                        channel.send(f"ready {cgroup}".encode())
+                        channel.send(f"{ended}ready {cgroup}".encode())
                     data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, FDS_PER_REQUEST)
                 except OSError:  # the spawner is gone
                     data = b""
@@ -78,11 +79,15 @@ def supervise(cgroup: str, channel: socket.socket | None = None,
                 code = 0  # its end, reaped, is the attempt's
                 return
             cgroup = f"{first}-r{attempt + 1}" if first else ""  # its next, a fresh one
-            try:
-                channel.send(f"ended 0 {cgroup}".encode())
+            ended = f"ended 0 {cgroup}\n"
+            if not cgroup:  # prepared again in microseconds: said with its "ready", one wakeup
+                continue
+            try:  # its next cgroup takes the kernel milliseconds: its end is said first
+                channel.send(ended.encode())
             except OSError:  # the spawner is gone: so is the worker, nothing more comes
                 code = 0
                 return
+            ended = ""
     except BaseException:
         traceback.print_exc()
     finally:
