@@ -40,7 +40,8 @@ def test_submit_and_status_through_the_console_script(cluster, client):
     assert client.jobs([array])["jobs"][0]["array"]["size"] == 10000
     table = run(ENTRY, cluster, "status", str(job))
     assert table.returncode == 0 and "fast" in table.stdout
-    assert run(ENTRY, cluster, "status", "999999").stderr == "sched: error: no job 999999\n"
+    missing = run(ENTRY, cluster, "status", "999999")
+    assert (missing.returncode, missing.stderr) == (1, "sched: error: no job 999999\n")
     client.cancel_jobs([job, array])
 
 

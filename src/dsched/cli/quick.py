@@ -18,6 +18,7 @@ submission as long as the scheduler takes).
 
 from __future__ import annotations
 
+import os
 import sys
 
 from .options import address_problem, load_config, parse
@@ -29,8 +30,11 @@ if TYPE_CHECKING:
     from .options import Parsed
 
 
-def main() -> None:
-    """``sched``: the fast path where it applies, else the click command."""
+def main(at_once: bool = False) -> None:
+    """``sched``: the fast path where it applies, else the click command. ``at_once`` (the
+    ``sched`` script): a command done on the fast path ends the process at once, without the
+    interpreter's teardown of its modules (about 5 ms of CPU a call, a tenth of it): nothing
+    else is left to end there, no thread and no file but stdout and stderr, flushed first."""
     try:
         status = run(sys.argv[1:])
     except KeyboardInterrupt:  # as the click command ends on Ctrl-C
@@ -41,6 +45,14 @@ def main() -> None:
 
         click_main()  # reads sys.argv itself, as it does as the console script
         return
+    if at_once:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None: closed before the program started
+                try:
+                    stream.flush()
+                except (OSError, ValueError):  # closed meanwhile: what it said is lost
+                    status = status or 120  # as the interpreter ends when it cannot flush
+        os._exit(status)
     sys.exit(status)
 
 
