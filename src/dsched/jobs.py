@@ -68,6 +68,9 @@ class JobSpec(Frozen):
     def _check(self) -> None:
         if not self.command or not all(isinstance(part, str) for part in self.command):
             raise JobSpecError("a job needs a command: a non-empty list of strings")
+        if not self.command[0]:
+            raise JobSpecError("a job's command starts with the program to run, not an empty "
+                               "word")
         try:  # numbers the wire cannot carry are refused here, where they were given
             checked_int("priority", self.priority)
             checked_int("retries", self.retries, 0)

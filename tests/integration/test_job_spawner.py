@@ -297,6 +297,7 @@ async def test_spares_start_each_job_where_it_asks_with_only_its_standard_descri
             async for _ in spawned.stdout:  # AttemptStarted, AttemptEnded
                 pass
             await spawned.wait()
+            assert spawned.stdin.is_closing()  # its orders' pipe goes with the attempt
             spawner.forget(record)
             supervisors.append(spawned.pid)
             with open(log) as file:

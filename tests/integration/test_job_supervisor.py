@@ -91,9 +91,10 @@ def supervise(tmp_path):
     directory.mkdir()
 
     def start(command, *, time_limit=None, env=None, cwd=None, gpus=(), grace=0.2,
-              lease=60.0, orders=(), cgroup="", prepared=False) -> Supervised:
+              lease=60.0, orders=(), cgroup="", prepared=False, code=None) -> Supervised:
         """``orders``: lines the worker said before the supervisor began to read; ``cgroup``:
-        the job's own, in the worker's cgroup mode; ``prepared``: as a spare of a spawner."""
+        the job's own, in the worker's cgroup mode; ``prepared``: as a spare of a spawner;
+        ``code``: run in its place (a spare's, changed by the test)."""
         record, log = record_path(str(directory), KEY), log_path(str(directory), KEY)
         job = {"command": command, "env": env or {}, "cwd": cwd, "time_limit": time_limit,
                "name": "test"}
@@ -103,7 +104,7 @@ def supervise(tmp_path):
         os.write(write, b"".join(line.encode() + b"\n" for line in orders))
         arguments = [record, str(lock), str(grace), repr(time.monotonic() + lease)]
         process = subprocess.Popen(
-            [sys.executable, "-c", PREPARED, *arguments, cgroup] if prepared else
+            [sys.executable, "-c", code or PREPARED, *arguments, cgroup] if prepared or code else
             [sys.executable, "-m", "dsched.worker.jobsupervisor", *arguments,
              *((cgroup,) if cgroup else ())],
             stdin=read, stdout=subprocess.PIPE, pass_fds=(lock,), start_new_session=True)
@@ -208,6 +209,23 @@ def test_a_command_is_looked_for_on_the_jobs_own_path(supervise, tmp_path):
     assert job.ended().outcome == "completed" and job.output() == "found\n"
     missing = supervise(["true"], env={"PATH": str(own)})  # on the worker's PATH, not the job's
     assert missing.report().error == "cannot start: true: command not found"
+
+
+def test_a_supervisor_that_cannot_go_back_to_its_directory_still_runs_the_job(supervise,
+                                                                              tmp_path):
+    # The job is spawned in its own directory by then: it runs, and its log says why the
+    # supervisor is now in / (a worker whose directory it may no longer search).
+    code = ("import os\n"
+            "def refused(fd):\n"
+            "    raise PermissionError(13, 'Permission denied')\n"
+            "os.fchdir = refused\n") + PREPARED
+    job = supervise([sys.executable, "-c", "import os; print(os.getcwd())"], cwd=str(tmp_path),
+                    code=code)
+    job.started()
+    assert job.ended().outcome == "completed"
+    note = (f"sched: {KEY}: its supervisor could not go back to its own directory (Permission "
+            "denied); later jobs without one start in /")
+    assert sorted(job.output().splitlines()) == sorted([note, str(tmp_path)])  # either first
 
 
 def test_a_file_that_is_not_executable_is_refused_in_words(supervise, tmp_path):
@@ -406,6 +424,7 @@ def test_a_killed_supervisor_takes_the_job_with_it_and_leaves_no_outcome(supervi
 @pytest.mark.parametrize("command, cwd, error", [
     (["no-such-command-here"], None, "cannot start: no-such-command-here: command not found"),
     (["./not-here.sh"], None, "cannot start: ./not-here.sh: no such file"),
+    ([""], None, "cannot start: its command's first word is empty"),  # an array's element
     (["true"], "/no/such/directory", "cannot start: its working directory /no/such/directory "
                                      "does not exist"),
 ])

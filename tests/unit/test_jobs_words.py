@@ -18,6 +18,7 @@ def test_a_spec_goes_over_the_wire_and_back():
 @pytest.mark.parametrize("wire, words", [
     ({"submission": "s", "command": []}, "needs a command"),
     ({"submission": "s", "command": ["true", 3]}, "needs a command"),
+    ({"submission": "s", "command": ["", "x"]}, "not an empty word"),
     ({"submission": "s", "command": ["true"], "retries": -1}, "retries must be from 0 to"),
     ({"submission": "s", "command": ["true"], "time_limit": 0}, "must be positive"),
     ({"submission": "s", "command": ["true"], "env": {"A": 1}}, "maps names to strings"),

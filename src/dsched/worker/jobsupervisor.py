@@ -97,16 +97,21 @@ def job_environment(base: Mapping[str, str], key: str, job: dict, gpus: tuple[in
     return env
 
 
-def start_problem(cwd: str | None) -> str:
-    """Why a command cannot be started in ``cwd``, in words; "" when it can be tried (the
-    command itself is looked for by its spawn: ``spawn_problem``)."""
+def start_problem(command: list[str], cwd: str | None) -> str:
+    """Why ``command`` cannot be started in ``cwd``, in words; "" when it can be tried (the
+    program is looked for by its spawn: ``spawn_problem``). An array's element may start with
+    an empty word: its value put in place of ``{}``."""
+    if not command[0]:
+        return "its command's first word is empty"
     if cwd is not None and not os.path.isdir(cwd):
         return f"its working directory {cwd} does not exist"
     return ""
 
 
-def spawn_problem(program: str, error: OSError) -> str:
+def spawn_problem(program: str, error: OSError | ValueError) -> str:
     """Why ``program`` could not be spawned, in words, from the error of its spawn."""
+    if not isinstance(error, OSError):  # what no process can be given (checked before)
+        return f"{program}: {error}"
     if error.errno == errno.ENOENT:
         return f"{program}: no such file" if os.sep in program else f"{program}: command not found"
     if error.errno == errno.EACCES:
@@ -148,7 +153,7 @@ class Supervision:
         command, cwd = list(self.job["command"]), self.job.get("cwd")
         env = job_environment(worker_environment(), self.key, self.job, tuple(self.record["gpus"]),
                               self.record.get("worker", ""))
-        problem = start_problem(cwd)
+        problem = start_problem(command, cwd)
         # What the worker said while this process started: a newer lease, or a stop. A job
         # whose lease is over by now is not spawned: the scheduler may have queued it
         # elsewhere already.
@@ -385,13 +390,12 @@ class Supervision:
                                 file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                                               (os.POSIX_SPAWN_DUP2, out, 1),
                                               (os.POSIX_SPAWN_DUP2, out, 2)])
-        except OSError as error:  # not found, not executable, or its exec failed
+        except (OSError, ValueError) as error:  # not found, not executable, its exec failed
             return spawn_problem(program, error)
         finally:
             os.close(out)
             if here >= 0:
-                os.fchdir(here)
-                os.close(here)
+                self._come_back(here)
         self.started = time.time()
         try:  # the group lives while its leader is not reaped, even if it has exited
             os.setpgid(prepared.guard, self.leader)
@@ -401,6 +405,19 @@ class Supervision:
             self._note(f"{self.key}: {prepared.problem}")
             self._release()
         return ""
+
+    def _come_back(self, here: int) -> None:
+        """Back to this process's own directory (``here``, open) after a job's spawn there,
+        else to / (the next job that names none then starts there, and its log says why):
+        the job is spawned by now, and must not be lost for it."""
+        try:
+            os.fchdir(here)
+        except OSError as error:
+            os.chdir("/")
+            self._note(f"{self.key}: its supervisor could not go back to its own directory "
+                       f"({error.strerror or error}); later jobs without one start in /")
+        finally:
+            os.close(here)
 
     def _discard(self) -> None:
         """Nothing was spawned: its guard (if forked) goes now, and its cgroup."""

@@ -133,6 +133,7 @@ class Spawned:
         # shielded: one waiter cancelled (its task group closing) must not cancel the end
         # another waits for (the runner's close)
         self.returncode = await asyncio.shield(self._ended)
+        self.stdin.close()  # done with the attempt: no order is for it any more
         return self.returncode
 
     def kill(self) -> None:
