@@ -148,7 +148,8 @@ class JobRunner:
                     sys.executable, "-m", "dsched.worker.jobsupervisor", record, str(lock_fd),
                     repr(self.kill_grace), repr(lease), *((cgroup,) if cgroup else ()),
                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                    pass_fds=(lock_fd,), start_new_session=True, env=None if self.env is None else dict(self.env))
+                    pass_fds=(lock_fd,), start_new_session=True,
+                    env=None if self.env is None else dict(self.env))
         except OSError as error:
             why = f"cannot start its supervisor: {error.strerror or error}"
             return self._cannot_start(key, log, why, record)

@@ -132,8 +132,8 @@ class _Spares:
     over: the worker hears it as a supervisor's exit; CGROUP is the one it prepares next,
     which the spawner removes if it dies before it is ready), then ``ready CGROUP`` once
     prepared again; without cgroups, a preparation takes microseconds, and the two lines
-    come in one message. A supervisor that could not kill all its attempt started, or remove its cgroup, is not used
-    again: it exits, and its end is the attempt's."""
+    come in one message. A supervisor that could not kill all its attempt started, or remove
+    its cgroup, is not used again: it exits, and its end is the attempt's."""
 
     def __init__(self, poller: select.poll):
         self.poller = poller

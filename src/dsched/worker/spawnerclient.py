@@ -21,7 +21,7 @@ from .jobspawner import FDS_PER_REQUEST, MAX_MESSAGE
 logger = logging.getLogger("dsched.worker")
 
 
-class Orders:
+class OrderPipe:
     """A supervisor's stdin, our end: each line is written at once (a few bytes into a pipe the
     supervisor reads as they come), and what the pipe cannot take yet once it can."""
 
@@ -67,7 +67,7 @@ class Orders:
             self.fd, self._pending = -1, b""
 
 
-class Reports:
+class ReportPipe:
     """A supervisor's stdout, our end: its lines as they come (``async for``), until it closes
     it; the descriptor is closed then."""
 
@@ -99,7 +99,7 @@ class Reports:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    def __aiter__(self) -> Reports:
+    def __aiter__(self) -> ReportPipe:
         return self
 
     async def __anext__(self) -> bytes:
@@ -116,10 +116,10 @@ class Reports:
 
 
 class Spawned:
-    """A supervisor the spawner forked: its pid, its pipes (``Orders``, ``Reports``), and its
-    end."""
+    """A supervisor the spawner forked: its pid, its pipes (``OrderPipe``, ``ReportPipe``),
+    and its end."""
 
-    def __init__(self, stdin: Orders, stdout: Reports):
+    def __init__(self, stdin: OrderPipe, stdout: ReportPipe):
         self.stdin, self.stdout = stdin, stdout
         self.pid: int | None = None  # once the spawner says it
         self.cgroup = ""  # the cgroup it runs its job in, once the spawner says it
@@ -222,7 +222,7 @@ class Spawner:
         reports_r, reports_w = os.pipe()
         # Our ends as plain descriptors on the loop, not asyncio's pipe transports and streams:
         # those cost a tenth of a millisecond of the worker's time an attempt.
-        spawned = Spawned(Orders(orders_w, loop), Reports(reports_r, loop))
+        spawned = Spawned(OrderPipe(orders_w, loop), ReportPipe(reports_r, loop))
         try:  # the supervisor's ends go with the request (or nowhere)
             opened(spawned)
             waiting = self._pids[key] = loop.create_future()

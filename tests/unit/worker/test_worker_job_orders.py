@@ -61,7 +61,7 @@ async def test_an_order_kept_for_one_run_of_a_key_is_not_another_runs(tmp_path):
     assert runner._orders == {first: "drop", second: "go"}
 
 
-class Reports:
+class StandInReports:
     """A supervisor's stdout: what it says of its attempt, then its end."""
 
     def __init__(self, key: str) -> None:
@@ -93,7 +93,7 @@ class StandInSpawner:
     async def spawn(self, args, lock_fd, opened):
         self.leases.append(float(args[3]))
         supervisor = Supervisor(40 + len(self.spawned))
-        supervisor.stdout = Reports(os.path.basename(args[0])[:-len(".json")])
+        supervisor.stdout = StandInReports(os.path.basename(args[0])[:-len(".json")])
         supervisor.cgroup = ""
         self.meanwhile()  # while its pipes are made: not yet told what the runner tells all
         opened(supervisor)

@@ -1,6 +1,7 @@
-"""The worker's ends of a supervisor's pipes (``spawnerclient.Orders``, ``Reports``): orders
-are written in order however full the pipe is, and never raise once the supervisor is gone;
-reports come a line at a time however the pipe cuts them, until the supervisor closes it."""
+"""The worker's ends of a supervisor's pipes (``spawnerclient.OrderPipe``, ``ReportPipe``):
+orders are written in order however full the pipe is, and never raise once the supervisor is
+gone; reports come a line at a time however the pipe cuts them, until the supervisor closes
+it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import os
 
 from deadline import wait_until_async
-from dsched.worker.spawnerclient import Orders, Reports
+from dsched.worker.spawnerclient import OrderPipe, ReportPipe
 
 
 def _read_all(fd: int) -> bytes:
@@ -26,7 +27,7 @@ def _read_all(fd: int) -> bytes:
 async def test_orders_the_pipe_cannot_take_yet_follow_in_order_once_it_can():
     read, write = os.pipe()
     os.set_blocking(read, False)
-    orders = Orders(write, asyncio.get_running_loop())
+    orders = OrderPipe(write, asyncio.get_running_loop())
     lines = [f"{i:08d}".encode() * 512 + b"\n" for i in range(40)]  # 160 KB: over a pipe's 64
     for line in lines:
         orders.write(line)
@@ -47,7 +48,7 @@ async def test_orders_the_pipe_cannot_take_yet_follow_in_order_once_it_can():
 async def test_an_order_to_a_supervisor_that_is_gone_is_dropped_without_an_error():
     read, write = os.pipe()
     os.close(read)
-    orders = Orders(write, asyncio.get_running_loop())
+    orders = OrderPipe(write, asyncio.get_running_loop())
     orders.write(b"kill\n")  # EPIPE: closed, nothing raised
     assert orders.is_closing()
     orders.write(b"go\n")
@@ -56,7 +57,7 @@ async def test_an_order_to_a_supervisor_that_is_gone_is_dropped_without_an_error
 
 async def test_reports_come_a_line_at_a_time_until_the_end_of_the_pipe():
     read, write = os.pipe()
-    reports = Reports(read, asyncio.get_running_loop())
+    reports = ReportPipe(read, asyncio.get_running_loop())
     got: list[bytes] = []
 
     async def collect():
