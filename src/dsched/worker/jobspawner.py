@@ -280,7 +280,7 @@ def _warm() -> None:
     writes to)."""
     from ..protocol.ops import AttemptEnded, AttemptStarted, decode
     from .containment import libc
-    from .jobsupervisor import worker_environment
+    from .jobcommand import worker_environment
 
     libc()
     worker_environment()

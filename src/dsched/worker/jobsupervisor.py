@@ -2,8 +2,9 @@
 ``python -m dsched.worker.jobsupervisor RECORD LOCK_FD KILL_GRACE LEASE_UNTIL [CGROUP]``.
 
 It reads what to run from the attempt's record (``jobrecords``), spawns the command as the
-leader of a process group of its own, guarded by ``lifeline`` (the group dies with this
-process, however it ends), with stdout and stderr appended to the job's log, and watches:
+leader of a process group of its own (``jobcommand``: its environment, PATH, directory and
+descriptors), guarded by ``lifeline`` (the group dies with this process, however it ends),
+with stdout and stderr appended to the job's log, and watches:
 
 - the command's exit (a pidfd wakes it at once where there is one), after which whatever the
   command left running is killed: the job ends with its command, and nothing it started
@@ -32,28 +33,19 @@ It makes no scheduling decisions: it runs one command and says how it ended.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import select
-import shutil
 import signal
 import sys
 import time
-from typing import Callable, Mapping
+from typing import Callable
 
-from ..environ import JOB_ATTEMPT_ENV, JOB_ID_ENV, PATH_ENV, WORKER_NAME_ENV
-from ..gpu_ids import task_environment
-from ..jobs import parse_job_key
 from ..protocol.ops import AttemptEnded, AttemptStarted
-from . import cgroups, containment
+from . import cgroups, containment, jobcommand
 from .jobrecords import add_to_record, read_record
 from .jobguard import Prepared
 from .lifeline import describe_exit
-
-#: Signals that Python ignores, given back their default action in the command (as a shell
-#: starts it: a job writing to a closed pipe ends, as it expects).
-_RESTORED_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 
 #: Seconds between looks at the command where no pidfd tells of its exit.
 _POLL_INTERVAL = 0.05
@@ -71,52 +63,6 @@ NOT_STARTED = {
     LEASE_EXPIRED: "not started: its worker had lost the scheduler for longer than its job lease",
     WORKER_GONE: "not started: its worker process ended",
 }
-
-
-#: This process's environment (the worker's), read once: a supervisor is forked from the
-#: spawner, which reads it before it forks, and a copy of it per attempt costs microseconds
-#: where reading ``os.environ`` again would cost a tenth of a millisecond.
-_ENVIRONMENT: dict[str, str] = {}
-
-
-def worker_environment() -> dict[str, str]:
-    """This process's environment as it was when first asked (the worker's: nothing here
-    changes it)."""
-    if not _ENVIRONMENT:
-        _ENVIRONMENT.update(os.environ)
-    return _ENVIRONMENT
-
-
-def job_environment(base: Mapping[str, str], key: str, job: dict, gpus: tuple[int, ...],
-                    worker: str) -> dict[str, str]:
-    """The worker's environment, plus the job's own, plus what dsched tells every job: its
-    GPUs (``CUDA_VISIBLE_DEVICES``, empty for none, in PCI bus order), id, attempt and worker."""
-    job_id, attempt = parse_job_key(key) or (0, 0)
-    env = task_environment(gpus, {**base, **job.get("env", {})})
-    env.update({JOB_ID_ENV: str(job_id), JOB_ATTEMPT_ENV: str(attempt), WORKER_NAME_ENV: worker})
-    return env
-
-
-def start_problem(command: list[str], cwd: str | None) -> str:
-    """Why ``command`` cannot be started in ``cwd``, in words; "" when it can be tried (the
-    program is looked for by its spawn: ``spawn_problem``). An array's element may start with
-    an empty word: its value put in place of ``{}``."""
-    if not command[0]:
-        return "its command's first word is empty"
-    if cwd is not None and not os.path.isdir(cwd):
-        return f"its working directory {cwd} does not exist"
-    return ""
-
-
-def spawn_problem(program: str, error: OSError | ValueError) -> str:
-    """Why ``program`` could not be spawned, in words, from the error of its spawn."""
-    if not isinstance(error, OSError):  # what no process can be given (checked before)
-        return f"{program}: {error}"
-    if error.errno == errno.ENOENT:
-        return f"{program}: no such file" if os.sep in program else f"{program}: command not found"
-    if error.errno == errno.EACCES:
-        return f"{program}: permission denied"
-    return f"{program}: {error.strerror or error}"
 
 
 class Supervision:
@@ -151,9 +97,9 @@ class Supervision:
 
     def run(self) -> None:
         command, cwd = list(self.job["command"]), self.job.get("cwd")
-        env = job_environment(worker_environment(), self.key, self.job, tuple(self.record["gpus"]),
-                              self.record.get("worker", ""))
-        problem = start_problem(command, cwd)
+        env = jobcommand.job_environment(jobcommand.worker_environment(), self.key, self.job,
+                                         tuple(self.record["gpus"]), self.record.get("worker", ""))
+        problem = jobcommand.start_problem(command, cwd)
         # What the worker said while this process started: a newer lease, or a stop. A job
         # whose lease is over by now is not spawned: the scheduler may have queued it
         # elsewhere already.
@@ -349,53 +295,19 @@ class Supervision:
             cgroups.kill_cgroup(self.cgroup)
 
     def _spawn(self, command: list[str], cwd: str | None, env: dict[str, str]) -> str:
-        """Spawn the command as the leader of a new group of this session, with its guard
-        (``Prepared``) moved into that group; "" or why it could not start. ``posix_spawn``:
-        the C library starts the child in this process's memory, copying no page of it, and
-        execs at once, with no Python between, and the environment is handed over whole (a
-        fork of this process cost milliseconds a job, ``subprocess`` a tenth of one). Its
-        stdin is /dev/null, its stdout and stderr the job's log; this process's other
-        descriptors are all close-on-exec, its requests' too (``sparesupervisor``). In
-        cgroup mode this process is in the job's cgroup from its preparation until the
-        command is spawned, so the command is born in it, and with all it starts stays
-        there."""
+        """Spawn the command (``jobcommand.spawn``: no Python between its fork and its exec)
+        as the leader of a new group of this session, with its guard (``Prepared``) moved into
+        that group; "" or why it could not start. In cgroup mode this process is in the job's
+        cgroup from its preparation until the command is spawned, so the command is born in
+        it, and with all it starts stays there."""
         if self.prepared is None:
             self.prepared = Prepared(self.cgroup)
         prepared = self.prepared
-        program = command[0]
-        here = -1
         try:
-            out = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as error:
-            return f"cannot open its log {self.log}: {error.strerror or error}"
-        try:
-            if cwd is not None:  # the command starts there; this process goes back after
-                here = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-                os.chdir(cwd)
-        except OSError as error:
-            os.close(out)
-            if here >= 0:
-                os.close(here)
-            return f"its working directory {cwd}: {error.strerror or error}"
-        try:
-            spawn, path = os.posix_spawn, program
-            if os.sep not in program:
-                if env.get(PATH_ENV) == os.environ.get(PATH_ENV):  # looked for as we would
-                    spawn = os.posix_spawnp
-                else:  # looked for on the job's own PATH
-                    path = shutil.which(program, path=env.get(PATH_ENV, os.defpath)) or ""
-                    if not path:
-                        return f"{program}: command not found"
-            self.leader = spawn(path, command, env, setpgroup=0, setsigdef=_RESTORED_SIGNALS,
-                                file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                                              (os.POSIX_SPAWN_DUP2, out, 1),
-                                              (os.POSIX_SPAWN_DUP2, out, 2)])
-        except (OSError, ValueError) as error:  # not found, not executable, its exec failed
-            return spawn_problem(program, error)
-        finally:
-            os.close(out)
-            if here >= 0:
-                self._come_back(here)
+            self.leader = jobcommand.spawn(command, cwd, env, self.log,
+                                           lambda text: self._note(f"{self.key}: {text}"))
+        except jobcommand.CannotStart as why:
+            return str(why)
         self.started = time.time()
         try:  # the group lives while its leader is not reaped, even if it has exited
             os.setpgid(prepared.guard, self.leader)
@@ -405,19 +317,6 @@ class Supervision:
             self._note(f"{self.key}: {prepared.problem}")
             self._release()
         return ""
-
-    def _come_back(self, here: int) -> None:
-        """Back to this process's own directory (``here``, open) after a job's spawn there,
-        else to / (the next job that names none then starts there, and its log says why):
-        the job is spawned by now, and must not be lost for it."""
-        try:
-            os.fchdir(here)
-        except OSError as error:
-            os.chdir("/")
-            self._note(f"{self.key}: its supervisor could not go back to its own directory "
-                       f"({error.strerror or error}); later jobs without one start in /")
-        finally:
-            os.close(here)
 
     def _discard(self) -> None:
         """Nothing was spawned: its guard (if forked) goes now, and its cgroup."""
