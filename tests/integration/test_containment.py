@@ -129,6 +129,30 @@ def test_what_a_job_starts_in_another_session_dies_when_the_job_exits(daemons, m
     wait_until(lambda: not alive(pid), 10, what="what the job started to die with it")
 
 
+def test_a_cgroup_is_removed_with_the_cgroups_below_it_and_what_runs_there(tmp_path):
+    # A job that may write to cgroups (root) can make some below its own: its cgroup was then
+    # never removed (rmdir says busy while a cgroup is below), nor was the supervisor used again.
+    from dsched.worker import cgroups
+
+    if why := cgroup_unavailable():
+        pytest.skip(f"cgroup mode is not possible on this machine: {why}")
+    top = containment.choose("cgroup", "test-below", str(tmp_path)).cgroup_for("below")
+    os.makedirs(os.path.join(top, "a", "b"))
+    sleeper = subprocess.Popen(["sleep", SLEEP])
+    try:
+        with open(os.path.join(top, "a", "b", "cgroup.procs"), "w") as procs:
+            procs.write(str(sleeper.pid))
+        assert cgroups.remove_cgroup(top, timeout=10)
+        assert not os.path.exists(top)
+        assert sleeper.wait(10) == -signal.SIGKILL
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        for path in (os.path.join(top, "a", "b"), os.path.join(top, "a"), top):
+            if os.path.isdir(path):
+                os.rmdir(path)
+
+
 def wait_for(pidfile) -> str:
     """Shell that waits until ``pidfile`` exists (so the escapee runs before the job goes on)."""
     return f"while [ ! -e {pidfile} ]; do sleep 0.01; done"

@@ -126,8 +126,20 @@ def kill_cgroup(path: str) -> None:
             pass
 
 
+def remove_below(path: str, timeout: float = SWEEP_TIMEOUT) -> bool:
+    """Remove the cgroups below the one at ``path`` (a job may make some where it may write
+    to cgroups), killing what is in them, and keep that one: whether none is left."""
+    try:
+        below = [entry.path for entry in os.scandir(path) if entry.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return True
+    deadline = time.monotonic() + timeout
+    return all([remove_cgroup(child, max(0.0, deadline - time.monotonic())) for child in below])
+
+
 def remove_cgroup(path: str, timeout: float = SWEEP_TIMEOUT) -> bool:
-    """Kill what is in the cgroup until it is empty, and remove it; whether it is gone."""
+    """Kill what is in the cgroup until it is empty, and remove it with the cgroups below it;
+    whether it is gone."""
     deadline = time.monotonic() + timeout
     pause = 0.001
     while True:
@@ -137,9 +149,12 @@ def remove_cgroup(path: str, timeout: float = SWEEP_TIMEOUT) -> bool:
         except FileNotFoundError:
             return True
         except OSError as error:
-            # Busy: processes remain (or are dying). Anything else will not pass.
+            # Busy: processes remain (or are dying), or cgroups below it. Anything else will
+            # not pass.
             if error.errno != errno.EBUSY or time.monotonic() > deadline:
                 return False
+        if not remove_below(path, max(0.0, deadline - time.monotonic())):
+            return False
         kill_cgroup(path)
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
