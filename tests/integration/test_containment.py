@@ -129,6 +129,49 @@ def test_what_a_job_starts_in_another_session_dies_when_the_job_exits(daemons, m
     wait_until(lambda: not alive(pid), 10, what="what the job started to die with it")
 
 
+NESTED = r"""
+import os, subprocess, sys
+from dsched.worker.cgroups import own_cgroup
+mine = own_cgroup()
+if sys.argv[1]:  # a cgroup of its own below its job's (root may), and a process left in it
+    nested = os.path.join(mine, "nested")
+    os.mkdir(nested)
+    left = subprocess.Popen(["sleep", sys.argv[2]], start_new_session=True)
+    with open(os.path.join(nested, "cgroup.procs"), "w") as procs:
+        procs.write(str(left.pid))
+    with open(sys.argv[1] + ".tmp", "w") as file:
+        file.write(str(left.pid))
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+print(mine)
+"""
+
+
+def test_a_cgroup_a_job_made_below_its_own_goes_and_job_cgroups_serve_later_attempts(
+        daemons, mode, escapees):
+    # A spare supervisor keeps its attempt's cgroup, emptied, for its next attempt (a cgroup
+    # made and removed per attempt cost the kernel a tenth of a millisecond); what a job made
+    # below it goes with the job, and what runs there dies.
+    if mode != containment.CGROUP:
+        pytest.skip("cgroups of jobs: cgroup mode only")
+    _, client, _ = start(daemons, mode, "--nthreads", "1")
+    pidfile = escapees / "escapee"
+    first = client.submit_command([sys.executable, "-c", NESTED, str(pidfile), SLEEP])
+    result = first.result(timeout=60).check()
+    with open(result.log) as log:
+        cgroup = log.read().strip()
+    pid = read_pid(pidfile)
+    wait_until(lambda: not alive(pid), 10, what="what ran in the job's own cgroup to die")
+    wait_until(lambda: not os.path.exists(os.path.join(cgroup, "nested")), 10,
+               what="the cgroup the job made to go")
+    used = {cgroup}
+    for _ in range(8):  # one after another, each on a supervisor back from an attempt
+        done = client.submit_command([sys.executable, "-c", NESTED, "", ""]).result(timeout=60)
+        with open(done.check().log) as log:
+            used.add(log.read().strip())
+    # one per supervisor (two spares and one per thread), not one per attempt
+    assert len(used) <= 4, used
+
+
 def test_a_cgroup_is_removed_with_the_cgroups_below_it_and_what_runs_there(tmp_path):
     # A job that may write to cgroups (root) can make some below its own: its cgroup was then
     # never removed (rmdir says busy while a cgroup is below), nor was the supervisor used again.

@@ -87,10 +87,9 @@ def test_a_spare_with_nothing_to_say_does_not_stall_the_spawner():
 
     spares = _Spares(select.poll())
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    worker, _ = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         spares.add(12345, ours, "")
-        heard = threading.Thread(target=spares.heard, args=(ours.fileno(), worker), daemon=True)
+        heard = threading.Thread(target=spares.heard, args=(ours.fileno(),), daemon=True)
         heard.start()
         heard.join(5)
         assert not heard.is_alive()
@@ -98,7 +97,40 @@ def test_a_spare_with_nothing_to_say_does_not_stall_the_spawner():
     finally:
         theirs.close()  # a read still waiting (without the fix) ends here
         ours.close()
-        worker.close()
+
+
+def test_a_spare_is_asked_to_say_it_spawned_only_where_the_spawner_would_fork_then():
+    # The spawner forks more spares once the one it handed a request has spawned its job (a
+    # fork meanwhile slows that spawn); while enough are ready it needs no word of it.
+    import json
+    import select
+
+    from dsched.worker.jobspawner import SPARES, _Spares
+
+    spares = _Spares(select.poll())
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in range(SPARES + 1)]
+    read, write = os.pipe()
+    try:
+        for n, (ours, _) in enumerate(pairs):
+            spares.add(1000 + n, ours, "")
+        request = json.dumps(["record", "7", "1.0", "0.0", ""]).encode()
+        asked = []
+        for n, (ours, theirs) in enumerate(pairs):
+            pid, _ = spares.hand(request, [read, write], f"key-{n}")
+            assert pid == 1000 + n
+            data, fds, _, _ = socket.recv_fds(theirs, 4096, 3)
+            for fd in fds:
+                os.close(fd)
+            asked.append(json.loads(data)[5:] == [True])
+            assert (ours.fileno() in spares.spawning) == asked[-1]
+        # enough ready after the first; fewer than SPARES after the others
+        assert asked == [False] + [True] * SPARES
+    finally:
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+        os.close(read)
+        os.close(write)
 
 
 RETIRED = r"""
@@ -106,7 +138,7 @@ import json, os, socket, sys, time
 from dsched.worker import containment, sparesupervisor
 from dsched.worker.jobrecords import new_record, open_locked_log, write_record
 
-directory, mode = sys.argv[1], sys.argv[2]
+directory, mode, ask = sys.argv[1], sys.argv[2], sys.argv[3] == "ask"
 if mode == "stuck":  # as if a process of the attempt would not die
     containment.sweep = lambda *args, **kwargs: [999999]
 ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -120,8 +152,8 @@ write_record(record, new_record("job-1.1", {"command": command}, (), log, "w"))
 lock = open_locked_log(log)
 orders_r, orders_w = os.pipe()
 reports_r, reports_w = os.pipe()
-socket.send_fds(ours, [json.dumps([record, str(lock), "1.0", repr(time.monotonic() + 60), ""])
-                       .encode()], [orders_r, reports_w, lock])
+request = [record, str(lock), "1.0", repr(time.monotonic() + 60), ""] + ([True] if ask else [])
+socket.send_fds(ours, [json.dumps(request).encode()], [orders_r, reports_w, lock])
 for fd in (orders_r, reports_w, lock):
     os.close(fd)
 said = []
@@ -130,8 +162,10 @@ if mode == "gone":  # the worker dies while the job runs: its pipes close
     os.close(orders_w)
     os.close(reports_r)
 else:
-    while os.read(reports_r, 65536):
-        pass
+    reports = b""
+    while chunk := os.read(reports_r, 65536):
+        reports += chunk
+    said.append("done" if reports.endswith(b"\ndone\n") else "not done")
 while True:  # each message: its lines' first words, joined by "+"
     word = ours.recv(4096).decode()
     said.append("+".join(line.split(" ")[0] for line in word.split("\n") if line))
@@ -146,18 +180,23 @@ print(json.dumps(said))
 """
 
 
-@pytest.mark.parametrize("mode, said", [("clear", ["spawned", "ended+ready"]),
-                                        ("stuck", ["spawned", "", "exit 0"]),
-                                        ("gone", ["spawned", "ended+ready"])])
-def test_a_spare_runs_a_later_attempt_unless_it_could_not_clear_its_last(tmp_path, mode, said):
+@pytest.mark.parametrize("mode, ask, said", [
+    ("clear", "", ["done", "ended+ready"]),
+    ("clear", "ask", ["done", "spawned", "ended+ready"]),
+    ("stuck", "ask", ["not done", "spawned", "", "exit 0"]),
+    ("gone", "ask", ["spawned", "ended+ready"])])
+def test_a_spare_runs_a_later_attempt_unless_it_could_not_clear_its_last(tmp_path, mode, ask,
+                                                                       said):
     # "gone": a worker that dies while its job runs is no reason to fail, nor to print a
     # traceback (the outcome it could not be told is in the record). Without cgroups a spare
-    # is prepared again at once: its end and its "ready" come in one message.
+    # is prepared again at once: its end and its "ready" come in one message. A spare says
+    # "spawned" only when its request asks (the spawner waits for it to fork more), and
+    # "done" on the attempt's stdout only once nothing of the attempt is left.
     import json
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", RETIRED, str(tmp_path), mode],
+    out = subprocess.run([sys.executable, "-c", RETIRED, str(tmp_path), mode, ask],
                          capture_output=True, text=True, timeout=60, start_new_session=True)
     assert json.loads(out.stdout.splitlines()[-1]) == said, out.stderr
     assert "Traceback" not in out.stderr
@@ -194,7 +233,7 @@ def request(n, command):
     orders_r, orders_w = os.pipe()
     reports_r, reports_w = os.pipe()
     socket.send_fds(ours, [json.dumps([record, str(lock), "1.0", repr(time.monotonic() + 60),
-                                       ""]).encode()], [orders_r, reports_w, lock])
+                                       "", True]).encode()], [orders_r, reports_w, lock])
     for fd in (orders_r, reports_w, lock):
         os.close(fd)
     return orders_w, reports_r

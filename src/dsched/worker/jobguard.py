@@ -21,12 +21,13 @@ class Prepared:
     among the job's descendants come to it, wherever they are, so it finds, kills and reaps
     them, cgroup or not), has the guard of the job's group (``lifeline.fork_job_guard``:
     ``kept``'s, from its last attempt, if it is still there, else a new one), makes the job's
-    ``cgroup``, enters it (a process's first move into a cgroup in a while waits for the kernel
-    for milliseconds) and tells the guard its name. The guard is forked outside the cgroup, so
-    that it outlives it."""
+    ``cgroup`` (or keeps ``kept``'s, emptied, where it is the same), enters it (a process's
+    first move into a cgroup in a while waits for the kernel for milliseconds) and tells the
+    guard its name. The guard is forked outside the cgroup, so that it outlives it."""
 
     def __init__(self, cgroup: str = "", kept: Prepared | None = None):
-        containment.become_subreaper()
+        if kept is None:  # else it is one already
+            containment.become_subreaper()
         self.cgroup, self.problem, self.entered = cgroup, "", False
         self.ended = False  # its guard was found ended (and reaped): its number is not used
         if kept is not None and kept.guard_alive():
@@ -42,8 +43,9 @@ class Prepared:
             self.tell(cgroup)
         if cgroup:
             try:
-                cgroups.make_cgroup(cgroup)
-                cgroups.enter_cgroup(cgroup)
+                if kept is None or kept.cgroup != cgroup or not _entered(cgroup):
+                    cgroups.make_cgroup(cgroup)  # else kept, emptied, from its last attempt
+                    cgroups.enter_cgroup(cgroup)
                 self.entered = True
             except OSError as error:
                 self.problem = (f"cannot use the cgroup {cgroup} ({error.strerror or error}); "
@@ -124,3 +126,12 @@ class Prepared:
         removal)."""
         self.retire()
         self.leave()
+
+
+def _entered(cgroup: str) -> bool:
+    """Enter the cgroup ``cgroup`` if it is there; whether it was."""
+    try:
+        cgroups.enter_cgroup(cgroup)
+        return True
+    except FileNotFoundError:
+        return False

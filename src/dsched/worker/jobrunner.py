@@ -178,9 +178,9 @@ class JobRunner:
         dropped = this in self._dropped
         if dropped:  # never spawned: as if never sent (``drop``)
             remove_record(self.directory, key)
-        # Gone already, unless the supervisor was killed or could not finish: then it may take
-        # waiting for what is left in it to die.
-        if cgroup and os.path.isdir(cgroup):
+        # Gone already, or kept emptied by a spare done with the attempt, unless the supervisor
+        # was killed or could not finish: then it may take waiting for what is left to die.
+        if cgroup and not getattr(process, "done", False) and os.path.isdir(cgroup):
             await asyncio.to_thread(cgroups.remove_cgroup, cgroup)
         if not ended and not dropped:
             self._tell_state(await asyncio.to_thread(self._supervisor_died, key, record, code))

@@ -10,9 +10,10 @@ group, as before) and runs the same ``Supervision`` that the command line runs, 
 pipes as its stdin and stdout. So every guarantee of a supervisor stays what it was: it kills
 its job when its stdin ends (the worker is gone), it writes the outcome to the record before it
 exits, it enforces the lease whatever the worker does, and it never spawns a job whose lease is
-over. The spawner answers with the child's pid (and its cgroup), and once the supervisor is
-done with the attempt (it exited, or went back to wait for the next), with that attempt's end
-(``{"exited": pid, "key": record, "code": status}``).
+over. The spawner answers with the child's pid (and its cgroup), and once a supervisor has
+exited, with the end of the attempt it ran (``{"exited": pid, "key": record, "code":
+status}``); a spare that goes back to wait for the next says it is done with the attempt on
+the attempt's stdout itself (``sparesupervisor.DONE``).
 
 Once the worker has said where its cgroups go (``{"cgroups": PREFIX}``, "" for none), the
 spawner keeps supervisors forked ahead (``_Spares``): prepared as far as each can be without
@@ -80,7 +81,7 @@ def serve(sock: socket.socket, worker_pid: int) -> None:
                 _reap(sock, spares)
                 continue
             if fd != sock.fileno():  # a spare says how its attempt goes
-                spares.heard(fd, sock)
+                spares.heard(fd)
                 continue
             try:
                 data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, FDS_PER_REQUEST)
@@ -128,11 +129,11 @@ class _Spares:
     gone, its stdin, stdout and the log's lock closed) prepares itself again and waits for the
     next request, up to ``kept`` ready and ``sparesupervisor.REUSES`` attempts each: a fork,
     its copied pages and an exit per attempt were most of what starting one cost. On its
-    socket a spare says ``spawned``, then ``ended CODE CGROUP`` (the attempt's supervision is
-    over: the worker hears it as a supervisor's exit; CGROUP is the one it prepares next,
-    which the spawner removes if it dies before it is ready), then ``ready CGROUP`` once
-    prepared again; without cgroups, a preparation takes microseconds, and the two lines
-    come in one message. A supervisor that could not kill all its attempt started, or remove
+    socket a spare says ``spawned`` where its request asks (``hand``), then ``ended CODE
+    CGROUP`` (the attempt's supervision is over, which the worker knows already; CGROUP, the
+    attempt's, emptied, is the one it prepares next, which the spawner removes if it dies
+    before it is ready), then ``ready CGROUP`` once prepared again; without cgroups, a
+    preparation takes microseconds, and the two lines come in one message. A supervisor that could not kill all its attempt started, or remove
     its cgroup, is not used again: it exits, and its end is the attempt's."""
 
     def __init__(self, poller: select.poll):
@@ -198,20 +199,25 @@ class _Spares:
         cgroup, or None where none is ready (or it is gone: it then never had it)."""
         while self.ready:
             pid, ours, cgroup = self.ready.pop(0)
+            # Fewer ready than SPARES: more are forked once it has spawned its job, which it
+            # then says. Else it says nothing of it: a wakeup here saved an attempt.
+            wanted = len(self.ready) + len(self.preparing) < SPARES
             try:
-                socket.send_fds(ours, [request], fds)
+                socket.send_fds(ours, [_say_spawned(request) if wanted else request], fds)
             except OSError:
                 self._drop(ours)
                 continue
             del self.unused[pid]
-            self.spawning.add(ours.fileno())
+            if wanted:
+                self.spawning.add(ours.fileno())
             self.current[pid] = key
             return pid, cgroup
         return None, ""
 
-    def heard(self, fd: int, sock: socket.socket) -> None:
+    def heard(self, fd: int) -> None:
         """What the spare on ``fd`` says, a line or two in a message: its attempt spawned (fork
-        more if none is spawning now), ended (the worker hears of it), that it is ready again
+        more if none is spawning now), ended (the worker knows: ``sparesupervisor.DONE``),
+        that it is ready again
         (without cgroups said with the end: one wakeup here); or that it is gone."""
         spare = self.spares.get(fd)
         if spare is None:  # a number closed since the poll said it
@@ -224,19 +230,17 @@ class _Spares:
         except OSError:
             said = ""
         for line in [line for line in said.split("\n") if line] if said else [""]:
-            self._heard(fd, pid, ours, line, sock)
+            self._heard(fd, pid, ours, line)
         self.fork()
 
-    def _heard(self, fd: int, pid: int, ours: socket.socket, said: str,
-               sock: socket.socket) -> None:
+    def _heard(self, fd: int, pid: int, ours: socket.socket, said: str) -> None:
         word, _, rest = said.partition(" ")
         if word in ("spawned", "ended"):
             self.spawning.discard(fd)
         if word == "ended":  # "ended CODE NEXT": its next cgroup is ours to remove till ready
-            code, _, upcoming = rest.partition(" ")
-            key = self.current.pop(pid, None)
-            if key is not None:
-                _say_exit(sock, pid, key, int(code))
+            # The worker knows already: the attempt's stdout said "done" before it ended.
+            _, _, upcoming = rest.partition(" ")
+            self.current.pop(pid, None)
             self.preparing.add(pid)
             if upcoming:
                 self.unused[pid] = upcoming
@@ -292,6 +296,11 @@ def _warm() -> None:
         traceback.print_exc()
     gc.collect()
     gc.freeze()
+
+
+def _say_spawned(request: bytes) -> bytes:
+    """``request`` asking its spare to say ``spawned`` once its job is."""
+    return json.dumps([*json.loads(request)[:5], True]).encode()
 
 
 def _reap(sock: socket.socket, spares: _Spares) -> None:

@@ -27,6 +27,8 @@ FDS_PER_REQUEST = 3
 #: The attempts one supervisor runs before it ends (and a fresh fork takes its place): what
 #: an attempt may leave behind in its process (a descriptor, memory) stays bounded.
 REUSES = 1000
+#: The last line a spare writes on an attempt's stdout: done with it, nothing of it is left.
+DONE = b"done\n"
 
 
 def fork_supervisor(fds: list[int], args: list) -> int:
@@ -55,7 +57,6 @@ def supervise(cgroup: str, channel: socket.socket | None = None,
         # not the spawner's, another spare's, nor those of a request meant for another.
         keep = [*(fds or ()), *((channel.fileno(),) if channel else ())]
         _close_all_but(keep)
-        first = cgroup
         ended = ""  # the end of its last attempt, where it is said with its "ready"
         for attempt in range(1, REUSES + 1):
             prepared = Prepared(cgroup, kept=prepared)  # its guard kept, if still there
@@ -74,17 +75,18 @@ def supervise(cgroup: str, channel: socket.socket | None = None,
                     return
                 args = json.loads(data)
             assert fds is not None and args is not None
-            clean = _supervise_one(args, fds, prepared, channel)
-            if channel is None or attempt == REUSES or not clean:
+            again = channel is not None and attempt < REUSES
+            clean = _supervise_one(args, fds, prepared, channel, again)
+            if not again or not clean:
                 code = 0  # its end, reaped, is the attempt's
                 return
-            cgroup = f"{first}-r{attempt + 1}" if first else ""  # its next, a fresh one
-            ended = f"ended 0 {cgroup}\n"
+            ended = f"ended 0 {cgroup}\n"  # its cgroup, emptied, serves the next attempt
             if not cgroup:  # prepared again in microseconds: said with its "ready", one wakeup
                 continue
-            try:  # its next cgroup takes the kernel milliseconds: its end is said first
+            try:  # entering its cgroup again takes the kernel milliseconds: its end is said first
                 channel.send(ended.encode())
             except OSError:  # the spawner is gone: so is the worker, nothing more comes
+                cgroups.remove_cgroup(cgroup, timeout=5.0)
                 code = 0
                 return
             ended = ""
@@ -102,11 +104,17 @@ def supervise(cgroup: str, channel: socket.socket | None = None,
 
 
 def _supervise_one(args: list, fds: list[int], prepared: Prepared,
-                   channel: socket.socket | None) -> bool:
+                   channel: socket.socket | None, again: bool = False) -> bool:
     """Supervise the attempt of ``args`` with the request's descriptors ``fds`` (its stdin,
     its stdout, the log's lock) until its outcome is recorded and told; then close them: the
-    worker sees the end of its stdout, and the log's lock is free. Whether nothing of the
-    attempt is left (else this process must not run another: ``Supervision.clean``)."""
+    log's lock is free, and the worker sees the end of its stdout. Whether nothing of the
+    attempt is left (else this process must not run another: ``Supervision.clean``).
+
+    ``again``: a spare that runs another attempt after this one if it can. It keeps the guard
+    and the attempt's cgroup (emptied, for the next), and, clean, says ``done`` as the last
+    line on the attempt's stdout: the worker then knows the supervisor is done with it without
+    a word from the spawner. ``args[5]``, where the request has it: say ``spawned`` to the
+    spawner once the job is (it forks more spares only then)."""
     os.dup2(fds[0], 0)
     os.dup2(fds[1], 1)
     for closing in fds[:2]:
@@ -115,17 +123,28 @@ def _supervise_one(args: list, fds: list[int], prepared: Prepared,
     path, _lock, kill_grace, lease_until = args[:4]  # the lock is held as fds[2]
     supervision = Supervision(path, read_record(path), float(kill_grace), float(lease_until),
                               prepared=prepared)
-    if channel is not None:  # the spawner forks the next spare once the job is spawned
+    if channel is not None and len(args) > 5 and args[5]:
         supervision.spawned = lambda: _say(channel, b"spawned")
-        supervision.keep_guard = True  # for its next attempt
+    supervision.keep_guard = supervision.keep_cgroup = again  # for its next attempt
     supervision.run()
+    clean = supervision.clean and not prepared.problem
+    os.close(fds[2])  # the lock is free before the worker hears the attempt is over
+    if again and clean:
+        _done()
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    for closing in (null, fds[2]):
-        os.close(closing)
+    os.close(null)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # as the next attempt's supervision starts
-    return supervision.clean and not prepared.problem
+    return clean
+
+
+def _done() -> None:
+    """The last line on an attempt's stdout: this supervisor is done with the attempt."""
+    try:
+        os.write(1, DONE)
+    except OSError:  # the worker is gone
+        pass
 
 
 def _say(channel: socket.socket, word: bytes) -> None:

@@ -17,6 +17,7 @@ import sys
 from typing import Any, Callable
 
 from .jobspawner import FDS_PER_REQUEST, MAX_MESSAGE
+from .sparesupervisor import DONE
 
 logger = logging.getLogger("dsched.worker")
 
@@ -69,7 +70,8 @@ class OrderPipe:
 
 class ReportPipe:
     """A supervisor's stdout, our end: its lines as they come (``async for``), until it closes
-    it; the descriptor is closed then."""
+    it; the descriptor is closed then. A spare's last line, ``done`` (``sparesupervisor.DONE``),
+    is not one of them: it calls ``on_done``."""
 
     def __init__(self, fd: int, loop: asyncio.AbstractEventLoop):
         os.set_blocking(fd, False)
@@ -77,6 +79,7 @@ class ReportPipe:
         self._lines: collections.deque[bytes] = collections.deque()
         self._partial = b""
         self._waiter: asyncio.Future | None = None
+        self.on_done: Callable[[], None] | None = None
         loop.add_reader(fd, self._readable)
 
     def _readable(self) -> None:
@@ -88,6 +91,10 @@ class ReportPipe:
             data = b""
         if data:
             *lines, self._partial = (self._partial + data).split(b"\n")
+            if lines and lines[-1] + b"\n" == DONE:
+                del lines[-1]
+                if self.on_done is not None:
+                    self.on_done()
             self._lines.extend(line + b"\n" for line in lines)
         else:
             self._loop.remove_reader(self.fd)
@@ -125,6 +132,23 @@ class Spawned:
         self.cgroup = ""  # the cgroup it runs its job in, once the spawner says it
         self._ended: asyncio.Future | None = None
         self.returncode: int | None = None
+        #: A spare said it is done with the attempt (nothing of it is left; it keeps its
+        #: cgroup for the next): its end, known without the spawner.
+        self.done = False
+        if stdout is not None:
+            stdout.on_done = self._said_done
+
+    def forked(self, pid: int, cgroup: str, ended: asyncio.Future) -> None:
+        """The spawner said its ``pid`` and ``cgroup``; ``ended``: its end, as the spawner
+        says it (or "done", said already, or later)."""
+        self.pid, self.cgroup, self._ended = pid, cgroup, ended
+        if self.done:  # said before the spawner's answer came
+            self._said_done()
+
+    def _said_done(self) -> None:
+        self.done = True
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(0)
 
     async def wait(self) -> int | None:
         """Its exit status; None when the spawner went before it could say."""
@@ -246,8 +270,7 @@ class Spawner:
             spawned.stdin.close()
             raise
         if said is not None:
-            spawned.pid, spawned.cgroup = said
-            spawned._ended = self._ends.setdefault(key, loop.create_future())
+            spawned.forked(*said, self._ends.setdefault(key, loop.create_future()))
         return spawned
 
     def _read(self) -> None:
@@ -278,10 +301,9 @@ class Spawner:
                         waiting.set_exception(OSError(message["error"]))
                     else:
                         waiting.set_result((pid, message.get("cgroup", "")))
-            else:
-                loop = asyncio.get_running_loop()
-                ended = self._ends.setdefault(message["key"], loop.create_future())
-                if not ended.done():
+            else:  # awaited since its pid came (a spare's "done" may have settled it)
+                ended = self._ends.get(message["key"])
+                if ended is not None and not ended.done():
                     ended.set_result(message["code"])
 
     def _lost(self) -> None:

@@ -75,3 +75,37 @@ async def test_reports_come_a_line_at_a_time_until_the_end_of_the_pipe():
     assert got == [b'{"op":"attempt-started"}\n', b'{"op":"attempt-ended"}\n', b'{"last":1}']
     assert reports.fd == -1  # closed at the end
     assert await reports.read() == b""
+
+
+async def test_a_spare_done_with_its_attempt_ends_it_without_a_word_from_the_spawner():
+    # A spare back from its attempt says "done" as the attempt's last line; the spawner says
+    # nothing more of it (the worker heard its exit from the spawner once per attempt).
+    from dsched.worker.spawnerclient import Spawned
+
+    loop = asyncio.get_running_loop()
+    orders_read, orders_write = os.pipe()
+    read, write = os.pipe()
+    spawned = Spawned(OrderPipe(orders_write, loop), ReportPipe(read, loop))
+    spawned.pid = os.getpid()  # not to be killed: see below
+    spawned._ended = loop.create_future()  # the spawner's, never settled here
+    os.write(write, b'{"op":"attempt-ended"}\ndone\n')
+    os.close(write)
+    assert [line async for line in spawned.stdout] == [b'{"op":"attempt-ended"}\n']
+    assert await asyncio.wait_for(spawned.wait(), 10) == 0
+    assert spawned.done and spawned.stdin.is_closing()
+    spawned.kill()  # done with the attempt: this process (its pid here) is not signalled
+    os.close(orders_read)
+
+
+async def test_done_said_before_the_spawner_says_the_pid_still_ends_the_attempt():
+    from dsched.worker.spawnerclient import Spawned
+
+    loop = asyncio.get_running_loop()
+    read, write = os.pipe()
+    spawned = Spawned(OrderPipe(os.open(os.devnull, os.O_WRONLY), loop), ReportPipe(read, loop))
+    os.write(write, b"done\n")
+    os.close(write)
+    assert await spawned.stdout.read() == b""
+    assert spawned.done and spawned._ended is None
+    spawned.forked(os.getpid(), "", loop.create_future())  # the spawner's answer, late
+    assert await asyncio.wait_for(spawned.wait(), 10) == 0
