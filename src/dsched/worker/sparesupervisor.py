@@ -125,7 +125,8 @@ def _supervise_one(args: list, fds: list[int], prepared: Prepared,
                               prepared=prepared)
     if channel is not None and len(args) > 5 and args[5]:
         supervision.spawned = lambda: _say(channel, b"spawned")
-    supervision.keep_guard = supervision.keep_cgroup = again  # for its next attempt
+    supervision.keep_guard = channel is not None  # for its next attempt (or retired then)
+    supervision.keep_cgroup = again  # for its next attempt
     supervision.run()
     clean = supervision.clean and not prepared.problem
     os.close(fds[2])  # the lock is free before the worker hears the attempt is over
