@@ -83,7 +83,7 @@ def supervise(cgroup: str, channel: socket.socket | None = None,
             ended = f"ended 0 {cgroup}\n"  # its cgroup, emptied, serves the next attempt
             if not cgroup:  # prepared again in microseconds: said with its "ready", one wakeup
                 continue
-            try:  # entering its cgroup again takes the kernel milliseconds: its end is said first
+            try:  # entering its cgroup again may take the kernel milliseconds: said first
                 channel.send(ended.encode())
             except OSError:  # the spawner is gone: so is the worker, nothing more comes
                 cgroups.remove_cgroup(cgroup, timeout=5.0)
