@@ -16,7 +16,7 @@ import os
 
 from .errors import SchedError
 from .jobs import ArraySpec, JobSpec, parse_duration, parse_job_ref
-from .protocol import ops
+from .protocol import clientops as ops
 from .protocol.fields import checked_ids, checked_int
 from .resources import Resources, check_demand
 

@@ -24,7 +24,7 @@ import time
 from ..comm.addresses import parse_address
 from ..errors import ProtocolError, SchedError, SchedulerLostError
 from ..jobspec import arrays_to_ask, job_numbers, job_spec, query_jobs, refusal
-from ..protocol import ops
+from ..protocol import clientops as ops
 from ..protocol.handshake import INITIATOR, Handshake
 from ..protocol.messages import MessageDecoder, close_op, encode_ops
 

@@ -1,12 +1,13 @@
 """How an op is declared, checked, encoded and decoded: the machinery under ``ops.py``.
 
-``@op("wire-name")`` makes a class a frozen, slotted op class (as a frozen dataclass would
-be) with ``OP``, ``to_wire()`` (the dict that msgpack sends) and ``from_wire(d)`` (the op
-rebuilt from a peer's dict, every field's type checked). The field kinds are declared once,
-in ``_KINDS``, keyed by the annotation's text, and both functions are generated from them as
-straight-line code, so the hot path pays a few type checks per op and no reflection. A wrong field raises :class:`BadOp`, a RemoteProtocolError, so
-the shell answers or closes that connection with the reason, as it does for a bad frame.
-``decode(d)`` finds the class by name in ``OPS``. It declares no op itself.
+``@op("wire-name")`` makes a class a frozen, slotted op class (as a frozen dataclass would be)
+with ``OP``, ``to_wire()`` (the dict that msgpack sends) and ``from_wire(d)`` (the op rebuilt
+from a peer's dict, every field's type checked). The field kinds are declared once, in
+``_KINDS``, keyed by the annotation's text, and both functions are generated from them as
+straight-line code, so the hot path pays a few type checks per op and no reflection. A wrong
+field raises :class:`BadOp`, a RemoteProtocolError, so the shell answers or closes that
+connection with the reason, as it does for a bad frame. ``decode(d)`` finds the class by name
+in ``OPS``. It declares no op itself.
 
 Pure: no I/O; payloads stay opaque bytes (nothing here unpickles).
 """
@@ -254,16 +255,15 @@ _KINDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any] | None]] = {
 
 def op(name: str) -> Callable[[type], type]:
     """Make the decorated class an op named ``name`` on the wire: a frozen, slotted class with
-    the methods a frozen dataclass has (``__init__``, ``__repr__``, ``__eq__``,
-    ``__hash__``), its fields in ``FIELDS`` (name: ``Field``), ``to_wire`` and ``from_wire``. A field whose default
-    is its kind's empty value is left off the wire when it has that value, so small ops stay
-    small.
+    the methods a frozen dataclass has (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``),
+    its fields in ``FIELDS`` (name: ``Field``), ``to_wire`` and ``from_wire``. A field whose
+    default is its kind's empty value is left off the wire when it has that value, so small
+    ops stay small.
 
     Not ``dataclass()``: it compiles several methods per class as the class is made, which for
     every op came to most of the cost of importing the ops (the ``sched`` command loads them to
     send two). Here the class is made with its slots and stand-in methods, and the first use of
-    any of them compiles the real ones for that class, once, in one piece of text: a program
-    pays for the ops it uses."""
+    each compiles the real one, once: a program pays for the methods of the ops it uses."""
 
     def decorate(cls: type) -> type:
         own = cls.__dict__
@@ -281,9 +281,9 @@ def op(name: str) -> Callable[[type], type]:
             f.name, f.type = n, own["__annotations__"][n]
             declared[n] = f
         new.FIELDS = declared
-        for method in ("__init__", "__repr__", "__eq__", "__hash__", "to_wire"):
-            setattr(new, method, _stand_in(new, method))
-        new.from_wire = staticmethod(_stand_in(new, "from_wire"))
+        for method in METHODS:
+            stand_in = _stand_in(new, method)
+            setattr(new, method, staticmethod(stand_in) if method == "from_wire" else stand_in)
         OPS[name] = new
         return new
 
@@ -308,16 +308,21 @@ def _setstate(self: Any, state: list) -> None:
 
 
 def _stand_in(cls: type, method: str) -> Callable[..., Any]:
-    """A method of ``cls`` that puts the real methods in place, then calls the real one."""
+    """A method of ``cls`` that puts the real one in place, then calls it."""
     def first_call(*args: Any, **kwargs: Any) -> Any:  # (self, ...), or a static method's
-        _build(cls)
+        _build(cls, (method,))
         return getattr(cls, method)(*args, **kwargs)
     return first_call
 
 
-def _build(cls: type) -> None:
-    """Compile the methods of the op class ``cls`` from its fields' kinds and put them on it
-    (threads that race here each put the same methods)."""
+#: The methods ``_build`` makes, and the names they are called by (``from_wire`` is static).
+METHODS = ("__init__", "__repr__", "__eq__", "__hash__", "to_wire", "from_wire")
+
+
+def _build(cls: type, methods: tuple[str, ...] = METHODS) -> None:
+    """Compile these methods of the op class ``cls`` from its fields' kinds, in one piece of
+    text, and put them on it (threads that race here each put the same methods): a ``sched``
+    call compiles the four it uses, a daemon all of them at start (``build_all``)."""
     name = cls.OP
     params, sets, args, out = [], [], [], []
     env = {"cls": cls, "BadOp": BadOp, "_FACTORY": _FACTORY, "MISSING": MISSING}
@@ -348,36 +353,33 @@ def _build(cls: type) -> None:
     mine = ", ".join(f"self.{f.name}" for f in declared) + ("," if declared else "")
     theirs = ", ".join(f"other.{f.name}" for f in declared) + ("," if declared else "")
     shown = ", ".join(f"{f.name}={{self.{f.name}!r}}" for f in declared)
-    source = "\n".join([
+    sources = {
         # Writing the slots: a frozen class's __setattr__ refuses, and object.__setattr__
         # (what dataclass() uses) is three times slower.
-        "def __init__(self, " + ", ".join(params) + "):",
-        *(f"    {line}" for line in sets or ["pass"]),
-        "def __repr__(self):",
-        f"    return f'{{type(self).__qualname__}}({shown})'",
-        "def __eq__(self, other):",
-        "    if other.__class__ is self.__class__:",
-        f"        return ({mine}) == ({theirs})",
-        "    return NotImplemented",
-        "def __hash__(self):",
-        f"    return hash(({mine}))",
-        "def from_wire(d):",
-        "    try:",
-        "        return cls(" + ", ".join(args) + ")",
-        "    except KeyError as error:",
-        f"        raise BadOp(f'a {name} op without {{error}}') from None",
-        "    except BadOp as error:",
-        f"        raise BadOp(f'a {name} op: {{error}}') from None",
-        "def to_wire(self):",
-        f"    w = {{'op': {name!r}}}",
-        *(f"    {line}" for line in out),
-        "    return w",
-    ])
+        "__init__": ["def __init__(self, " + ", ".join(params) + "):",
+                     *(f"    {line}" for line in sets or ["pass"])],
+        "__repr__": ["def __repr__(self):", f"    return f'{{type(self).__qualname__}}({shown})'"],
+        "__eq__": ["def __eq__(self, other):",
+                   "    if other.__class__ is self.__class__:",
+                   f"        return ({mine}) == ({theirs})",
+                   "    return NotImplemented"],
+        "__hash__": ["def __hash__(self):", f"    return hash(({mine}))"],
+        "from_wire": ["def from_wire(d):",
+                      "    try:",
+                      "        return cls(" + ", ".join(args) + ")",
+                      "    except KeyError as error:",
+                      f"        raise BadOp(f'a {name} op without {{error}}') from None",
+                      "    except BadOp as error:",
+                      f"        raise BadOp(f'a {name} op: {{error}}') from None"],
+        "to_wire": ["def to_wire(self):", f"    w = {{'op': {name!r}}}",
+                    *(f"    {line}" for line in out), "    return w"],
+    }
+    source = "\n".join(line for method in methods for line in sources[method])
     exec(compile(source, f"<op {name}>", "exec"), env)  # noqa: S102 - our own text
-    for method in ("__init__", "__repr__", "__eq__", "__hash__", "to_wire"):
-        env[method].__qualname__ = f"{cls.__qualname__}.{method}"
-        setattr(cls, method, env[method])
-    cls.from_wire = staticmethod(env["from_wire"])
+    for method in methods:
+        made = env[method]
+        made.__qualname__ = f"{cls.__qualname__}.{method}"
+        setattr(cls, method, staticmethod(made) if method == "from_wire" else made)
 
 
 def build_all() -> None:

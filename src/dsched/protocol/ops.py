@@ -2,17 +2,23 @@
 named for the outcome or command it carries (a worker reports ``TaskFinished``, the scheduler
 tells clients ``FutureFinished``; the cores' events and actions have names of their own, see
 ``docs/architecture.md``). This module is the table of declarations: each class under
-``@op("wire-name")`` with its annotated fields, and nothing else. ``fields.py`` turns each into
-an op with ``OP``, ``to_wire()`` and a checking ``from_wire(d)``; ``decode(d)`` (from there
-too) finds the class by name, and a malformed op raises ``BadOp``.
+``@op("wire-name")`` with its annotated fields, and nothing else; those between a client and
+the scheduler are declared in ``clientops.py`` (a ``sched`` call loads only them) and named
+here too. ``fields.py`` turns each into an op with ``OP``, ``to_wire()`` and a checking
+``from_wire(d)``; ``decode(d)`` (from there too) finds the class by name, and a malformed op
+raises ``BadOp``.
 
 Pure: no I/O; payloads stay opaque bytes (nothing here unpickles).
 """
 
 from __future__ import annotations
 
-
 from ..resources import EMPTY, Resources
+from .clientops import (  # noqa: F401 - theirs: every op is named here
+    Cancel, CancelJobs, Error, Info, JobEnded, QueryHistory, QueryJobs, Release, ReleaseGpu,
+    ReleaseJobs, Reply, Submit, SubmitJobs, WatchJobs, WatchWorkers, Welcome, WhoHas,
+    WorkerCount,
+)
 from .fields import OPS, BadOp, Spec, Task, decode, field, op
 
 TYPE_CHECKING = False  # typing is for type checkers only (see ``ints.py``); the fields'
@@ -332,158 +338,6 @@ class AttemptAck:
     """The scheduler has recorded how these attempts ended: the worker may forget them."""
 
     keys: tuple[str, ...]
-
-
-# -- a client and the scheduler -----------------------------------------------------------------
-
-
-@op("welcome")
-class Welcome:
-    client: str
-
-
-@op("submit")
-class Submit:
-    """Tasks to run; dependencies may point inside the batch (checked field by field)."""
-
-    tasks: tuple[Task, ...]
-    id: int | None = None
-
-
-@op("cancel")
-class Cancel:
-    keys: tuple[str, ...]
-
-
-@op("release")
-class Release:
-    keys: tuple[str, ...]
-
-
-@op("info")
-class Info:
-    """Ask for the scheduler's view of workers and tasks; answered by a Reply."""
-
-    id: int
-
-
-@op("who-has")
-class WhoHas:
-    id: int
-    keys: tuple[str, ...]
-
-
-@op("submit-jobs")
-class SubmitJobs:
-    """Queue shell-command jobs (``dsched.jobs.JobSpec`` as dicts); answered, once the
-    journal holds them, by a Reply whose value lists their ids in order. ``watch``: and tell
-    this client when each ends, as a WatchJobs of them would (one op, not two, a job)."""
-
-    id: int
-    jobs: tuple[dict, ...]
-    watch: bool = False
-
-
-@op("query-jobs")
-class QueryJobs:
-    """Jobs by id (``jobs``; none: all) and state (``states``; none: any), newest first, from
-    ``offset``, at most ``limit``, each array followed by its elements if ``expand``; answered
-    by a Reply: ``{"jobs": [...], "total": n}``."""
-
-    id: int
-    jobs: tuple[int, ...] = ()
-    states: tuple[str, ...] = ()
-    offset: int = 0
-    limit: int = 1000
-    expand: bool = False
-
-
-@op("cancel-jobs")
-class CancelJobs:
-    """Answered by a Reply mapping each id (as text) to what became of it."""
-
-    id: int
-    jobs: tuple[int, ...]
-
-
-@op("release-jobs")
-class ReleaseJobs:
-    """Let held jobs be dispatched; answered like CancelJobs."""
-
-    id: int
-    jobs: tuple[int, ...]
-
-
-@op("watch-jobs")
-class WatchJobs:
-    """Tell this client (JobEnded) when each of ``jobs`` ends, or at once if it has."""
-
-    jobs: tuple[int, ...]
-
-
-@op("job-ended")
-class JobEnded:
-    """To a client: how a job ended (``job``: the job as ``sched status --json`` shows it)."""
-
-    job: dict
-
-
-@op("release-gpu")
-class ReleaseGpu:
-    """A fenced device (``index``) of the worker named ``worker`` takes work again; answered
-    by a Reply ("" or why not)."""
-
-    id: int
-    worker: str
-    index: int
-
-
-@op("watch-workers")
-class WatchWorkers:
-    """Tell this client (WorkerCount) how many workers are connected, now and whenever that
-    changes, for as long as it stays connected."""
-
-
-@op("worker-count")
-class WorkerCount:
-    """To a client that watches the workers: how many are connected now (draining ones
-    included, until they leave)."""
-
-    count: int
-
-
-@op("reply")
-class Reply:
-    """The answer to the request ``id``."""
-
-    id: int
-    value: Any = None
-
-
-@op("error")
-class Error:
-    """A request (``id``) or a submit (``keys``) was refused, and why."""
-
-    reason: str
-    id: int | None = None
-    keys: tuple[str, ...] = ()
-
-
-@op("query-history")
-class QueryHistory:
-    """Ended job attempts, newest first (``sched history``): of ``jobs`` (an array: its
-    elements'; none: any job), in ``states`` (none: any), whose name the glob ``name`` matches
-    ("": any), that ended at or after ``since`` and before ``until`` (wall-clock seconds; None:
-    no bound), at most ``limit``; answered, from the journal, by a Reply: ``{"attempts":
-    [...]}`` (``scheduler/history.py``), or by an Error."""
-
-    id: int
-    jobs: tuple[int, ...] = ()
-    states: tuple[str, ...] = ()
-    name: str = ""
-    since: float | None = None
-    until: float | None = None
-    limit: int = 100
 
 
 # -- a worker's data port -----------------------------------------------------------------------
