@@ -18,6 +18,7 @@ import pytest
 
 from deadline import wait_until
 from dsched.protocol import ops
+from dsched.worker import containment
 from dsched.worker.jobrecords import (
     log_path, new_record, open_locked_log, record_path, write_record,
 )
@@ -188,3 +189,81 @@ def test_a_kept_guard_is_told_a_cgroup_only_when_it_changes():
     out = subprocess.run([sys.executable, "-c", TOLD], capture_output=True, text=True,
                          timeout=60, start_new_session=True)
     assert json.loads(out.stdout) == [True, ["/sys/fs/cgroup/a", ""]], out.stderr
+
+
+#: A guard and what it ignores: a session leader that forks one and prints its pid.
+IGNORING = """
+import sys
+from dsched.worker.lifeline import Lifeline, fork_job_guard
+print(fork_job_guard(Lifeline()), flush=True)
+sys.stdin.read()
+"""
+
+
+def ignored(pid: int) -> set[int]:
+    """The signals the process ``pid`` ignores (its SigIgn mask, from /proc)."""
+    line, = [line for line in open(f"/proc/{pid}/status") if line.startswith("SigIgn:")]
+    mask = int(line.split()[1], 16)
+    return {signum for signum in range(1, 65) if mask >> (signum - 1) & 1}
+
+
+def test_a_guard_outlives_every_signal_its_job_may_send_its_group_but_sigkill():
+    # ``kill -USR1 0``, say, to its own workers: it must not end the guard with them.
+    leader = subprocess.Popen([sys.executable, "-c", IGNORING], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        guard = int(first_line(leader.stdout))
+        wait_until(lambda: signal.SIGUSR1 in ignored(guard), 30, what="the guard's ignoring")
+        sendable = set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP,
+                                                   signal.SIGCHLD}
+        reserved = {signum for signum in sendable  # the C library's own real-time signals
+                    if signal.SIGRTMIN > signum > signal.SIGSYS}
+        assert ignored(guard) >= sendable - reserved
+    finally:
+        leader.kill()
+        leader.wait()
+
+
+def test_doomed_sees_a_signal_sent_that_has_not_yet_acted_and_an_end():
+    # A child that blocks the signal holds it pending, as a process not yet run since would.
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, "
+         "{signal.SIGUSR1}); print('ready', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        first_line(child.stdout)
+        assert not containment.doomed(child.pid)
+        os.kill(child.pid, signal.SIGUSR1)
+        assert containment.doomed(child.pid)
+    finally:
+        child.kill()
+    wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, 30,
+               what="its end")
+    assert containment.doomed(child.pid)  # ended, not yet reaped
+    child.wait()
+
+
+#: A kept guard found doomed (its last job killed its group: it has not run since) is killed,
+#: reaped and replaced; one not doomed is kept.
+REPLACED = """
+import json, os
+from dsched.worker import containment
+from dsched.worker.jobguard import Prepared
+first = Prepared("")
+kept = Prepared("", kept=first).guard == first.guard
+containment.doomed = lambda pid: True
+again = Prepared("", kept=first)
+try:
+    os.waitpid(first.guard, os.WNOHANG)
+    reaped = False
+except ChildProcessError:
+    reaped = True
+print(json.dumps([kept, again.guard != first.guard, reaped, again.guard_alive()]))
+again.retire()
+"""
+
+
+def test_a_kept_guard_that_a_signal_is_about_to_end_is_replaced():
+    out = subprocess.run([sys.executable, "-c", REPLACED], capture_output=True, text=True,
+                         timeout=60, start_new_session=True)
+    assert json.loads(out.stdout) == [True, True, True, True], out.stderr

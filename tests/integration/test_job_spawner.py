@@ -265,7 +265,7 @@ def dead(pid):
 
 if first != "crash":  # a first attempt, which does this to its group (and so its guard)
     does = {"plain": "true", "usr1": "trap '' USR1; kill -USR1 0",
-            "tstp": "trap '' TSTP; kill -TSTP 0"}[first]
+            "tstp": "trap '' TSTP; kill -TSTP 0", "kill": "kill -KILL 0"}[first]
     orders, reports = request(1, ["sh", "-c", does])
     while os.read(reports, 65536):
         pass
@@ -284,12 +284,13 @@ print(json.dumps({"dead": until(lambda: dead(job)), "pid": job}))
 """
 
 
-@pytest.mark.parametrize("first", ["plain", "usr1", "tstp", "crash"])
+@pytest.mark.parametrize("first", ["plain", "usr1", "tstp", "kill", "crash"])
 def test_a_supervisors_job_dies_with_it_whatever_the_guard_went_through_before(tmp_path,
                                                                                first):
-    # plain: its guard kept from a first attempt; usr1: killed by the first attempt's job
-    # (another is forked); tstp: stopped by it (it ignores that); crash: the supervisor fails
-    # while its job runs (its guard must not be killed on its way out).
+    # plain: its guard kept from a first attempt; usr1, tstp: signalled by the first attempt's
+    # job with its group (it ignores them); kill: killed with it (another is forked, even where
+    # the dying guard has not yet run when the next attempt starts); crash: the supervisor
+    # fails while its job runs (its guard must not be killed on its way out).
     import json
     import signal
     import subprocess

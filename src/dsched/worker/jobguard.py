@@ -30,7 +30,8 @@ class Prepared:
             containment.become_subreaper()
         self.cgroup, self.problem, self.entered = cgroup, "", False
         self.ended = False  # its guard was found ended (and reaped): its number is not used
-        if kept is not None and kept.guard_alive():
+        # A guard its last job killed with its group may not have run since: it is not kept.
+        if kept is not None and kept.guard_alive() and not containment.doomed(kept.guard):
             self.lifeline, self.guard, self.told = kept.lifeline, kept.guard, kept.told
         else:
             if kept is not None:

@@ -152,11 +152,14 @@ def _become_guard(lifeline_fd: int) -> select.poll:
     containment.name_guard()
     # A job's cancellation signals its whole group with SIGTERM and allows a grace period; the
     # guard must not turn that into SIGKILL. Its end comes with the leader's or the worker's.
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_IGN)
-    # Nor may a job stop it with its group (``kill -TSTP 0``): stopped, it guards nothing.
-    for signum in (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU):
-        signal.signal(signum, signal.SIG_IGN)
+    # Nor may what a job signals its group for its own processes (``kill -USR1 0``) end it, or
+    # stop it (``kill -TSTP 0``): stopped, it guards nothing. It ignores every signal it can
+    # (SIGCHLD, ignored by default, is left as it is): only SIGKILL ends it, SIGSTOP stops it.
+    for signum in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD}:
+        try:
+            signal.signal(signum, signal.SIG_IGN)
+        except (OSError, ValueError):  # kept by the C library for itself
+            pass
     # The worker reads the leader's stdout until end of file: the guard must not hold it open,
     # nor the supervisor's pipes or the log's lock.
     devnull = os.open(os.devnull, os.O_RDWR)
