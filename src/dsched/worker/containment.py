@@ -153,8 +153,8 @@ _PF_EXITING = 0x4
 def doomed(pid: int) -> bool:
     """Whether the process ``pid`` (a child not yet reaped) is on its way out, or has a
     signal pending: one sent a signal that ends it may not have run since, and looks alive to
-    ``wait`` until it has. For a process that ignores every signal it can (a guard), any
-    signal pending is SIGKILL, or SIGSTOP. True where /proc cannot say."""
+    ``wait`` until it has. For a process that ignores every signal it can and blocks none (a
+    guard), a signal pending is one that ends or stops it. True where /proc cannot say."""
     try:
         stat, status = _read(f"/proc/{pid}/stat"), _read(f"/proc/{pid}/status")
     except OSError:

@@ -153,13 +153,17 @@ def _become_guard(lifeline_fd: int) -> select.poll:
     # A job's cancellation signals its whole group with SIGTERM and allows a grace period; the
     # guard must not turn that into SIGKILL. Its end comes with the leader's or the worker's.
     # Nor may what a job signals its group for its own processes (``kill -USR1 0``) end it, or
-    # stop it (``kill -TSTP 0``): stopped, it guards nothing. It ignores every signal it can
-    # (SIGCHLD, ignored by default, is left as it is): only SIGKILL ends it, SIGSTOP stops it.
+    # stop it (``kill -TSTP 0``): stopped, it guards nothing. It ignores every signal Python
+    # may set (SIGCHLD, ignored by default, is left as it is; the C library keeps two of the
+    # real-time ones): SIGKILL ends it, SIGSTOP stops it. And it blocks none: a signal blocked
+    # stays pending though ignored, and a guard with a signal pending is not kept
+    # (``containment.doomed``).
     for signum in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD}:
         try:
             signal.signal(signum, signal.SIG_IGN)
-        except (OSError, ValueError):  # kept by the C library for itself
+        except OSError:  # one this system does not let a process ignore
             pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
     # The worker reads the leader's stdout until end of file: the guard must not hold it open,
     # nor the supervisor's pipes or the log's lock.
     devnull = os.open(os.devnull, os.O_RDWR)
