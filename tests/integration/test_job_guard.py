@@ -234,6 +234,47 @@ def test_a_guard_outlives_every_signal_its_job_may_send_its_group_but_sigkill():
         leader.wait()
 
 
+#: A guard signalled in its first instant, before it has set what it ignores: a hook that
+#: runs in the forked child first thing sends it SIGUSR1 and SIGTERM, as a job's
+#: ``kill -USR1 0`` just after its spawn would. Forked by a supervisor (``fork_job_guard``)
+#: or by a GPU task's process (``hold_group``).
+SIGNALLED_AT_BIRTH = """
+import os, signal, sys
+from dsched.worker.lifeline import Lifeline, fork_job_guard, hold_group
+
+def signalled():
+    for signum in (signal.SIGUSR1, signal.SIGTERM):
+        os.kill(os.getpid(), signum)
+
+os.register_at_fork(after_in_child=signalled)
+lifeline = Lifeline()
+if sys.argv[1] == "job":
+    guard = fork_job_guard(lifeline)
+else:
+    guard = hold_group(os.getppid(), lifeline.fd)
+print(guard, flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("forked_by", ["job", "group"])
+def test_a_guard_is_not_ended_by_a_signal_sent_before_it_ignores_it(forked_by):
+    leader = subprocess.Popen([sys.executable, "-c", SIGNALLED_AT_BIRTH, forked_by],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        guard = int(first_line(leader.stdout))
+        wait_until(lambda: not alive(guard) or signal.SIGUSR1 in ignored(guard), 30,
+                   what="the guard ignoring signals, or its end")
+        wait_until(lambda: not alive(guard) or not blocked(guard), 30,
+                   what="the guard's signal mask cleared, or its end")
+        assert alive(guard), "a signal sent before the guard ignored it ended it"
+        assert not containment.doomed(guard)  # nothing pending: a supervisor keeps it
+    finally:
+        leader.kill()
+        leader.wait()
+
+
 def test_doomed_sees_a_signal_sent_that_has_not_yet_acted_and_an_end():
     # A child that blocks the signal holds it pending, as a process not yet run since would.
     child = subprocess.Popen(

@@ -135,7 +135,7 @@ def hold_group(parent: int, lifeline_fd: int, cgroup: str = "", subreaper: bool 
     else:
         die_with_parent(parent)
     leader = os.getpid()
-    guard = os.fork() if hasattr(os, "fork") else -1
+    guard = _fork_guard() if hasattr(os, "fork") else -1
     if guard == 0:
         try:
             _guard(leader, lifeline_fd, cgroup, subreaper)
@@ -147,6 +147,21 @@ def hold_group(parent: int, lifeline_fd: int, cgroup: str = "", subreaper: bool 
     return guard
 
 
+def _fork_guard() -> int:
+    """``os.fork`` for a guard: the child is born with every signal blocked, so that none sent
+    to it before it has set what it ignores (``_become_guard``, which then unblocks them all,
+    and a signal pending that it ignores is discarded) can end it: its job's ``kill -USR1 0``
+    in its first instant, say. The parent's mask is as it was."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    pid = -1
+    try:
+        pid = os.fork()
+    finally:
+        if pid != 0:  # the parent, forked or not
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return pid
+
+
 def _become_guard(lifeline_fd: int) -> select.poll:
     """What every guard does first; the poll of its lifeline, the one descriptor it keeps."""
     containment.name_guard()
@@ -155,9 +170,9 @@ def _become_guard(lifeline_fd: int) -> select.poll:
     # Nor may what a job signals its group for its own processes (``kill -USR1 0``) end it, or
     # stop it (``kill -TSTP 0``): stopped, it guards nothing. It ignores every signal Python
     # may set (SIGCHLD, ignored by default, is left as it is; the C library keeps two of the
-    # real-time ones): SIGKILL ends it, SIGSTOP stops it. And it blocks none: a signal blocked
-    # stays pending though ignored, and a guard with a signal pending is not kept
-    # (``containment.doomed``).
+    # real-time ones): SIGKILL ends it, SIGSTOP stops it. Born blocking all (``_fork_guard``),
+    # it then blocks none: a signal blocked stays pending though ignored, and a guard with a
+    # signal pending is not kept (``containment.doomed``).
     for signum in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD}:
         try:
             signal.signal(signum, signal.SIG_IGN)
@@ -217,7 +232,7 @@ def fork_job_guard(lifeline: Lifeline) -> int:
     if os.getsid(0) != os.getpid():
         # An unmoved guard would kill the session of whoever started us: refuse.
         raise RuntimeError("fork_job_guard needs a session leader (start_new_session=True)")
-    guard = os.fork()
+    guard = _fork_guard()
     if guard == 0:
         try:
             _job_guard(lifeline.fd)
