@@ -72,9 +72,11 @@ class JobSpec(Frozen):
             raise JobSpecError("a job's command starts with the program to run, not an empty "
                                "word")
         try:  # numbers the wire cannot carry are refused here, where they were given
-            checked_int("priority", self.priority)
-            checked_int("retries", self.retries, 0)
-            checked_ids("a job it runs after", (*self.after_ok, *self.after_any))
+            self.__dict__.update(  # plain ints (a numpy one is not sent as it is)
+                priority=checked_int("priority", self.priority),
+                retries=checked_int("retries", self.retries, 0),
+                after_ok=checked_ids("a job it runs after", self.after_ok),
+                after_any=checked_ids("a job it runs after", self.after_any))
         except (TypeError, ValueError) as error:
             raise JobSpecError(str(error)) from None
         if self.time_limit is not None and not self.time_limit > 0:

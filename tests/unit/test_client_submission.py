@@ -3,6 +3,7 @@
 import pickle
 
 import cloudpickle
+import msgpack
 import pytest
 
 from dsched import annotate
@@ -17,6 +18,7 @@ from dsched.client.submission import (
     task_size,
 )
 from dsched.errors import ResourceSpecError
+from dsched.jobs import JobSpec, JobSpecError
 from dsched.resources import Resources
 from dsched.serialize import TaskRef
 
@@ -49,6 +51,19 @@ def test_explicit_options_are_checked_and_sent_in_fixed_point_units():
                            workers="gpu-a")
     assert options == {"resources": Resources.parse("GPU=1 MEMORY=70e9").to_wire(),
                        "priority": 5, "retries": 2, "workers": ["gpu-a"]}
+
+
+def test_numpy_integers_are_taken_and_sent_as_plain_ints():
+    numpy = pytest.importorskip("numpy")
+    options = task_options(priority=numpy.int64(5), retries=numpy.uint8(2))
+    assert options == {"priority": 5, "retries": 2}
+    assert all(type(value) is int for value in options.values())  # msgpack carries no other
+    spec = JobSpec("s-1", ("true",), priority=numpy.int32(-3), retries=numpy.int64(1),
+                   after_ok=(numpy.int64(7),), after_any=[numpy.int16(8)])
+    assert (spec.priority, spec.retries, spec.after_ok, spec.after_any) == (-3, 1, (7,), (8,))
+    assert msgpack.unpackb(msgpack.packb(spec.to_wire())) == spec.to_wire()
+    with pytest.raises(JobSpecError, match="priority must be an integer"):
+        JobSpec("s-1", ("true",), priority=numpy.float64(1.0))
 
 
 @pytest.mark.parametrize("bad", [{"GPU": -1}, {"GPU": "x"}, "GPU", 3, {"": 1}])

@@ -53,9 +53,10 @@ def task_options(resources: Any = None, priority: Any = None, retries: Any = Non
     options: dict[str, Any] = {}
     if demand is not None and not demand.is_empty():
         options["resources"] = demand.to_wire()
-    if checked_int("priority", priority):
+    priority, retries = checked_int("priority", priority), checked_int("retries", retries, 0)
+    if priority:
         options["priority"] = priority
-    if checked_int("retries", retries, 0):
+    if retries:
         options["retries"] = retries
     if workers is not None:
         names = [workers] if isinstance(workers, str) else list(workers)

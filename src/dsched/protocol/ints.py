@@ -15,13 +15,19 @@ INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def checked_int(name: str, value: Any, low: int = INT_MIN, high: int = INT_MAX) -> int:
-    """``value`` if it is an int from ``low`` to ``high``; else ValueError (TypeError for a
-    non-integer) naming ``name`` and the range."""
-    if type(value) is bool or not isinstance(value, int):
+    """``value`` as an int, if it is an integer from ``low`` to ``high`` (an int, or what
+    stands for one: numpy's ``int64``); else ValueError (TypeError for a non-integer, a bool
+    included) naming ``name`` and the range. What is sent is the int returned: msgpack
+    carries no other."""
+    try:
+        number = value.__index__() if type(value) is not bool else None
+    except AttributeError:
+        number = None
+    if type(number) is not int:
         raise TypeError(f"{name} must be an integer, not {value!r:.40}")
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be from {low} to {high}, not {value}")
-    return int(value)
+    if not low <= number <= high:
+        raise ValueError(f"{name} must be from {low} to {high}, not {number}")
+    return number
 
 
 def checked_ids(name: str, values: Any) -> tuple[int, ...]:
