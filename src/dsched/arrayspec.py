@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .errors import JobSpecError
 from .frozen import Frozen
-from .protocol.ints import INT_MAX
+from .protocol.ints import INT_MAX, checked_int
 
 TYPE_CHECKING = False  # typing is for type checkers only (see ``protocol/ints.py``)
 if TYPE_CHECKING:
@@ -53,8 +53,14 @@ class ArraySpec(Frozen):
                                    f"{r.start}-{r.stop - 1} is more")
         if not 0 < self.size <= MAX_ARRAY:
             raise JobSpecError(f"an array has 1 to {MAX_ARRAY:,} elements, not {self.size:,}")
-        if self.limit is not None and not 0 < self.limit <= MAX_ARRAY:
-            raise JobSpecError(f"an array's limit (%N) must be positive, not {self.limit}")
+        if self.limit is not None:  # a whole number (numpy's too), kept as a plain int
+            try:
+                object.__setattr__(self, "limit", checked_int("an array's limit (%N)",
+                                                              self.limit))
+            except (TypeError, ValueError) as error:
+                raise JobSpecError(str(error)) from None
+            if not 0 < self.limit <= MAX_ARRAY:
+                raise JobSpecError(f"an array's limit (%N) must be positive, not {self.limit}")
         if not all(isinstance(line, str) and "\0" not in line for line in self.lines):
             raise JobSpecError("the lines of an array are strings, with no NUL character")
         ends = sorted((r.start, r[-1]) for r in self.ranges)

@@ -92,9 +92,11 @@ def _job_ids(jobs: Iterable[Any]) -> list[int]:
         dependency_id = getattr(type(job), "_dependency_id", None)
         if dependency_id is not None:
             job = dependency_id(job)
-        if type(job) is not int:
-            raise TypeError(f"a job dependency is a job number or a JobFuture, not {job!r:.40}")
-        ids.append(job)
+        try:  # an int, or one that stands for it (numpy's), as a plain int
+            ids.append(checked_int("a job dependency", job))
+        except TypeError:
+            raise TypeError(f"a job dependency is a job number or a JobFuture, "
+                            f"not {job!r:.40}") from None
     return ids
 
 

@@ -19,6 +19,7 @@ from dsched.client.submission import (
 )
 from dsched.errors import ResourceSpecError
 from dsched.jobs import JobSpec, JobSpecError
+from dsched.jobspec import job_spec
 from dsched.resources import Resources
 from dsched.serialize import TaskRef
 
@@ -64,6 +65,14 @@ def test_numpy_integers_are_taken_and_sent_as_plain_ints():
     assert msgpack.unpackb(msgpack.packb(spec.to_wire())) == spec.to_wire()
     with pytest.raises(JobSpecError, match="priority must be an integer"):
         JobSpec("s-1", ("true",), priority=numpy.float64(1.0))
+    # As submit_command takes them: its dependencies and an array's limit too.
+    spec = job_spec(["true"], priority=numpy.int64(2), after_ok=[numpy.int64(4)],
+                    array="0-9", array_limit=numpy.int64(3))
+    assert (spec.after_ok, spec.array.limit) == ((4,), 3) and type(spec.array.limit) is int
+    assert msgpack.unpackb(msgpack.packb(spec.to_wire())) == spec.to_wire()
+    for limit in (2.5, True):
+        with pytest.raises(JobSpecError, match="limit"):
+            job_spec(["true"], array="0-9", array_limit=limit)
 
 
 @pytest.mark.parametrize("bad", [{"GPU": -1}, {"GPU": "x"}, "GPU", 3, {"": 1}])
