@@ -264,7 +264,7 @@ def dead(pid):
 
 
 if first != "crash":  # a first attempt, which does this to its group (and so its guard)
-    does = {"plain": "true", "usr1": "trap '' USR1; kill -USR1 0",
+    does = {"plain": "true", "stopped": "true", "usr1": "trap '' USR1; kill -USR1 0",
             "tstp": "trap '' TSTP; kill -TSTP 0", "kill": "kill -KILL 0"}[first]
     orders, reports = request(1, ["sh", "-c", does])
     while os.read(reports, 65536):
@@ -272,11 +272,14 @@ if first != "crash":  # a first attempt, which does this to its group (and so it
     words = [said(), said(), said()]
     assert words == ["spawned", "ended", "ready"], words
 pid_file = os.path.join(directory, "pid")
+then = "kill -STOP 0; sleep 30" if first == "stopped" else "exec sleep 30"
 orders, reports = request(2, ["sh", "-c", f"echo $$ > {pid_file}.new && mv {pid_file}.new "
-                                          f"{pid_file} && exec sleep 30"])
+                                          f"{pid_file} && {then}"])
 assert said() == "spawned"
 assert until(lambda: os.path.exists(pid_file))
 job = int(open(pid_file).read())
+if first == "stopped":  # the job, and its guard with it, stopped by the job itself
+    assert until(lambda: psutil.Process(job).status() == psutil.STATUS_STOPPED)
 if first != "crash":
     os.kill(supervisor, signal.SIGKILL)  # its guard alone is left to end its job
 os.waitpid(supervisor, 0)
@@ -284,13 +287,15 @@ print(json.dumps({"dead": until(lambda: dead(job)), "pid": job}))
 """
 
 
-@pytest.mark.parametrize("first", ["plain", "usr1", "tstp", "kill", "crash"])
+@pytest.mark.parametrize("first", ["plain", "usr1", "tstp", "kill", "crash", "stopped"])
 def test_a_supervisors_job_dies_with_it_whatever_the_guard_went_through_before(tmp_path,
                                                                                first):
     # plain: its guard kept from a first attempt; usr1, tstp: signalled by the first attempt's
     # job with its group (it ignores them); kill: killed with it (another is forked, even where
     # the dying guard has not yet run when the next attempt starts); crash: the supervisor
-    # fails while its job runs (its guard must not be killed on its way out).
+    # fails while its job runs (its guard must not be killed on its way out); stopped: the
+    # job stopped its group, its guard with it, when its supervisor is killed (the kernel
+    # continues a group orphaned with a stopped member: the guard then kills it).
     import json
     import signal
     import subprocess
