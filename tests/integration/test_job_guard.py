@@ -275,6 +275,26 @@ def test_a_guard_is_not_ended_by_a_signal_sent_before_it_ignores_it(forked_by):
         leader.wait()
 
 
+def test_a_guard_that_cannot_be_forked_leaves_its_parents_signal_mask_as_it_was(monkeypatch):
+    # A Python handler that raises runs as the mask changes (CPython checks for signals
+    # there): the mask blocked for the fork must not stay blocked in the parent.
+    from dsched.worker import lifeline
+
+    real = signal.pthread_sigmask
+    before = real(signal.SIG_BLOCK, ())
+
+    def raising(how, mask):
+        changed = real(how, mask)
+        if how == signal.SIG_BLOCK and set(mask):  # the block for the fork
+            raise KeyboardInterrupt("a handler raised as the mask changed")
+        return changed
+
+    monkeypatch.setattr(signal, "pthread_sigmask", raising)
+    with pytest.raises(KeyboardInterrupt):
+        lifeline._fork_guard()
+    assert real(signal.SIG_BLOCK, ()) == before
+
+
 def test_doomed_sees_a_signal_sent_that_has_not_yet_acted_and_an_end():
     # A child that blocks the signal holds it pending, as a process not yet run since would.
     child = subprocess.Popen(

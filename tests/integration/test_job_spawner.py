@@ -272,7 +272,8 @@ if first != "crash":  # a first attempt, which does this to its group (and so it
     words = [said(), said(), said()]
     assert words == ["spawned", "ended", "ready"], words
 pid_file = os.path.join(directory, "pid")
-then = "kill -STOP 0; sleep 30" if first == "stopped" else "exec sleep 30"
+# stopped: deaf to the SIGHUP that comes with the kernel's SIGCONT, so only its guard ends it
+then = "trap '' HUP; kill -STOP 0; sleep 30" if first == "stopped" else "exec sleep 30"
 orders, reports = request(2, ["sh", "-c", f"echo $$ > {pid_file}.new && mv {pid_file}.new "
                                           f"{pid_file} && {then}"])
 assert said() == "spawned"

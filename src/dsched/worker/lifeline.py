@@ -152,9 +152,10 @@ def _fork_guard() -> int:
     to it before it has set what it ignores (``_become_guard``, which then unblocks them all,
     and a signal pending that it ignores is discarded) can end it: its job's ``kill -USR1 0``
     in its first instant, say. The parent's mask is as it was."""
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-    pid = -1
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # as it is, changed in the ``try``:
+    pid = -1  # a handler that raises as the mask changes must not leave it all blocked
     try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         pid = os.fork()
     finally:
         if pid != 0:  # the parent, forked or not
