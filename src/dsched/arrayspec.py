@@ -56,11 +56,9 @@ class ArraySpec(Frozen):
         if self.limit is not None:  # a whole number (numpy's too), kept as a plain int
             try:
                 object.__setattr__(self, "limit", checked_int("an array's limit (%N)",
-                                                              self.limit))
+                                                              self.limit, 1, MAX_ARRAY))
             except (TypeError, ValueError) as error:
                 raise JobSpecError(str(error)) from None
-            if not 0 < self.limit <= MAX_ARRAY:
-                raise JobSpecError(f"an array's limit (%N) must be positive, not {self.limit}")
         if not all(isinstance(line, str) and "\0" not in line for line in self.lines):
             raise JobSpecError("the lines of an array are strings, with no NUL character")
         ends = sorted((r.start, r[-1]) for r in self.ranges)

@@ -63,8 +63,9 @@ def test_numpy_integers_are_taken_and_sent_as_plain_ints():
                    after_ok=(numpy.int64(7),), after_any=[numpy.int16(8)])
     assert (spec.priority, spec.retries, spec.after_ok, spec.after_any) == (-3, 1, (7,), (8,))
     assert msgpack.unpackb(msgpack.packb(spec.to_wire())) == spec.to_wire()
-    with pytest.raises(JobSpecError, match="priority must be an integer"):
-        JobSpec("s-1", ("true",), priority=numpy.float64(1.0))
+    for bad in (numpy.float64(1.0), numpy.array([5]), int):  # the error names the field
+        with pytest.raises(JobSpecError, match="priority must be an integer"):
+            JobSpec("s-1", ("true",), priority=bad)
     # As submit_command takes them: its dependencies and an array's limit too.
     spec = job_spec(["true"], priority=numpy.int64(2), after_ok=[numpy.int64(4)],
                     array="0-9", array_limit=numpy.int64(3))
@@ -192,3 +193,31 @@ def test_a_submit_with_a_large_payload_is_bulk_data_and_small_ones_are_not():
 def test_not_callable():
     with pytest.raises(TypeError, match="callable"):
         builder(fn=5)
+
+
+async def test_a_clients_other_numbers_take_numpy_integers_and_send_plain_ints():
+    # A history's limit and a fenced GPU's index (a log's offset and limit: ``read_latest``):
+    # what goes on the wire is a plain int, or the request could not be sent at all.
+    numpy = pytest.importorskip("numpy")
+    from dsched.client.jobclient import JobRequests
+
+    class Requests(JobRequests):
+        def __init__(self):
+            self.sent = []
+
+        async def resolve_jobs(self, jobs):
+            return list(jobs)
+
+        async def _request(self, make):
+            op = make(1)
+            self.sent.append(msgpack.unpackb(msgpack.packb(op.to_wire())))
+            return {"attempts": []}
+
+    client = Requests()
+    assert await client.history(limit=numpy.int64(5)) == []
+    await client.release_gpu("w", numpy.uint8(1))
+    assert [client.sent[0]["limit"], client.sent[1]["index"]] == [5, 1]
+    with pytest.raises(TypeError, match="limit must be an integer"):
+        await client.history(limit=numpy.float64(5.0))
+    with pytest.raises(ValueError, match="a GPU index must be from 0"):
+        await client.release_gpu("w", -1)

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 
 from ..jobspec import arrays_to_ask, job_numbers, job_spec, query_jobs
 from ..protocol import ops
-from ..protocol.fields import checked_ids
+from ..protocol.fields import checked_ids, checked_int
 from .joblogs import JobLog, read_latest
 from .jobs import JobFuture
 from .jobwait import wait_for_jobs
@@ -63,6 +63,7 @@ class JobRequests:
         prints it: the attempt, the GPUs it held and how it used them, its ``gpu_hours`` and
         ``efficiency`` (``docs/jobs.md``)."""
         jobs = tuple(checked_ids("a job number", await self.resolve_jobs(jobs)))
+        limit = checked_int("limit", limit, 0)  # a plain int (numpy's is not sent as it is)
         reply = await self._request(lambda i: ops.QueryHistory(
             id=i, jobs=jobs, states=tuple(states), name=name, since=since, until=until,
             limit=limit))
@@ -92,7 +93,8 @@ class JobRequests:
         """Bytes of the log of a job's latest attempt from ``offset``, read from its worker:
         a Log with ``data``, ``size`` (the log's length now) and ``ended``. The worker is
         found by its name where it is connected (it may have moved since)."""
-        return await read_latest(self, job, offset, limit)
+        return await read_latest(self, job, checked_int("offset", offset, 0),
+                                 checked_int("limit", limit, 0))
 
     def read_job_log(self, job: int, follow: bool = False, interval: float = 0.5,
                      on_wait: Callable[[str], None] | None = None) -> JobLog:
@@ -113,6 +115,7 @@ class JobRequests:
     async def release_gpu(self, worker: str, index: int) -> None:
         """Let the fenced GPU ``index`` (NVML's) of the worker named ``worker`` take work
         again (``sched gpu release``); SchedError saying why where it cannot be."""
+        index = checked_int("a GPU index", index, 0)
         await self._request(lambda i: ops.ReleaseGpu(id=i, worker=worker, index=index))
 
     async def workers(self) -> list[dict]:

@@ -19,9 +19,9 @@ def checked_int(name: str, value: Any, low: int = INT_MIN, high: int = INT_MAX) 
     stands for one: numpy's ``int64``); else ValueError (TypeError for a non-integer, a bool
     included) naming ``name`` and the range. What is sent is the int returned: msgpack
     carries no other."""
-    try:
-        number = value.__index__() if type(value) is not bool else None
-    except AttributeError:
+    try:  # the type's own method: a class given (``int``) is not an integer either
+        number = type(value).__index__(value) if type(value) is not bool else None
+    except (AttributeError, TypeError):  # none, or one that refuses (numpy's arrays)
         number = None
     if type(number) is not int:
         raise TypeError(f"{name} must be an integer, not {value!r:.40}")
