@@ -271,13 +271,15 @@ async def test_a_bug_in_the_core_stops_the_scheduler_and_nothing_of_that_event_i
 
 
 def scheduler_tasks() -> list:
-    """The asyncio tasks running code of the scheduler's shell or its listener."""
+    """The asyncio tasks running code of the scheduler's shell (its activities: named after
+    it) or its listener."""
     import asyncio
 
     def ours(task) -> bool:
         code = getattr(task.get_coro(), "cr_code", None)
-        return code is not None and ("dsched/scheduler/" in code.co_filename
-                                     or code.co_filename.endswith("dsched/comm/listener.py"))
+        return task.get_name().startswith("scheduler: ") or code is not None and (
+            "dsched/scheduler/" in code.co_filename
+            or code.co_filename.endswith("dsched/comm/listener.py"))
 
     return [task for task in asyncio.all_tasks() if not task.done() and ours(task)]
 

@@ -25,8 +25,9 @@ import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable
 
+from ..activities import Activities
 from ..comm import Comm, Listener, listen
 from ..comm.addresses import reachable_host
 from ..errors import CommClosedError, RemoteProtocolError
@@ -60,7 +61,7 @@ class Scheduler:
         self.journal = journal
         self.commits = GroupCommit(
             journal, self._carry_out, self._fail, self._committed,
-            spawn=lambda commit: self._spawn(commit, "carrying out a journal commit"))
+            spawn=lambda commit: self.activities.spawn(commit, "carrying out a journal commit"))
         self._log = PacedLog(logger)
         #: Where history queries run, one after another, off the event loop.
         self._history_thread = ThreadPoolExecutor(1, thread_name_prefix="sched-history")
@@ -79,10 +80,12 @@ class Scheduler:
         self.draining = False
         self._client_ids = itertools.count(1)
         self._ticker: asyncio.Task | None = None
-        #: The task that owns the task group (``_supervise``), from ``start`` to ``close``.
-        self._supervisor: asyncio.Task | None = None
-        self._group: asyncio.TaskGroup | None = None
         self._stop = asyncio.Event()  # set by close: the group ends
+        #: The ticker, the commits and the connections' handlers, from ``start`` to ``close``:
+        #: one that raises stops the scheduler; at close, a commit still in flight may end,
+        #: for up to the close timeout.
+        self.activities = Activities("scheduler", self._stop, self._activity_failed,
+                                     grace=self.comm_config.close_timeout)
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Why the scheduler takes no work now, by who says so ("starting" until it listens,
         #: "draining" once it drains; other parts may add theirs): readyz answers 503 meanwhile.
@@ -134,16 +137,15 @@ class Scheduler:
         is left running then)."""
         loop = self._loop = asyncio.get_running_loop()
         self.fatal = loop.create_future()
-        entered = loop.create_future()
-        self._supervisor = loop.create_task(self._supervise(entered), name="dsched-scheduler")
-        await entered
+        await self.activities.start()
+        self._ticker = self.activities.spawn(self._tick(), "the scheduler's tick", until_stop=True)
         config, comm = self.config, self.comm_config
         try:
             self.listener = await listen(
                 config.host, config.port, self._serve, token=self.token, ssl=self.ssl,
                 role="scheduler", name="scheduler", accept_roles={"worker", "client"},
                 handshake_timeout=comm.handshake_timeout, **comm.limits(),
-                spawn=lambda handler: self._spawn(handler, "serving a connection"))
+                spawn=lambda handler: self.activities.spawn(handler, "serving a connection"))
         except BaseException:
             await self._end_group()
             raise
@@ -165,58 +167,14 @@ class Scheduler:
 
     async def _end_group(self) -> None:
         self._stop.set()
-        if self._supervisor is not None:
-            await self._supervisor
-
-    async def _supervise(self, entered: asyncio.Future) -> None:
-        """Own the task group from ``start`` until ``close``: the ticker, the commits and the
-        connections' handlers. One that raises has stopped the scheduler (``_guarded``) and
-        the group cancels the others; at close, a commit still in flight may end, for up to
-        the close timeout."""
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(None) as limit:
-                async with asyncio.TaskGroup() as group:
-                    self._group = group
-                    entered.set_result(None)
-                    self._ticker = self._spawn(self._tick(), "the scheduler's tick")
-                    await self._stop.wait()
-                    if self._ticker is not None:
-                        self._ticker.cancel()
-                    limit.reschedule(loop.time() + self.comm_config.close_timeout)
-        except TimeoutError:
+        if await self.activities.ended():
             logger.warning("A journal commit had not ended %g s after closing; cancelled",
                            self.comm_config.close_timeout)
-        except Exception as error:  # the activity that raised has said why
-            self._fail(f"the scheduler failed: {type(error).__name__}: {error}", error)
-        finally:
-            self._group = None
-            if not entered.done():
-                entered.set_result(None)
 
-    def _spawn(self, coroutine: Coroutine, what: str) -> asyncio.Task | None:
-        """Run ``coroutine`` in the task group (``what`` names it, should it fail); None, and it
-        never runs, once the scheduler is stopping."""
-        if self._supervisor is None:
-            coroutine.close()
-            raise RuntimeError(f"{what}: the scheduler is not started")
-        if self._group is not None and not self._stop.is_set():
-            guarded = self._guarded(coroutine, what)
-            try:
-                return self._group.create_task(guarded)
-            except RuntimeError:  # the group is shutting down, after a failure
-                guarded.close()
-        coroutine.close()
-        return None
-
-    async def _guarded(self, coroutine: Coroutine, what: str) -> None:
-        """One activity of the group. An exception that escapes it is a bug: the scheduler
-        stops with the reason (nothing more is carried out), then the group cancels the rest."""
-        try:
-            await coroutine
-        except Exception as error:
-            self._fail(f"{what} failed: {type(error).__name__}: {error}", error)
-            raise
+    def _activity_failed(self, what: str, error: BaseException) -> None:
+        """An activity raised: a bug; the scheduler stops with the reason (nothing more is
+        carried out), then the group cancels the rest."""
+        self._fail(f"{what} failed: {type(error).__name__}: {error}", error)
 
     async def drain(self, deadline: float) -> None:
         """Stop taking work, wait up to ``deadline`` seconds for running tasks, then close."""
@@ -329,7 +287,7 @@ class Scheduler:
         elif kind is ops.WhoHas:
             comm.write_nowait(ops.Reply(id=op.id, value=who_has(self.state, op.keys)).to_wire())
         elif kind is ops.QueryHistory:
-            self._spawn(self._history(comm, op), "answering a history query")
+            self.activities.spawn(self._history(comm, op), "answering a history query")
         else:
             raise ops.BadOp(f"{op.OP} is not an op a client sends")
 

@@ -26,11 +26,12 @@ import socket
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Coroutine
 
 import psutil
 
 from .. import serialize
+from ..activities import Activities
 from ..comm import listen
 from ..comm.addresses import WILDCARD_HOSTS, parse_address
 from ..environ import (CUDA_VISIBLE_DEVICES_ENV, LOCAL_DIRECTORY_ENV, TASK_GPUS_ENV,
@@ -102,9 +103,9 @@ class Worker:
         self.address = ""
         self.stopped = asyncio.Event()
         self.draining = False
-        self.data = ResultStore(PeerPool(limits=comm.limits(), role="worker", name=self.name or "worker",
-                                  token=s.token, ssl=s.ssl_client, timeout=comm.connect_timeout),
-                         comm, logs=self._log)
+        peers = PeerPool(limits=comm.limits(), role="worker", name=self.name or "worker",
+                         token=s.token, ssl=s.ssl_client, timeout=comm.connect_timeout)
+        self.data = ResultStore(peers, comm, logs=self._log)
         self.session = SchedulerSession(
             config.scheduler_address, token=s.token, ssl=s.ssl_client, limits=comm.limits(),
             name=lambda: self.name or "worker", register=self._register, on_op=self._on_op,
@@ -120,9 +121,9 @@ class Worker:
         self._retired = asyncio.Event()  # the scheduler says a draining worker may leave
         self._changed = asyncio.Event()  # set after each event: a drain waits on it, not a timer
         self._process = psutil.Process()
-        self._group: asyncio.TaskGroup | None = None
-        self._tasks: set[asyncio.Task] = set()
-        self._supervisor: asyncio.Task | None = None
+        #: The session, its heartbeats and what the worker runs, from ``start`` until
+        #: ``stopped``: one that raises stops the worker; at the stop the rest are cancelled.
+        self.activities = Activities("worker", self.stopped, lambda _, error: self._failed(error))
         self.gpu_watch: GpuWatch | None = None
         #: What each attempt holding GPUs does with them: sampled at each heartbeat, told with
         #: its end.
@@ -184,49 +185,27 @@ class Worker:
                                                    self.jobs.directory)
         self.jobs.contain(self.containment)
         self.gpu_children.containment = self.containment
+        await self.activities.start()
         self._handle(ev.AttemptsRecovered(tuple(opened)))
         self.gpu_watch = GpuWatch([gpu.index for gpu in self.setup.gpus], config.gpu_fault_xids,
                                   on_loop(asyncio.get_running_loop(), self._gpu_faulted))
         self.gpu_watch.start()
-        self._supervisor = asyncio.ensure_future(self._supervise())
+        self._spawn(self.session.run(), "the session with the scheduler")
+        self._spawn(self.session.heartbeats(), "the heartbeats")
 
     def _gpu_faulted(self, index: int, reason: str) -> None:
         logger.warning("GPU %d fenced: %s; its work is stopped, and it takes none until "
                        "released (sched gpu release %s %d)", index, reason, self.name, index)
         self._handle(ev.GpuFaulted(index, reason))
 
-    async def _supervise(self) -> None:
-        """Run every background activity in one group until the worker stops; a failure in
-        any of them stops the worker, with its traceback in the log."""
-        try:
-            async with asyncio.TaskGroup() as group:
-                self._group = group
-                self._spawn(self.session.run())
-                self._spawn(self.session.heartbeats())
-                await self.stopped.wait()
-                for task in list(self._tasks):
-                    task.cancel()
-        except Exception as error:
-            self._failed(error)
-        finally:
-            self._group = None
-
     def _stopping(self) -> bool:
         """From ``stop`` on (or a failed activity), as the tasks of the group are cancelled."""
-        return self._group is None or self.stopped.is_set()
+        return self.activities.stopping
 
-    def _spawn(self, coroutine) -> None:
-        task = None
-        if self._group is not None:
-            try:
-                task = self._group.create_task(coroutine)
-            except RuntimeError:  # the group is shutting down, after a failure
-                pass
-        if task is None:  # stopping: nothing new starts
-            coroutine.close()
-            return
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self, coroutine: Coroutine, what: str) -> None:
+        """Run ``coroutine`` as an activity, cancelled when the worker stops; closed unrun
+        once it is stopping."""
+        self.activities.spawn(coroutine, what, until_stop=True)
 
     def _failed(self, error: BaseException) -> None:
         """Stop the worker because ``error`` escaped a background activity; say which."""
@@ -245,9 +224,9 @@ class Worker:
         self.stopped.set()
         if self.gpu_watch is not None:
             await asyncio.to_thread(self.gpu_watch.stop)
-        if self._supervisor is not None:
-            await self._supervisor
-        await self.session.close(reason, last=ops.Unregister(reason=reason) if unregister else None)
+        await self.activities.ended()
+        await self.session.close(reason,
+                                 last=ops.Unregister(reason=reason) if unregister else None)
         await self.listener.close(reason)
         await self.data.peers.close()
         await self.gpu_children.close()
@@ -344,9 +323,9 @@ class Worker:
                 if action.where == act.THREAD:
                     self._start_on_thread(action)
                 else:
-                    self._spawn(self._run_in_child(action))
+                    self._spawn(self._run_in_child(action), "running a task in a child")
             elif kind is act.FetchDependency:
-                self._spawn(self._fetch(action))
+                self._spawn(self._fetch(action), "fetching a dependency")
             elif kind is act.KillTask:
                 if not self.gpu_children.kill(action.key):
                     logger.info("Task %s runs on a thread and cannot be stopped; it will finish",
@@ -354,7 +333,7 @@ class Worker:
             elif kind is act.ReleaseResult:
                 self.data.values.pop(action.key, None)
             elif kind is act.StartJob:
-                self._spawn(self.jobs.run(action))
+                self._spawn(self.jobs.run(action), "running a job attempt")
             elif kind is act.ExtendLease:
                 self.jobs.extend(action.until)
             elif kind is act.KillJob:
@@ -369,7 +348,7 @@ class Worker:
                 # Stamped here, where there is a clock; handled after this batch of actions.
                 ended = ops.AttemptEnded(action.key, action.outcome, None, action.error,
                                          started=None, ended=time.time())
-                self._spawn(self._handle_soon(ended))
+                self._spawn(self._handle_soon(ended), "saying an attempt ended")
             else:  # a report: an op for the scheduler
                 self.session.send(action)
         self._changed.set()
@@ -399,7 +378,8 @@ class Worker:
                                                 self.data.values)
         except Exception as error:  # arguments that cannot be unpickled here, say
             payload, text = serialize.dumps_exception(error)
-            self._spawn(self._handle_soon(ev.RunErred(start.key, payload, text)))
+            self._spawn(self._handle_soon(ev.RunErred(start.key, payload, text)),
+                        "saying a task erred")
             return
         self.threads.submit(function_bytes, args, kwargs,
                             lambda outcome: self._ended(start.key, outcome))
