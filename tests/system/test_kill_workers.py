@@ -76,21 +76,21 @@ def kill_an_executing_process(nanny, ledger: Ledger, hold, rng: random.Random,
             try:
                 found = wait_until(busy, 15, what=f"a worker process executing {THREADS} "
                                                   "tasks, none of them near its last death")
-            except AssertionError:  # every process runs such a task: let them end
-                hold.unlink()
-                ended = ledger.count("end")
-                wait_until(lambda: ledger.count("end") >= ended + PROCESSES * THREADS, 60,
-                           what="more tasks ended")
-                continue
-            pid, keys = rng.choice(found)
-            victim = psutil.Process(pid)
-            victim.kill()
-            victim.wait(10)
+            except AssertionError:  # every process runs such a task
+                found = []
+            if found:
+                pid, keys = rng.choice(found)
+                victim = psutil.Process(pid)
+                victim.kill()
+                victim.wait(10)
         finally:
-            if hold.exists():
-                hold.unlink()
-        deaths.update(keys)
-        return pid, keys
+            hold.unlink()
+        if found:
+            deaths.update(keys)
+            return pid, keys
+        ended = ledger.count("end")  # let them end, then freeze again
+        wait_until(lambda: ledger.count("end") >= ended + PROCESSES * THREADS, 60,
+                   what="more tasks ended")
     raise AssertionError(f"no worker process to kill in {FREEZES} freezes; seed {SEED}")
 
 
