@@ -44,8 +44,11 @@ class Prepared:
             self.tell(cgroup)
         if cgroup:
             try:
-                if kept is None or kept.cgroup != cgroup or not _entered(cgroup):
-                    cgroups.make_cgroup(cgroup)  # else kept, emptied, from its last attempt
+                # Else kept, emptied, from its last attempt, and still in it unless that
+                # attempt left processes behind (its supervisor then left it to kill them).
+                if kept is None or kept.cgroup != cgroup or not (kept.entered
+                                                                 or _entered(cgroup)):
+                    cgroups.make_cgroup(cgroup)
                     cgroups.enter_cgroup(cgroup)
                 self.entered = True
             except OSError as error:
@@ -107,11 +110,12 @@ class Prepared:
         os.kill(self.guard, signal.SIGCONT)  # an unreaped child: the number is its own
         return True
 
-    def leave(self) -> None:
-        """Leave the cgroup (the job runs, or none comes): whoever kills it must be out."""
+    def leave(self) -> bool:
+        """Leave the cgroup (what the job left is to be killed, or no job comes): whoever
+        kills it must be out. Whether this process is out of it."""
         if self.entered:
-            cgroups.leave_cgroup(self.cgroup)
-            self.entered = False
+            self.entered = not cgroups.leave_cgroup(self.cgroup)
+        return not self.entered
 
     def retire(self) -> None:
         """This process runs no more attempts: its guard goes (it would walk the session).

@@ -132,8 +132,9 @@ class _Spares:
     socket a spare says ``spawned`` where its request asks (``hand``), then ``ended CODE
     CGROUP`` (the attempt's supervision is over, which the worker knows already; CGROUP, the
     attempt's, emptied, is the one it prepares next, which the spawner removes if it dies
-    before it is ready), then ``ready CGROUP`` once prepared again; without cgroups, a
-    preparation takes microseconds, and the two lines come in one message. A supervisor that
+    before it is ready), then ``ready CGROUP`` once prepared again; where it is still in its
+    cgroup (its job left nothing there), or has none, a preparation takes microseconds, and
+    the two lines come in one message. A supervisor that
     could not kill all its attempt started, or remove its cgroup, is not used again: it exits,
     and its end is the attempt's."""
 
@@ -218,8 +219,8 @@ class _Spares:
     def heard(self, fd: int) -> None:
         """What the spare on ``fd`` says, a line or two in a message: its attempt spawned (fork
         more if none is spawning now), ended (the worker knows: ``sparesupervisor.DONE``),
-        that it is ready again (without cgroups said with the end: one wakeup here); or that
-        it is gone."""
+        that it is ready again (usually said with the end: one wakeup here); or that it is
+        gone."""
         spare = self.spares.get(fd)
         if spare is None:  # a number closed since the poll said it
             return

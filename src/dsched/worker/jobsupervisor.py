@@ -133,8 +133,6 @@ class Supervision:
                                   tuple(self.record["gpus"]), started))
         if self.spawned is not None:
             self.spawned()
-        assert self.prepared is not None  # made by _spawn, if not before
-        self.prepared.leave()  # once the job runs: a first move in a while waits milliseconds
         returncode = self._watch(time.monotonic())
         outcome, error = self.ending or (("completed", "") if returncode == 0
                                          else ("failed", describe_exit(returncode)))
@@ -294,15 +292,28 @@ class Supervision:
             pass
         if tree:
             containment.signal_tree(os.getpid(), signum, self.cgroup, spare={self.leader})
-        elif self.cgroup and signum == signal.SIGKILL:
+        elif self.cgroup and signum == signal.SIGKILL and self._others_in_cgroup():
             cgroups.kill_cgroup(self.cgroup)
+
+    def _others_in_cgroup(self) -> bool:
+        """Whether the job's cgroup (or one below it) holds a process but this one: then this
+        process leaves it, so that the cgroup can be killed as a whole. Usually the job has
+        left none, and this process stays: two moves between cgroups an attempt fewer (each
+        holds up every fork and exit on the machine while it runs). With none left, none can
+        come: only a process in it forks into it."""
+        prepared = self.prepared
+        if prepared is None or not prepared.entered:
+            return True
+        if not set(cgroups.cgroup_pids(self.cgroup)) - {os.getpid()}:
+            return False
+        return prepared.leave()  # else what is left is killed one by one (the sweep)
 
     def _spawn(self, command: list[str], cwd: str | None, env: dict[str, str]) -> str:
         """Spawn the command (``jobcommand.spawn``: no Python between its fork and its exec)
         as the leader of a new group of this session, with its guard (``Prepared``) moved into
         that group; "" or why it could not start. In cgroup mode this process is in the job's
-        cgroup from its preparation until the command is spawned, so the command is born in
-        it, and with all it starts stays there."""
+        cgroup from its preparation on (``_others_in_cgroup``), so the command is born in it,
+        and with all it starts stays there."""
         if self.prepared is None:
             self.prepared = Prepared(self.cgroup)
         prepared = self.prepared
@@ -335,10 +346,13 @@ class Supervision:
             timeout = self.kill_grace + 5
             if self.keep_cgroup and self.clean and not (self.prepared and self.prepared.problem):
                 self.clean = cgroups.remove_below(self.cgroup, timeout)
-            elif not cgroups.remove_cgroup(self.cgroup, timeout=timeout):
-                self.clean = False
-            elif self.keep_guard and self.prepared is not None and not self.prepared.ended:
-                self.prepared.tell("")
+            else:
+                # Killed and removed as a whole, from outside it.
+                out = self.prepared is None or self.prepared.leave()
+                if not (out and cgroups.remove_cgroup(self.cgroup, timeout=timeout)):
+                    self.clean = False
+                elif self.keep_guard and self.prepared is not None and not self.prepared.ended:
+                    self.prepared.tell("")
             self.cgroup = ""
 
     def _end(self, outcome: str, returncode: int | None, error: str,

@@ -81,7 +81,9 @@ def supervise(cgroup: str, channel: socket.socket | None = None,
                 code = 0  # its end, reaped, is the attempt's
                 return
             ended = f"ended 0 {cgroup}\n"  # its cgroup, emptied, serves the next attempt
-            if not cgroup:  # prepared again in microseconds: said with its "ready", one wakeup
+            # Prepared again in microseconds where it is still in its cgroup (its job left
+            # nothing there) or has none: said with its "ready", one wakeup.
+            if not cgroup or prepared.entered:
                 continue
             try:  # entering its cgroup again may take the kernel milliseconds: said first
                 channel.send(ended.encode())
