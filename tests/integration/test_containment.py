@@ -185,7 +185,9 @@ def test_a_cgroup_is_removed_with_the_cgroups_below_it_and_what_runs_there(tmp_p
     try:
         with open(os.path.join(top, "a", "b", "cgroup.procs"), "w") as procs:
             procs.write(str(sleeper.pid))
+        assert cgroups.cgroup_pids(top) == [sleeper.pid]  # listed from two cgroups below
         assert cgroups.remove_cgroup(top, timeout=10)
+        assert cgroups.cgroup_pids(top) == []
         assert not os.path.exists(top)
         assert sleeper.wait(10) == -signal.SIGKILL
     finally:

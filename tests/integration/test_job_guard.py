@@ -295,6 +295,17 @@ def test_a_guard_that_cannot_be_forked_leaves_its_parents_signal_mask_as_it_was(
     assert real(signal.SIG_BLOCK, ()) == before
 
 
+def test_a_status_says_a_signal_pending_to_the_process_or_to_one_of_its_threads():
+    status = b"Name:\tsched-guard\nSigQ:\t0/1\nSigPnd:\t%s\nShdPnd:\t%s\nSigBlk:\t0"
+    quiet = b"0000000000000000"
+    assert not containment._pending(status % (quiet, quiet), b"\nSigPnd:")
+    assert not containment._pending(status % (quiet, quiet), b"\nShdPnd:")
+    assert containment._pending(status % (b"0000000000000100", quiet), b"\nSigPnd:")
+    assert containment._pending(status % (quiet, b"0000000000004000"), b"\nShdPnd:")
+    assert containment._pending(b"Name:\tx\nShdPnd:\t0000000000000001", b"\nShdPnd:")
+    assert not containment._pending(b"Name:\tx\n", b"\nShdPnd:")  # an older kernel
+
+
 def test_doomed_sees_a_signal_sent_that_has_not_yet_acted_and_an_end():
     # A child that blocks the signal holds it pending, as a process not yet run since would.
     child = subprocess.Popen(

@@ -99,14 +99,25 @@ def in_cgroup(pid: int, path: str) -> bool:
 
 
 def cgroup_pids(path: str) -> list[int]:
-    """The processes in the cgroup at ``path`` and in those below it (zombies are not)."""
+    """The processes in the cgroup at ``path`` and in those below it (zombies are not). Plain
+    calls, not ``os.walk``: a supervisor looks at its job's cgroup at each job's end, where
+    this took half as long again."""
     found: list[int] = []
-    for directory, _, _ in os.walk(path):
+    try:
+        fd = os.open(os.path.join(path, "cgroup.procs"), os.O_RDONLY)
         try:
-            with open(os.path.join(directory, "cgroup.procs")) as file:
-                found.extend(int(line) for line in file if line.strip())
-        except (OSError, ValueError):
-            pass
+            found.extend(map(int, os.read(fd, 1 << 20).split()))
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        pass
+    try:
+        with os.scandir(path) as entries:
+            below = [entry.path for entry in entries if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return found
+    for directory in below:
+        found.extend(cgroup_pids(directory))
     return found
 
 

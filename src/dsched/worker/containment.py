@@ -161,8 +161,18 @@ def doomed(pid: int) -> bool:
         return True
     if int(stat[stat.rindex(b")") + 2:].split()[6]) & _PF_EXITING:
         return True
-    return any(line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16)
-               for line in status.splitlines())
+    return _pending(status, b"\nSigPnd:") or _pending(status, b"\nShdPnd:")
+
+
+def _pending(status: bytes, field: bytes) -> bool:
+    """Whether the signal set ``field`` of a /proc status has a signal in it: found in the
+    text, not line by line (a kept guard is looked at before each attempt)."""
+    at = status.find(field)
+    if at < 0:
+        return False
+    start = at + len(field)
+    end = status.find(b"\n", start)
+    return int(status[start:end if end >= 0 else len(status)], 16) != 0
 
 
 def _read(path: str) -> bytes:
