@@ -131,10 +131,12 @@ class SchedulerConfig:
     heartbeat_timeout: float = setting(60.0, k.seconds,
                                        "Seconds without a heartbeat before a worker is removed "
                                        "and its tasks run elsewhere")
-    drain_timeout: float = setting(60.0, k.seconds, "Seconds SIGTERM lets running tasks "
-                                   "finish before the scheduler stops")
-    prefetch: int = setting(2, k.integer(0), "Resource-free tasks a worker may hold beyond "
-                            "its free threads (raise it for many tiny tasks)")
+    drain_timeout: float = setting(60.0, k.seconds,
+                                   "Seconds SIGTERM lets running tasks finish before the "
+                                   "scheduler stops")
+    prefetch: int = setting(2, k.integer(0),
+                            "Resource-free tasks a worker may hold beyond its free threads "
+                            "(raise it for many tiny tasks)")
     tick_interval: float = setting(0.5, k.seconds,
                                    "Seconds between clock ticks: heartbeat timeouts, refusal "
                                    "back-offs and duration estimates are looked at this often")
@@ -146,8 +148,6 @@ class SchedulerConfig:
     lease_margin: float = setting(60.0, k.seconds,
                                   "Seconds past a vanished worker's job lease before its running "
                                   "jobs are declared lost (covers delays and clock drift)")
-    cpu_batch: bool = setting(True, k.flag, "Run in the kernel's batch scheduling class "
-                              "(Linux): a message that wakes it does not preempt its sender")
     log_level: str = setting("info", k.log_level, "Logging level")
 
 

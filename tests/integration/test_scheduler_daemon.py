@@ -4,7 +4,6 @@ units.)"""
 
 import itertools
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -55,24 +54,6 @@ def test_it_tells_systemd_it_is_ready_once_listening_and_stopping_on_sigterm(dae
     stopping = notify.until(lambda fields: "STOPPING" in fields, what="STOPPING=1")
     assert stopping == {"STOPPING": "1", "STATUS": "Received SIGTERM: draining"}
     assert process.wait(30) == 0
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the batch class is Linux's")
-def test_it_runs_as_the_batch_class_unless_told_not_to_or_run_in_another(daemons, tmp_path):
-    def policies() -> set[int]:
-        pid = daemons.scheduler_process.pid
-        return {os.sched_getscheduler(int(thread)) for thread in os.listdir(f"/proc/{pid}/task")}
-
-    daemons.scheduler("--state-dir", str(tmp_path / "a"))
-    daemons.client().submit_command(["true"], hold=True).job_id()  # the journal's thread
-    assert len(os.listdir(f"/proc/{daemons.scheduler_process.pid}/task")) > 1
-    assert policies() == {os.SCHED_BATCH}  # every thread
-    daemons.scheduler("--state-dir", str(tmp_path / "b"),
-                      env={"SCHED_SCHEDULER__CPU_BATCH": "false"})
-    assert policies() == {os.SCHED_OTHER}
-    if shutil.which("chrt"):  # an operator's choice (a unit's CPUSchedulingPolicy=) is kept
-        daemons.scheduler("--state-dir", str(tmp_path / "c"), prefix=("chrt", "--idle", "0"))
-        assert policies() == {os.SCHED_IDLE}
 
 
 def test_a_taken_port_is_a_clear_error_and_a_non_zero_exit(daemons):

@@ -63,33 +63,12 @@ def lock_state_dir(path: str) -> DirectoryLock:
                           "choose another with --state-dir or scheduler.state_dir") from None
 
 
-def batch_cpu_policy() -> bool:
-    """Run this thread, and the threads it starts from now on, as the kernel's batch class
-    (``SCHED_BATCH``) where it runs as its normal one; whether it did. Nothing else
-    changes (priority, nice value): only that a message which wakes the scheduler no longer
-    makes it preempt, on the spot, the worker or supervisor that sent it. It runs when that
-    process waits, or on a CPU free meanwhile, with whatever came in since: bigger batches,
-    fewer switches. An operator's own policy (``CPUSchedulingPolicy=`` of a unit, ``chrt``) is
-    kept; ``scheduler.cpu_batch = false`` keeps the normal one."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        if os.sched_getscheduler(0) != os.SCHED_OTHER:
-            return False
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-    except OSError:
-        return False
-    return True
-
-
 def run_scheduler(cfg: dict) -> int:
     """Run the scheduler daemon from a loaded config until it is drained; the exit status."""
     from ..auth import ensure_token
     from ..daemon import EXIT_CONFIG, install_signal_handlers, setup_logging, ssl_contexts
 
     config = build(SchedulerConfig, cfg["scheduler"])
-    if config.cpu_batch:
-        batch_cpu_policy()  # before any thread starts: each takes its starter's policy
     setup_logging(config.log_level)
     build_all()  # the op classes: compiled now, not at the first op of each kind
     service = ServiceNotifier.from_environment()
