@@ -94,6 +94,9 @@ class Supervision:
         #: Whether the cgroup is kept for a later attempt (a spare's), emptied, not removed:
         #: a cgroup made and removed per attempt cost the kernel a tenth of a millisecond.
         self.keep_cgroup = False
+        #: Whether the job's cgroup was found with no process but this one once its command
+        #: ended (``_others_in_cgroup``): none can come into it after.
+        self.emptied = False
         #: An attempt sent ahead of the scheduler's commit waits for the worker's "go"; on
         #: "drop" it never runs (``_held``).
         self.held, self.dropped = bool(record.get("hold")), False
@@ -198,8 +201,8 @@ class Supervision:
             guards.add(self.prepared.guard)
         self._kill_group(signal.SIGKILL, tree=False)
         returncode = os.waitstatus_to_exitcode(os.waitpid(leader, 0)[1])
-        left = containment.sweep(os.getpid(), self.cgroup, spare=guards,
-                                 dying=containment.CHILDLESS_WAIT)
+        left = containment.sweep(os.getpid(), "" if self.emptied else self.cgroup,
+                                 spare=guards, dying=containment.CHILDLESS_WAIT)
         self.clean = not left
         if left:
             self._note(f"{self.key}: processes {', '.join(map(str, left))} it started did not "
@@ -305,6 +308,7 @@ class Supervision:
         if prepared is None or not prepared.entered:
             return True
         if not set(cgroups.cgroup_pids(self.cgroup)) - {os.getpid()}:
+            self.emptied = True  # and stays so: the sweep need not read it again
             return False
         return prepared.leave()  # else what is left is killed one by one (the sweep)
 
