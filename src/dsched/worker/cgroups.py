@@ -106,7 +106,12 @@ def cgroup_pids(path: str) -> list[int]:
     try:
         fd = os.open(os.path.join(path, "cgroup.procs"), os.O_RDONLY)
         try:
-            found.extend(map(int, os.read(fd, 1 << 20).split()))
+            # In pieces well under the allocator's threshold for a mapping of its own: a
+            # megabyte asked of read() at once cost a map and an unmap of memory each call.
+            chunks = []
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+            found.extend(map(int, b"".join(chunks).split()))
         finally:
             os.close(fd)
     except (OSError, ValueError):
