@@ -466,6 +466,25 @@ async def test_a_supervisor_stays_in_its_jobs_cgroup_and_leaves_only_to_kill_wha
     await wait_until_async(lambda: supervisor in spares_of(spawner), 30, what="a spare again")
     assert cgroup_of(supervisor) == its_cgroup
 
+    # A job that kills its own group, its guard with it: its supervisor, still in the job's
+    # cgroup, forks a new guard outside it (where a guard outlives the cgroup it removes).
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    cluster.send(job("job-9.3", "sh", "-c", f"read x < {go}; kill -KILL 0"))
+    started = await cluster.told(ops.AttemptStarted, "job-9.3")
+    killer = psutil.Process(started.pid).ppid()
+    old_guard = next(child.pid for child in psutil.Process(killer).children()
+                     if child.name() == "sched-guard")
+    with open(go, "w") as fifo:
+        fifo.write("now\n")
+    assert (await cluster.told(ops.AttemptEnded, "job-9.3")).outcome == "failed"
+    guard = (await wait_until_async(
+        lambda: spares_of(spawner).get(killer) not in (None, old_guard) and spares_of(spawner),
+        30, what="the supervisor a spare again, with a new guard"))[killer]
+    attempts = os.path.basename(worker.jobs.containment.cgroup_for("attempt-"))
+    assert os.path.basename(cgroup_of(killer)).startswith(attempts)  # in its cgroup, ahead
+    assert cgroup_of(guard) != cgroup_of(killer)
+
     # A job that leaves a process in its cgroup, in a session of its own: the supervisor leaves
     # the cgroup to kill all of it at once, outlives that, says the outcome and serves again.
     left = tmp_path / "left.pid"
@@ -475,8 +494,7 @@ async def test_a_supervisor_stays_in_its_jobs_cgroup_and_leaves_only_to_kill_wha
     await wait_until_async(lambda: not alive(leftover), 30, what="the leftover to die")
     await wait_until_async(lambda: len(spares_of(spawner)) >= 2, 30, what="the spares back")
     for spare in spares_of(spawner):  # each in an attempt's cgroup, ahead of its next job
-        assert os.path.basename(cgroup_of(spare)).startswith(
-            os.path.basename(worker.jobs.containment.cgroup_for("attempt-")))
+        assert os.path.basename(cgroup_of(spare)).startswith(attempts)
 
 
 async def test_a_supervisor_back_from_an_attempt_runs_the_next_and_keeps_nothing_of_it(
@@ -573,10 +591,11 @@ async def test_a_worker_busy_on_all_its_threads_forks_no_supervisor_an_attempt(c
         await four_at_once(r)
         kept = await wait_until_async(settled, 30, what="the supervisors back, prepared")
     assert 4 <= len(kept) <= 6, kept
-    for r in range(8, 11):  # from now on, every attempt goes to a spare ready before it
-        assert await four_at_once(r) <= set(kept)
+    for r in range(8, 11):  # from now on, every attempt goes to a spare ready before it,
+        used = await four_at_once(r)  # which comes back to serve again
+        assert used <= set(kept)
         kept = await wait_until_async(settled, 30, what="the spares back, prepared")
-        assert 4 <= len(kept) <= 6, kept
+        assert used <= set(kept) and 4 <= len(kept) <= 6, kept
 
 
 async def test_supervisors_back_from_attempts_past_those_kept_end_and_leave_no_cgroup(

@@ -30,6 +30,9 @@ class Prepared:
             containment.become_subreaper()
         self.cgroup, self.problem, self.entered = cgroup, "", False
         self.ended = False  # its guard was found ended (and reaped): its number is not used
+        #: ``kept`` while this process is still in its cgroup (its last job left nothing
+        #: there): it leaves before it forks a guard, which must be born outside.
+        self._inside = kept if kept is not None and kept.entered else None
         # A guard its last job killed with its group may not have run since: it is not kept.
         if kept is not None and kept.guard_alive() and not containment.doomed(kept.guard):
             self.lifeline, self.guard, self.told = kept.lifeline, kept.guard, kept.told
@@ -46,8 +49,8 @@ class Prepared:
             try:
                 # Else kept, emptied, from its last attempt, and still in it unless that
                 # attempt left processes behind (its supervisor then left it to kill them).
-                if kept is None or kept.cgroup != cgroup or not (kept.entered
-                                                                 or _entered(cgroup)):
+                inside = self._inside is not None and self._inside.entered
+                if kept is None or kept.cgroup != cgroup or not (inside or _entered(cgroup)):
                     cgroups.make_cgroup(cgroup)
                     cgroups.enter_cgroup(cgroup)
                 self.entered = True
@@ -56,8 +59,11 @@ class Prepared:
                                 "what it starts is tracked as this supervisor's descendants "
                                 "instead")
                 self.tell("")
+        self._inside = None  # a chain of them would keep every attempt's alive
 
     def _fork_guard(self) -> None:
+        if self._inside is not None:  # the guard is born outside the cgroup, to outlive it
+            self._inside.leave()
         # The lifeline's write end, held until this process ends, is the guard's life.
         self.lifeline, self.ended = Lifeline(), False
         self.guard = fork_job_guard(self.lifeline)
@@ -126,11 +132,11 @@ class Prepared:
             self.ended = True
         self.lifeline.close()
 
-    def discard(self) -> None:
+    def discard(self) -> bool:
         """No job comes: the guard is killed and this process leaves the cgroup (for its
-        removal)."""
+        removal); whether it is out of it."""
         self.retire()
-        self.leave()
+        return self.leave()
 
 
 def _entered(cgroup: str) -> bool:

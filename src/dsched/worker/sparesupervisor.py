@@ -68,8 +68,7 @@ def supervise(cgroup: str, channel: socket.socket | None = None,
                 except OSError:  # the spawner is gone
                     data = b""
                 if not data:  # the spawner is gone, or keeps enough ready: no request comes
-                    prepared.discard()
-                    if cgroup:
+                    if prepared.discard() and cgroup:  # removed from outside it
                         cgroups.remove_cgroup(cgroup, timeout=5.0)
                     code = 0
                     return
