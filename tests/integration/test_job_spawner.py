@@ -142,8 +142,20 @@ directory, mode, ask = sys.argv[1], sys.argv[2], sys.argv[3] == "ask"
 if mode == "stuck":  # as if a process of the attempt would not die
     containment.sweep = lambda *args, **kwargs: [999999]
 ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+writes = []  # the spare's writes to the attempt's stdout, in its memory
 pid = os.fork()
 if pid == 0:
+    real_write = os.write
+
+    def write(fd, data):
+        if fd == 1:
+            writes.append(bytes(data))
+            if data.endswith(sparesupervisor.DONE):  # its last: said to the test
+                with open(os.path.join(directory, "writes"), "w") as out:
+                    json.dump([w.decode() for w in writes], out)
+        return real_write(fd, data)
+
+    os.write = write
     sparesupervisor.supervise("", channel=theirs)
 theirs.close()
 record, log = os.path.join(directory, "job-1.1.json"), os.path.join(directory, "job-1.1.log")
@@ -166,6 +178,10 @@ else:
     while chunk := os.read(reports_r, 65536):
         reports += chunk
     said.append("done" if reports.endswith(b"\ndone\n") else "not done")
+    if reports.endswith(b"\ndone\n"):  # in the same write as the end: one wakeup for both
+        with open(os.path.join(directory, "writes")) as written:
+            last = json.load(written)[-1].split("\n")
+        assert '"attempt-ended"' in last[-3] and last[-2:] == ["done", ""], last
 while True:  # each message: its lines' first words, joined by "+"
     word = ours.recv(4096).decode()
     said.append("+".join(line.split(" ")[0] for line in word.split("\n") if line))
@@ -191,7 +207,8 @@ def test_a_spare_runs_a_later_attempt_unless_it_could_not_clear_its_last(tmp_pat
     # traceback (the outcome it could not be told is in the record). Without cgroups a spare
     # is prepared again at once: its end and its "ready" come in one message. A spare says
     # "spawned" only when its request asks (the spawner waits for it to fork more), and
-    # "done" on the attempt's stdout only once nothing of the attempt is left.
+    # "done" on the attempt's stdout only once nothing of the attempt is left, in the same
+    # write as the attempt's end.
     import json
     import subprocess
     import sys

@@ -161,6 +161,38 @@ def test_a_job_that_exits_0_completes_with_its_output_in_its_log(supervise):
     assert record["pid"] == started.pid and record["ended"] == ended.to_wire()
 
 
+def keeping_its_start(seconds: float) -> str:
+    """The command line's supervisor, a command's start kept untold ``seconds`` in case it
+    ends (``SAY_STARTED_AFTER``)."""
+    return ("import sys\nfrom dsched.worker import jobsupervisor\n"
+            f"jobsupervisor.SAY_STARTED_AFTER = {seconds!r}\n"
+            "jobsupervisor.main(sys.argv[1:5])\n")
+
+
+def test_a_job_that_ends_at_once_is_said_started_and_ended_in_one_write(supervise):
+    """One wakeup of the worker for a short job's start and end (the scheduler then gets them
+    in one message); the end is in the record before the worker hears it."""
+    job = supervise(["true"], code=keeping_its_start(30.0))
+    ready, _, _ = select.select([job.process.stdout], [], [], 30)
+    assert ready, "the supervisor said nothing within 30 s"
+    written = os.read(job.process.stdout.fileno(), 65536)  # all it has written so far
+    recorded = read_record(job.record)["ended"]
+    started, ended, rest = written.split(b"\n")
+    assert rest == b""
+    started, ended = (ops.decode(json.loads(line)) for line in (started, ended))
+    assert type(started) is ops.AttemptStarted and type(ended) is ops.AttemptEnded
+    assert ended.outcome == "completed" and recorded == ended.to_wire()
+    assert job.process.wait(30) == 0
+
+
+def test_a_job_that_runs_on_is_said_started_while_it_runs(supervise):
+    job = supervise(["sleep", "600"], code=keeping_its_start(0.05))
+    started = job.report(timeout=10)  # not held back until its end
+    assert type(started) is ops.AttemptStarted and alive(started.pid)
+    job.tell("kill")
+    assert job.ended().outcome == "cancelled"
+
+
 def test_a_non_zero_exit_fails_with_its_code_in_words(supervise):
     job = supervise(["sh", "-c", "exit 3"])
     job.started()

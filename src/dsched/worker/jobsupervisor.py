@@ -24,9 +24,11 @@ with stdout and stderr appended to the job's log, and watches:
 
 Cancel, time limit, lease and shutdown send SIGTERM to the group, the job's other descendants
 and its cgroup, and SIGKILL after ``KILL_GRACE`` seconds. The supervisor writes the outcome
-into the record itself before it exits, so the outcome survives the worker's death, and tells
-the worker each step as one JSON line on stdout: the AttemptStarted, then the AttemptEnded, as
-on the wire. It holds the lock on the job's log (``LOCK_FD``) while it lives.
+into the record itself before it tells it, so the outcome survives the worker's death, and
+tells the worker each step as one JSON line on stdout, as on the wire: the AttemptStarted once
+the command has run ``SAY_STARTED_AFTER`` (2 ms), or with the end if it ended sooner (one
+wakeup of the worker, and one message to the scheduler, for a short job), then the
+AttemptEnded. It holds the lock on the job's log (``LOCK_FD``) while it lives.
 
 It makes no scheduling decisions: it runs one command and says how it ended.
 """
@@ -49,6 +51,9 @@ from .lifeline import describe_exit
 
 #: Seconds between looks at the command where no pidfd tells of its exit.
 _POLL_INTERVAL = 0.05
+#: Seconds a command's start is kept untold in case it ends: said with its end, one wakeup of
+#: the worker for both (a short job's); said alone once the command has run this long.
+SAY_STARTED_AFTER = 0.002
 
 #: Why a job was stopped, in the words of its AttemptEnded; and the outcome.
 CANCELLED = ("cancelled", "killed because it was cancelled")
@@ -100,6 +105,12 @@ class Supervision:
         #: An attempt sent ahead of the scheduler's commit waits for the worker's "go"; on
         #: "drop" it never runs (``_held``).
         self.held, self.dropped = bool(record.get("hold")), False
+        #: What is to be told to the worker with the next line: its start, kept while the
+        #: command may end at once (``SAY_STARTED_AFTER``).
+        self.untold = b""
+        #: Called once the outcome is recorded, before it is told: the bytes to tell after it
+        #: (a spare frees the log's lock here and says it is done, in the same write).
+        self.last_words: Callable[[], bytes] | None = None
 
     def run(self) -> None:
         command, cwd = list(self.job["command"]), self.job.get("cwd")
@@ -132,8 +143,8 @@ class Supervision:
         self.record.update(pid=self.leader, started=started)
         # For a worker process that starts again (the job is then lost, with its start time).
         add_to_record(self.path, {"pid": self.leader, "started": started})
-        self._tell(AttemptStarted(self.key, self.leader, self.log,
-                                  tuple(self.record["gpus"]), started))
+        self.untold = _line(AttemptStarted(self.key, self.leader, self.log,
+                                           tuple(self.record["gpus"]), started))
         if self.spawned is not None:
             self.spawned()
         returncode = self._watch(time.monotonic())
@@ -163,10 +174,15 @@ class Supervision:
         signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         poller.register(orphans, select.POLLIN)
+        say_started_at = spawned + SAY_STARTED_AFTER
         while not self._leader_exited():
             now = time.monotonic()
+            if self.untold and now >= say_started_at:
+                self._tell(b"")
             deadlines = [d for d in (limit_at, self.lease_until) if self.ending is None
                          and d is not None] + ([self.kill_at] if self.kill_at else [])
+            if self.untold:
+                deadlines.append(say_started_at)
             wait = min(deadlines, default=now + 60) - now
             if exit_fd is None:
                 wait = min(wait, _POLL_INTERVAL)
@@ -362,12 +378,13 @@ class Supervision:
     def _end(self, outcome: str, returncode: int | None, error: str,
              started: float | None = None) -> None:
         ended = AttemptEnded(self.key, outcome, returncode, error, self.log, started, time.time())
-        # Told first, recorded after: the worker passes it on meanwhile. A record the worker
-        # forgot meanwhile (the scheduler has the end) is not written again (``add_to_record``);
-        # a worker process that starts afresh meanwhile waits for it while the log is locked.
-        self._tell(ended)
+        # Recorded first, told after (with its start, if untold, and a spare's last words: one
+        # write, one wakeup of the worker): a worker process that starts afresh after this
+        # process died finds it in the record. A record the worker forgot (the scheduler has
+        # the end) is not written again (``add_to_record``).
         self.record["ended"] = ended.to_wire()
         add_to_record(self.path, {"ended": self.record["ended"]})
+        self._tell(_line(ended) + (self.last_words() if self.last_words else b""))
 
     def _note(self, text: str) -> None:
         """A line of dsched's own in the job's log, where its user will look."""
@@ -377,16 +394,20 @@ class Supervision:
         except OSError:
             pass
 
-    @staticmethod
-    def _tell(op) -> None:
-        """Write ``op`` to the worker (stdout, unbuffered: nothing of it is left to be written
-        later, into whatever stdout is by then)."""
-        data = (json.dumps(op.to_wire(), separators=(",", ":")) + "\n").encode()
+    def _tell(self, data: bytes) -> None:
+        """Write ``data`` to the worker, after what is untold (stdout, unbuffered: nothing of
+        it is left to be written later, into whatever stdout is by then)."""
+        data, self.untold = self.untold + data, b""
         try:
             while data:
                 data = data[os.write(1, data):]
         except OSError:  # the worker is gone; the record says it all
             pass
+
+
+def _line(op) -> bytes:
+    """``op`` as a line to the worker."""
+    return (json.dumps(op.to_wire(), separators=(",", ":")) + "\n").encode()
 
 
 def main(argv: list[str]) -> None:

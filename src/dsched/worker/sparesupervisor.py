@@ -113,9 +113,10 @@ def _supervise_one(args: list, fds: list[int], prepared: Prepared,
 
     ``again``: a spare that runs another attempt after this one if it can. It keeps the guard
     and the attempt's cgroup (emptied, for the next), and, clean, says ``done`` as the last
-    line on the attempt's stdout: the worker then knows the supervisor is done with it without
-    a word from the spawner. ``args[5]``, where the request has it: say ``spawned`` to the
-    spawner once the job is (it forks more spares only then)."""
+    line on the attempt's stdout, in the same write as the attempt's end: the worker then
+    knows the supervisor is done with it without a word from the spawner. ``args[5]``, where
+    the request has it: say ``spawned`` to the spawner once the job is (it forks more spares
+    only then)."""
     os.dup2(fds[0], 0)
     os.dup2(fds[1], 1)
     for closing in fds[:2]:
@@ -128,11 +129,20 @@ def _supervise_one(args: list, fds: list[int], prepared: Prepared,
         supervision.spawned = lambda: _say(channel, b"spawned")
     supervision.keep_guard = channel is not None  # for its next attempt (or retired then)
     supervision.keep_cgroup = again  # for its next attempt
+    freed: list[bool] = []
+
+    def last_words() -> bytes:
+        # The lock is free before the worker hears the attempt is over; "done" follows its
+        # end in the same write.
+        os.close(fds[2])
+        freed.append(True)
+        return DONE if again and supervision.clean and not prepared.problem else b""
+
+    supervision.last_words = last_words
     supervision.run()
-    clean = supervision.clean and not prepared.problem
-    os.close(fds[2])  # the lock is free before the worker hears the attempt is over
-    if again and clean:
+    if not freed and last_words():  # nothing was told (a held attempt dropped)
         _done()
+    clean = supervision.clean and not prepared.problem
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)

@@ -9,6 +9,7 @@ on any attempt the worker does not list, never runs it again (``reconcile``).
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -85,20 +86,24 @@ def test_the_mark_is_no_record_and_recovery_passes_over_it(tmp_path, boot):
     assert (tmp_path / BOOT_NAME).exists()
 
 
-def test_a_supervisor_tells_the_end_before_it_writes_it_to_the_record(tmp_path, monkeypatch):
-    """The worker passes the end on while the record is written; the supervisor exits only
-    once it is written (``run`` returns after ``_end``)."""
+def test_a_supervisor_writes_the_end_to_the_record_before_it_tells_it(tmp_path, monkeypatch):
+    """A worker process that starts after the supervisor died having told the end finds it
+    in the record; the start not told yet goes with the end, in one write."""
     from dsched.worker import jobsupervisor
 
     path = record_path(str(tmp_path), "job-1.1")
     write_record(path, new_record("job-1.1", {"command": ["true"]}, (), "log", "w"))
-    done: list = []
+    told: list = []
     monkeypatch.setattr(jobsupervisor.Supervision, "_tell",
-                        staticmethod(lambda op: done.append(("told", read_record(path)["ended"]))))
+                        lambda self, data: told.append((self.untold + data,
+                                                        read_record(path)["ended"])))
     supervision = jobsupervisor.Supervision(path, read_record(path), 1.0, 0.0)
+    supervision.untold = b"started\n"
     supervision._end("completed", 0, "", 5.0)
-    assert done == [("told", None)]
-    assert read_record(path)["ended"]["outcome"] == "completed"
+    [(data, recorded)] = told
+    assert recorded["outcome"] == "completed"
+    started, ended, rest = data.split(b"\n")
+    assert started == b"started" and json.loads(ended) == recorded and rest == b""
 
 
 def test_an_end_written_after_its_record_was_forgotten_does_not_bring_it_back(tmp_path):
