@@ -45,10 +45,14 @@ class GroupCommit:
     def __init__(self, journal: Journal | None, carry_out: Callable[[Any], None],
                  fail: Callable[[str], None], committed: Callable[[float, int], None],
                  spawn: Callable[[Coroutine], asyncio.Task | None],
-                 urgent: Callable[[Any], bool] = lambda action: type(action) in TO_WORKER):
+                 urgent: Callable[[Any], bool] = lambda action: type(action) in TO_WORKER,
+                 sent_ahead: Callable[[], None] = lambda: None):
         self.journal = journal
         self.failpoints = Failpoints()
         self._carry_out, self._fail, self._timed = carry_out, fail, committed
+        #: Called once the attempts a commit starts have gone ahead (all of them): they are
+        #: sent then, each worker's in one message, while the commit's thread writes.
+        self._sent_ahead = sent_ahead
         #: Which actions of a commit go first: the ops to workers, what a worker waits for to
         #: start a job (a client only hears of it). Each connection still gets its ops in order.
         self._urgent = urgent
@@ -86,6 +90,7 @@ class GroupCommit:
                         and action.worker not in joining:
                     self._carry_out(replace(action, hold=True))
                     actions[i] = act.SendProceed(worker=action.worker, keys=(action.key,))
+        self._sent_ahead()
 
     def stop(self) -> None:
         """Say nothing more: what is not journaled was never promised."""

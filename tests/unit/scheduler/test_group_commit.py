@@ -97,6 +97,28 @@ async def test_a_job_attempt_goes_ahead_of_its_commit_held_and_its_proceed_follo
     commits.close()
 
 
+async def test_the_attempts_a_commit_starts_go_ahead_together_then_are_sent_once():
+    journal, done, tasks = SlowJournal(), [], []
+    commits = GroupCommit(journal, done.append, fail=lambda why: None,
+                          committed=lambda seconds, rows: None,
+                          spawn=lambda commit: tasks.append(asyncio.ensure_future(commit))
+                          or tasks[-1], sent_ahead=lambda: done.append("sent"))
+    train = {"command": ["train"]}
+    write = act.JournalWrite(rows=({"id": 1}, {"id": 2}), causes=frozenset({"dispatch"}))
+    commits.carry_out_all([write, execute("job-1.1", job=train), execute("job-2.1", job=train)])
+    await wait_until_async(lambda: "sent" in done, 30, what="the attempts to go ahead")
+    # both held attempts written, then sent in one go (the shell flushes each worker once),
+    # while the commit's thread still writes
+    assert done == [replace(execute("job-1.1", job=train), hold=True),
+                    replace(execute("job-2.1", job=train), hold=True), "sent"]
+    assert journal.written == []
+    journal.release.set()
+    await asyncio.gather(*tasks)
+    assert done[3:] == [act.SendProceed(worker="tcp://w1", keys=("job-1.1",)),
+                        act.SendProceed(worker="tcp://w1", keys=("job-2.1",))]
+    commits.close()
+
+
 async def test_nothing_goes_ahead_of_a_commit_that_starts_no_attempt():
     journal, done, tasks = SlowJournal(), [], []
     journal.release.set()

@@ -7,6 +7,7 @@ about, and a worker whose first op is not Registered gives up."""
 from __future__ import annotations
 
 import collections
+from dataclasses import replace
 
 from dsched.resources import Resources
 from dsched.scheduler import actions as act
@@ -25,6 +26,9 @@ class Comm:
 
     def write_nowait(self, wire: dict, bulk: bool = False) -> None:
         self.sent.append(wire["op"])
+
+    def flush_now(self) -> None:
+        self.sent.append("(sent)")
 
     def close_nowait(self, reason: str) -> None:
         self.closed_with = reason
@@ -74,3 +78,15 @@ def test_a_refusal_closes_the_connection_it_answers():
     scheduler._carry_out(act.WorkerAccepted(worker=W1))
     assert refused.closed_with == "refused: a worker needs a thread"
     assert (accepted.closed_with, accepted.sent) == ("", ["registered"])
+
+
+def test_a_commits_held_attempts_go_to_a_worker_in_one_message():
+    scheduler = Scheduler(SchedulerConfig(), CommConfig(), token="t")
+    comm = register(scheduler)
+    scheduler._carry_out(act.WorkerAccepted(worker=W1))
+    for key in ("job-1.1", "job-2.1"):
+        scheduler._carry_out(replace(execute(key), hold=True))
+    assert comm.sent == ["registered", "execute", "execute"]  # not flushed one by one
+    scheduler._flush_ahead()  # the group commit: every attempt of its write has gone ahead
+    scheduler._flush_ahead()  # nothing more to send
+    assert comm.sent == ["registered", "execute", "execute", "(sent)"]
