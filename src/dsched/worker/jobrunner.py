@@ -132,13 +132,15 @@ class JobRunner:
                                                 f"{error.strerror or error}")
         cgroup = self.containment.cgroup_for(key)
         process: Any = None
+        opened: list = []  # the supervisor whose stdin orders went to while it was forked
         try:
             if await self._spawner.ready():  # forked in a millisecond
                 lease = self.lease_until  # the latest: the spawner may have just started
                 try:
                     process = await self._spawner.spawn(
                         [record, str(lock_fd), repr(self.kill_grace), repr(lease), cgroup],
-                        lock_fd, lambda spawned: self._opened(key, spawned, this))
+                        lock_fd, lambda spawned: (opened.append(spawned),
+                                                  self._opened(key, spawned, this)))
                 except OSError:  # not sent, or not forked: nothing started
                     self._supervisors.pop(key, None)
                     self._owners.pop(key, None)
@@ -161,8 +163,9 @@ class JobRunner:
         if self.lease_until > lease:  # it grew while the supervisor started (told only then:
             # each line wakes the supervisor)
             self._tell(key, repr(self.lease_until))
-        if this in self._orders:
-            self._tell(key, self._orders.pop(this))
+        kept = self._orders.pop(this, None)
+        if kept is not None and process not in opened:  # else told already, on the stdin it
+            self._tell(key, kept)  # reads (each line wakes it): not to a replacement
         ended = False
         assert process.stdout is not None
         async for line in process.stdout:

@@ -123,3 +123,45 @@ async def test_a_supervisor_is_told_its_lease_again_only_if_it_grew_while_it_sta
         supervisor = await _one_attempt(runner, spawner)
         assert spawner.leases == [100.0]
         assert supervisor.stdin.lines == told
+
+
+async def test_an_order_given_while_its_supervisor_is_forked_is_told_once(tmp_path):
+    # "go" (the commit) or a stop given while the spawner forks: written at once to the stdin
+    # the supervisor will read, and not again once its pid is known (each line wakes it).
+    runner = JobRunner(str(tmp_path), "w1", 1.0, on_event=lambda event: None)
+
+    class Forking(StandInSpawner):
+        async def spawn(self, args, lock_fd, opened):
+            supervisor = await super().spawn(args, lock_fd, opened)
+            supervisor.pid = None  # the spawner has not said it yet
+            runner.proceed("job-1.1")
+            supervisor.pid = 40
+            return supervisor
+
+    supervisor = await _one_attempt(runner, Forking())
+    assert supervisor.stdin.lines == [b"go\n"]
+
+
+async def test_an_order_given_while_its_supervisor_is_forked_goes_to_its_replacement(
+        tmp_path, monkeypatch):
+    # The spawner could not fork it after all: the supervisor started as a program instead
+    # is told what the one never forked was told.
+    runner = JobRunner(str(tmp_path), "w1", 1.0, on_event=lambda event: None)
+    replacement = Supervisor(50)
+    replacement.stdout = StandInReports("job-1.1")
+
+    class Failing(StandInSpawner):
+        async def spawn(self, args, lock_fd, opened):
+            supervisor = await super().spawn(args, lock_fd, opened)
+            supervisor.pid = None
+            runner.kill("job-1.1", "cancel")
+            raise OSError("cannot fork")
+
+    async def started_as_a_program(*args, **kwargs):
+        return replacement
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", started_as_a_program)
+    spawner = Failing()
+    await _one_attempt(runner, spawner)
+    assert spawner.spawned[0].stdin.lines == [b"kill\n"]  # never forked: nobody reads it
+    assert replacement.stdin.lines == [b"kill\n"]
