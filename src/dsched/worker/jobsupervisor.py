@@ -381,9 +381,14 @@ class Supervision:
         # Recorded first, told after (with its start, if untold, and a spare's last words: one
         # write, one wakeup of the worker): a worker process that starts afresh after this
         # process died finds it in the record. A record the worker forgot (the scheduler has
-        # the end) is not written again (``add_to_record``).
+        # the end) is not written again (``add_to_record``). One that cannot be written (a
+        # full disk) does not keep the end from the worker, which has it then to pass on.
         self.record["ended"] = ended.to_wire()
-        add_to_record(self.path, {"ended": self.record["ended"]})
+        try:
+            add_to_record(self.path, {"ended": self.record["ended"]})
+        except OSError as error:
+            print(f"jobsupervisor: cannot record how {self.key} ended: "
+                  f"{error.strerror or error}", file=sys.stderr)
         self._tell(_line(ended) + (self.last_words() if self.last_words else b""))
 
     def _note(self, text: str) -> None:

@@ -134,8 +134,11 @@ def _supervise_one(args: list, fds: list[int], prepared: Prepared,
     def last_words() -> bytes:
         # The lock is free before the worker hears the attempt is over; "done" follows its
         # end in the same write.
-        os.close(fds[2])
         freed.append(True)
+        try:
+            os.close(fds[2])
+        except OSError:  # the descriptor is released all the same
+            pass
         return DONE if again and supervision.clean and not prepared.problem else b""
 
     supervision.last_words = last_words

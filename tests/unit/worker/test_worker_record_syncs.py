@@ -106,6 +106,32 @@ def test_a_supervisor_writes_the_end_to_the_record_before_it_tells_it(tmp_path, 
     assert started == b"started" and json.loads(ended) == recorded and rest == b""
 
 
+def test_an_end_that_cannot_be_recorded_is_still_told(tmp_path, monkeypatch, capfd):
+    """A full disk must not turn a job that ran into one whose supervisor died unheard (the
+    worker would report it lost, and a --requeue job would run again)."""
+    import errno
+
+    from dsched.worker import jobsupervisor
+
+    path = record_path(str(tmp_path), "job-1.1")
+    write_record(path, new_record("job-1.1", {"command": ["true"]}, (), "log", "w"))
+
+    def full(path, fields):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    told: list = []
+    monkeypatch.setattr(jobsupervisor, "add_to_record", full)
+    monkeypatch.setattr(jobsupervisor.Supervision, "_tell",
+                        lambda self, data: told.append(self.untold + data))
+    supervision = jobsupervisor.Supervision(path, read_record(path), 1.0, 0.0)
+    supervision.last_words = lambda: b"done\n"
+    supervision._end("completed", 0, "", 5.0)
+    [data] = told
+    ended, done, rest = data.split(b"\n")
+    assert json.loads(ended)["outcome"] == "completed" and done == b"done" and rest == b""
+    assert "cannot record how job-1.1 ended: No space left on device" in capfd.readouterr().err
+
+
 def test_an_end_written_after_its_record_was_forgotten_does_not_bring_it_back(tmp_path):
     """The scheduler may acknowledge an end, and the worker forget its record, before the
     supervisor (which told the end first) has written it: the record stays forgotten."""
