@@ -140,7 +140,7 @@ class JobRunner:
                     process = await self._spawner.spawn(
                         [record, str(lock_fd), repr(self.kill_grace), repr(lease), cgroup],
                         lock_fd, lambda spawned: (opened.append(spawned),
-                                                  self._opened(key, spawned, this)))
+                                                  self._opened(key, spawned, this, lease)))
                 except OSError:  # not sent, or not forked: nothing started
                     self._supervisors.pop(key, None)
                     self._owners.pop(key, None)
@@ -160,8 +160,8 @@ class JobRunner:
         self._supervisors[key], self._owners[key] = process, this
         cgroup = getattr(process, "cgroup", cgroup)  # a spare's, where it was handed one
         logger.debug("Started job attempt %s (supervisor pid %s)", key, process.pid)
-        if self.lease_until > lease:  # it grew while the supervisor started (told only then:
-            # each line wakes the supervisor)
+        if self.lease_until > lease and process not in opened:  # it grew while a supervisor
+            # started as a program (told only then: each line wakes the supervisor)
             self._tell(key, repr(self.lease_until))
         kept = self._orders.pop(this, None)
         if kept is not None and process not in opened:  # else told already, on the stdin it
@@ -188,10 +188,13 @@ class JobRunner:
         if not ended and not dropped:
             self._tell_state(await asyncio.to_thread(self._supervisor_died, key, record, code))
 
-    def _opened(self, key: str, spawned: Any, run: asyncio.Future) -> None:
-        """A supervisor is about to be forked with this stdin: a stop given from now on goes
-        there at once (and one given before is there already when it first looks)."""
+    def _opened(self, key: str, spawned: Any, run: asyncio.Future, lease: float) -> None:
+        """A supervisor is about to be forked with this stdin and the deadline ``lease``: a
+        stop, or a later lease, given from now on goes there at once (and one given before is
+        there already when it first looks)."""
         self._supervisors[key], self._owners[key] = spawned, run
+        if self.lease_until > lease:  # it grew since its arguments were made
+            self._tell(key, repr(self.lease_until))
         if run in self._orders:  # kept until the fork is known to have happened
             self._tell(key, self._orders[run])
 

@@ -125,6 +125,20 @@ async def test_a_supervisor_is_told_its_lease_again_only_if_it_grew_while_it_sta
         assert supervisor.stdin.lines == told
 
 
+async def test_a_lease_extended_while_its_supervisor_is_forked_is_told_once(tmp_path):
+    # Its stdin is open: the extension goes there at once, and not again once forked.
+    runner = JobRunner(str(tmp_path), "w1", 1.0, on_event=lambda event: None)
+
+    class Forking(StandInSpawner):
+        async def spawn(self, args, lock_fd, opened):
+            supervisor = await super().spawn(args, lock_fd, opened)
+            runner.extend(300.0)  # a heartbeat's lease, while the spawner forks
+            return supervisor
+
+    supervisor = await _one_attempt(runner, Forking())
+    assert supervisor.stdin.lines == [b"300.0\n"]
+
+
 async def test_an_order_given_while_its_supervisor_is_forked_is_told_once(tmp_path):
     # "go" (the commit) or a stop given while the spawner forks: written at once to the stdin
     # the supervisor will read, and not again once its pid is known (each line wakes it).
