@@ -97,7 +97,7 @@ def write_record(path: str, record: dict) -> None:
     machine)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, _line(record))
+        os.write(fd, json_line(record))
     finally:
         os.close(fd)
 
@@ -111,12 +111,13 @@ def add_to_record(path: str, fields: dict) -> None:
     except FileNotFoundError:
         return
     try:
-        os.write(fd, _line(fields))
+        os.write(fd, json_line(fields))
     finally:
         os.close(fd)
 
 
-def _line(fields: dict) -> bytes:
+def json_line(fields: dict) -> bytes:
+    """``fields`` as one line of compact JSON: a record's line, or a supervisor's report."""
     return json.dumps(fields, separators=(",", ":")).encode() + b"\n"
 
 

@@ -35,7 +35,6 @@ It makes no scheduling decisions: it runs one command and says how it ended.
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -45,7 +44,7 @@ from typing import Callable
 
 from ..protocol.ops import AttemptEnded, AttemptStarted
 from . import cgroups, containment, jobcommand
-from .jobrecords import add_to_record, read_record
+from .jobrecords import add_to_record, json_line, read_record
 from .jobguard import Prepared
 from .lifeline import describe_exit
 
@@ -412,7 +411,7 @@ class Supervision:
 
 def _line(op) -> bytes:
     """``op`` as a line to the worker."""
-    return (json.dumps(op.to_wire(), separators=(",", ":")) + "\n").encode()
+    return json_line(op.to_wire())
 
 
 def main(argv: list[str]) -> None:

@@ -131,6 +131,9 @@ def _supervise_one(args: list, fds: list[int], prepared: Prepared,
     supervision.keep_cgroup = again  # for its next attempt
     freed: list[bool] = []
 
+    def clean() -> bool:
+        return supervision.clean and not prepared.problem
+
     def last_words() -> bytes:
         # The lock is free before the worker hears the attempt is over; "done" follows its
         # end in the same write.
@@ -139,19 +142,18 @@ def _supervise_one(args: list, fds: list[int], prepared: Prepared,
             os.close(fds[2])
         except OSError:  # the descriptor is released all the same
             pass
-        return DONE if again and supervision.clean and not prepared.problem else b""
+        return DONE if again and clean() else b""
 
     supervision.last_words = last_words
     supervision.run()
     if not freed and last_words():  # nothing was told (a held attempt dropped)
         _done()
-    clean = supervision.clean and not prepared.problem
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # as the next attempt's supervision starts
-    return clean
+    return clean()
 
 
 def _done() -> None:
