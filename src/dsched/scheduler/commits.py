@@ -46,13 +46,15 @@ class GroupCommit:
                  fail: Callable[[str], None], committed: Callable[[float, int], None],
                  spawn: Callable[[Coroutine], asyncio.Task | None],
                  urgent: Callable[[Any], bool] = lambda action: type(action) in TO_WORKER,
-                 sent_ahead: Callable[[], None] = lambda: None):
+                 flush: Callable[[], None] = lambda: None):
         self.journal = journal
         self.failpoints = Failpoints()
         self._carry_out, self._fail, self._timed = carry_out, fail, committed
-        #: Called once the attempts a commit starts have gone ahead (all of them): they are
-        #: sent then, each worker's in one message, while the commit's thread writes.
-        self._sent_ahead = sent_ahead
+        #: Called once what workers wait for is carried out: the attempts a commit starts,
+        #: gone ahead (all of them: sent then, while the commit's thread writes), and, once it
+        #: is committed, its ops to workers (sent before what clients are told is made). The
+        #: shell sends each worker's in one message, then, not at the end of the loop's turn.
+        self._flush = flush
         #: Which actions of a commit go first: the ops to workers, what a worker waits for to
         #: start a job (a client only hears of it). Each connection still gets its ops in order.
         self._urgent = urgent
@@ -90,7 +92,7 @@ class GroupCommit:
                         and action.worker not in joining:
                     self._carry_out(replace(action, hold=True))
                     actions[i] = act.SendProceed(worker=action.worker, keys=(action.key,))
-        self._sent_ahead()
+        self._flush()
 
     def stop(self) -> None:
         """Say nothing more: what is not journaled was never promised."""
@@ -140,4 +142,6 @@ class GroupCommit:
                     for action in actions:
                         if type(action) is not act.JournalWrite and urgent(action) is first:
                             self._carry_out(action)
+                if first:  # a Proceed's worker waits on it to spawn a job: sent now
+                    self._flush()
         self._held = None

@@ -62,10 +62,11 @@ class Scheduler:
         self.commits = GroupCommit(
             journal, self._carry_out, self._fail, self._committed,
             spawn=lambda commit: self.activities.spawn(commit, "carrying out a journal commit"),
-            sent_ahead=self._flush_ahead)
-        #: The workers' connections a commit's held attempts were just written to: sent at
-        #: once, not after the loop's turn (``_flush_ahead``).
-        self._ahead: set[Comm] = set()
+            flush=self._flush_to_workers)
+        #: The workers' connections written to since the group commit last flushed them: what
+        #: a commit tells workers goes at once, not after the loop's turn
+        #: (``_flush_to_workers``).
+        self._to_flush: set[Comm] = set()
         self._log = PacedLog(logger)
         #: Where history queries run, one after another, off the event loop.
         self._history_thread = ThreadPoolExecutor(1, thread_name_prefix="sched-history")
@@ -369,12 +370,14 @@ class Scheduler:
         if self.fatal is not None and not self.fatal.done():
             self.fatal.set_result(reason)
 
-    def _flush_ahead(self) -> None:
-        """Send the held attempts a commit starts now, not after the loop's turn: the workers
-        prepare them while the commit's thread writes; each worker's in one message."""
-        for comm in self._ahead:
+    def _flush_to_workers(self) -> None:
+        """Send what was written to workers now, not after the loop's turn, each worker's in
+        one message: the held attempts a commit starts (the workers prepare them while the
+        commit's thread writes), and, once it is committed, the Proceeds and acknowledgements
+        (before what clients are told is made)."""
+        for comm in self._to_flush:
             comm.flush_now()
-        self._ahead.clear()
+        self._to_flush.clear()
 
     def _carry_out(self, action: Any) -> None:
         kind = type(action)
@@ -392,8 +395,7 @@ class Scheduler:
                 # most as many tasks as the worker can start, so not held to the outbox limit.
                 bulk = kind is act.SendExecute and any_out_of_band(action.spec)
                 comm.write_nowait(make(action).to_wire(), bulk=bulk)
-                if kind is act.SendExecute and action.hold:
-                    self._ahead.add(comm)
+                self._to_flush.add(comm)
             return
         make = TO_CLIENTS.get(kind)
         if make is not None:

@@ -72,6 +72,9 @@ class JobRunner:
         #: again under the same key, and then starts once the dropped one is gone.
         self._runs: dict[str, asyncio.Future] = {}
         self._dropped: set[asyncio.Future] = set()  # runs to end unreported (``drop``)
+        #: The keys whose records go once what came with their acknowledgement is done
+        #: (``forget``).
+        self._forgetting: list[str] = []
         self.lease_until = 0.0
         #: Whether the machine started again since a scheduler last heard so (``open``): said
         #: to the scheduler until a session with it has opened (``restart_heard``).
@@ -313,9 +316,19 @@ class JobRunner:
 
     def forget(self, key: str) -> None:
         """The scheduler has the end of ``key``: its record goes (an unlink, no wait for the
-        disk). Its supervisor may still be writing the end it told: a line added to a record
-        forgotten is not written (``add_to_record``)."""
-        remove_record(self.directory, key)
+        disk), once the rest of what the scheduler said with it is done: the Proceed of the
+        job to start in its place comes in the same message, and that job's supervisor waits
+        for it. Its supervisor may still be writing the end it told: a line added to a record
+        forgotten is not written (``add_to_record``). One left by a stop is found by the next
+        worker process, whose scheduler has its end already."""
+        if not self._forgetting:
+            asyncio.get_running_loop().call_soon(self._forget_now)
+        self._forgetting.append(key)
+
+    def _forget_now(self) -> None:
+        keys, self._forgetting = self._forgetting, []
+        for key in keys:
+            remove_record(self.directory, key)
 
     def restart_heard(self) -> None:
         """A scheduler has heard ``machine_restarted``: not said again by this process, and

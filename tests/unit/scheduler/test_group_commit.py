@@ -43,6 +43,23 @@ async def test_once_committed_a_workers_ops_go_first_each_kind_in_order():
     commits.close()
 
 
+async def test_once_committed_a_workers_ops_are_sent_before_what_clients_hear_is_made():
+    journal, done, tasks = Journal(), [], []
+    commits = GroupCommit(journal, done.append, fail=lambda why: None,
+                          committed=lambda seconds, rows: None,
+                          spawn=lambda commit: tasks.append(asyncio.ensure_future(commit))
+                          or tasks[-1],
+                          urgent=lambda action: action.startswith("worker"),
+                          flush=lambda: done.append("sent"))
+    write = act.JournalWrite(rows=({"id": 1},), causes=frozenset({"end"}))
+    commits.carry_out_all([write, "client: job 1 ended", "worker: ack 1", "worker: proceed 2"])
+    await asyncio.gather(*tasks)
+    # the worker waits on its Proceed to spawn the next job: it goes out at once, not at the
+    # end of the loop's turn, after the clients' news is made
+    assert done == ["worker: ack 1", "worker: proceed 2", "sent", "client: job 1 ended"]
+    commits.close()
+
+
 def test_what_goes_first_by_default_is_every_op_to_a_worker():
     commits = GroupCommit(Journal(), lambda action: None, fail=lambda why: None,
                           committed=lambda seconds, rows: None, spawn=lambda commit: None)
@@ -102,7 +119,7 @@ async def test_the_attempts_a_commit_starts_go_ahead_together_then_are_sent_once
     commits = GroupCommit(journal, done.append, fail=lambda why: None,
                           committed=lambda seconds, rows: None,
                           spawn=lambda commit: tasks.append(asyncio.ensure_future(commit))
-                          or tasks[-1], sent_ahead=lambda: done.append("sent"))
+                          or tasks[-1], flush=lambda: done.append("sent"))
     train = {"command": ["train"]}
     write = act.JournalWrite(rows=({"id": 1}, {"id": 2}), causes=frozenset({"dispatch"}))
     commits.carry_out_all([write, execute("job-1.1", job=train), execute("job-2.1", job=train)])
@@ -115,7 +132,7 @@ async def test_the_attempts_a_commit_starts_go_ahead_together_then_are_sent_once
     journal.release.set()
     await asyncio.gather(*tasks)
     assert done[3:] == [act.SendProceed(worker="tcp://w1", keys=("job-1.1",)),
-                        act.SendProceed(worker="tcp://w1", keys=("job-2.1",))]
+                        act.SendProceed(worker="tcp://w1", keys=("job-2.1",)), "sent"]
     commits.close()
 
 

@@ -87,6 +87,17 @@ def test_a_commits_held_attempts_go_to_a_worker_in_one_message():
     for key in ("job-1.1", "job-2.1"):
         scheduler._carry_out(replace(execute(key), hold=True))
     assert comm.sent == ["registered", "execute", "execute"]  # not flushed one by one
-    scheduler._flush_ahead()  # the group commit: every attempt of its write has gone ahead
-    scheduler._flush_ahead()  # nothing more to send
+    scheduler._flush_to_workers()  # the group commit: every attempt of its write went ahead
+    scheduler._flush_to_workers()  # nothing more to send
     assert comm.sent == ["registered", "execute", "execute", "(sent)"]
+
+
+def test_a_commits_acknowledgements_and_proceeds_go_to_a_worker_when_flushed():
+    scheduler = Scheduler(SchedulerConfig(), CommConfig(), token="t")
+    comm = register(scheduler)
+    scheduler._carry_out(act.WorkerAccepted(worker=W1))
+    scheduler._carry_out(act.SendAttemptAck(worker=W1, keys=("job-1.1",)))
+    scheduler._carry_out(act.SendProceed(worker=W1, keys=("job-2.1",)))
+    assert comm.sent == ["registered", "attempt-ack", "proceed"]
+    scheduler._flush_to_workers()  # the group commit, once its worker ops are carried out
+    assert comm.sent == ["registered", "attempt-ack", "proceed", "(sent)"]

@@ -179,3 +179,23 @@ async def test_an_order_given_while_its_supervisor_is_forked_goes_to_its_replace
     await _one_attempt(runner, spawner)
     assert spawner.spawned[0].stdin.lines == [b"kill\n"]  # never forked: nobody reads it
     assert replacement.stdin.lines == [b"kill\n"]
+
+
+async def test_an_acknowledged_record_goes_after_the_proceed_that_came_with_it(tmp_path):
+    # The scheduler acknowledges an end and lets the job in its place start in one message:
+    # that job's supervisor waits on its "go", the unlink of the record does not.
+    from dsched.worker.jobrecords import new_record, record_path, write_record
+
+    runner = JobRunner(str(tmp_path), "w1", 1.0, on_event=lambda event: None)
+    ended = record_path(str(tmp_path), "job-1.1")
+    write_record(ended, new_record("job-1.1", {"command": ["true"]}, (), "log", "w1"))
+    held = Supervisor(42)
+    runner._supervisors["job-2.1"], runner._owners["job-2.1"] = held, None
+    runner._runs["job-2.1"] = None
+    seen: list = []
+    held.stdin.write = lambda data: seen.append((data, os.path.exists(ended)))
+    runner.forget("job-1.1")
+    runner.proceed("job-2.1")
+    assert seen == [(b"go\n", True)]  # told while the record is still there
+    await asyncio.sleep(0)  # the rest of the loop's turn
+    assert not os.path.exists(ended)
