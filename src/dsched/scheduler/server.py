@@ -248,6 +248,7 @@ class Scheduler:
             comm.protocol_error(error)
         finally:
             self._greeted.discard(comm)
+            self._to_flush.discard(comm)  # written to outside commits, maybe: not kept
             if self.workers.get(address) is comm:
                 del self.workers[address]
                 self._handle(ev.WorkerLeft(address=address, reason=reason, expected=expected,

@@ -101,3 +101,29 @@ def test_a_commits_acknowledgements_and_proceeds_go_to_a_worker_when_flushed():
     assert comm.sent == ["registered", "attempt-ack", "proceed"]
     scheduler._flush_to_workers()  # the group commit, once its worker ops are carried out
     assert comm.sent == ["registered", "attempt-ack", "proceed", "(sent)"]
+
+
+async def test_a_connection_that_ends_is_not_kept_for_the_next_flush():
+    # Ops go to workers outside commits too (a tasks-only scheduler may never commit): the
+    # connections they went on must not pile up in the set the next commit flushes.
+    from dsched.errors import CommClosedError
+    from dsched.protocol import ops
+
+    class Leaving(Comm):
+        async def recv(self):
+            return [ops.Register(name="w1", address=W1, nthreads=1, job_lease=60.0).to_wire()]
+
+        def __aiter__(self):
+            return self
+
+        async def __anext__(self):
+            raise CommClosedError("gone")
+
+        async def close(self, reason: str) -> None:
+            self.closed = True
+
+    scheduler = Scheduler(SchedulerConfig(), CommConfig(), token="t")
+    comm = Leaving()
+    await scheduler._serve_worker(comm)
+    assert "registered" in comm.sent  # written to: it was in the set while it lasted
+    assert comm not in scheduler._to_flush
