@@ -25,13 +25,18 @@ class Journal:
         self.written.append([row["id"] for row in rows])
 
 
+def group_commit(journal, carry_out, tasks: list, **options) -> GroupCommit:
+    """A group commit whose commits run as tasks, gathered in ``tasks``."""
+    return GroupCommit(journal, carry_out, fail=lambda why: None,
+                       committed=lambda seconds, rows: None,
+                       spawn=lambda commit: tasks.append(asyncio.ensure_future(commit))
+                       or tasks[-1], **options)
+
+
 async def test_once_committed_a_workers_ops_go_first_each_kind_in_order():
     journal, done, tasks = Journal(), [], []
-    commits = GroupCommit(journal, done.append, fail=lambda why: None,
-                          committed=lambda seconds, rows: None,
-                          spawn=lambda commit: tasks.append(asyncio.ensure_future(commit))
-                          or tasks[-1],
-                          urgent=lambda action: action.startswith("worker"))
+    commits = group_commit(journal, done.append, tasks,
+                           urgent=lambda action: action.startswith("worker"))
     write = act.JournalWrite(rows=({"id": 1},), causes=frozenset({"end"}))
     commits.carry_out_all([write, "client: job 1 ended", "worker: ack 1", "worker: start 2"])
     commits.carry_out_all(["client: job 2 started", "worker: start 3"])  # waits behind it
@@ -45,12 +50,9 @@ async def test_once_committed_a_workers_ops_go_first_each_kind_in_order():
 
 async def test_once_committed_a_workers_ops_are_sent_before_what_clients_hear_is_made():
     journal, done, tasks = Journal(), [], []
-    commits = GroupCommit(journal, done.append, fail=lambda why: None,
-                          committed=lambda seconds, rows: None,
-                          spawn=lambda commit: tasks.append(asyncio.ensure_future(commit))
-                          or tasks[-1],
-                          urgent=lambda action: action.startswith("worker"),
-                          flush=lambda: done.append("sent"))
+    commits = group_commit(journal, done.append, tasks,
+                           urgent=lambda action: action.startswith("worker"),
+                           flush=lambda: done.append("sent"))
     write = act.JournalWrite(rows=({"id": 1},), causes=frozenset({"end"}))
     commits.carry_out_all([write, "client: job 1 ended", "worker: ack 1", "worker: proceed 2"])
     await asyncio.gather(*tasks)
@@ -90,10 +92,7 @@ async def test_a_job_attempt_goes_ahead_of_its_commit_held_and_its_proceed_follo
     def carry_out(action) -> None:  # what was said, and whether the journal had it then
         done.append((action, len(journal.written)))
 
-    commits = GroupCommit(journal, carry_out, fail=lambda why: None,
-                          committed=lambda seconds, rows: None,
-                          spawn=lambda commit: tasks.append(asyncio.ensure_future(commit))
-                          or tasks[-1])
+    commits = group_commit(journal, carry_out, tasks)
     train = {"command": ["train"]}
     write = act.JournalWrite(rows=({"id": 1}, {"id": 2}), causes=frozenset({"dispatch"}))
     joining = act.WorkerAccepted(worker="tcp://w2")
@@ -116,10 +115,7 @@ async def test_a_job_attempt_goes_ahead_of_its_commit_held_and_its_proceed_follo
 
 async def test_the_attempts_a_commit_starts_go_ahead_together_then_are_sent_once():
     journal, done, tasks = SlowJournal(), [], []
-    commits = GroupCommit(journal, done.append, fail=lambda why: None,
-                          committed=lambda seconds, rows: None,
-                          spawn=lambda commit: tasks.append(asyncio.ensure_future(commit))
-                          or tasks[-1], flush=lambda: done.append("sent"))
+    commits = group_commit(journal, done.append, tasks, flush=lambda: done.append("sent"))
     train = {"command": ["train"]}
     write = act.JournalWrite(rows=({"id": 1}, {"id": 2}), causes=frozenset({"dispatch"}))
     commits.carry_out_all([write, execute("job-1.1", job=train), execute("job-2.1", job=train)])
@@ -139,10 +135,8 @@ async def test_the_attempts_a_commit_starts_go_ahead_together_then_are_sent_once
 async def test_nothing_goes_ahead_of_a_commit_that_starts_no_attempt():
     journal, done, tasks = SlowJournal(), [], []
     journal.release.set()
-    commits = GroupCommit(journal, lambda action: done.append((action, len(journal.written))),
-                          fail=lambda why: None, committed=lambda seconds, rows: None,
-                          spawn=lambda commit: tasks.append(asyncio.ensure_future(commit))
-                          or tasks[-1])
+    commits = group_commit(journal, lambda action: done.append((action, len(journal.written))),
+                           tasks)
     train = {"command": ["train"]}
     write = act.JournalWrite(rows=({"id": 1},), causes=frozenset({"submit"}))
     commits.carry_out_all([write, execute("job-1.1", job=train)])
