@@ -372,10 +372,11 @@ class Scheduler:
             self.fatal.set_result(reason)
 
     def _flush_to_workers(self) -> None:
-        """Send what was written to workers now, not after the loop's turn, each worker's in
-        one message: the held attempts a commit starts (the workers prepare them while the
-        commit's thread writes), and, once it is committed, the Proceeds and acknowledgements
-        (before what clients are told is made)."""
+        """Send whatever was written to workers since the last flush now, not after the
+        loop's turn, each worker's in one message. The group commit calls it once the held
+        attempts a commit starts are written (the workers prepare them while the commit's
+        thread writes), and once the commit's Proceeds and acknowledgements are (before what
+        clients are told is made)."""
         for comm in self._to_flush:
             comm.flush_now()
         self._to_flush.clear()

@@ -328,7 +328,11 @@ class JobRunner:
     def _forget_now(self) -> None:
         keys, self._forgetting = self._forgetting, []
         for key in keys:
-            remove_record(self.directory, key)
+            try:
+                remove_record(self.directory, key)
+            except OSError as error:  # it stays, and the next worker process reports it again
+                logger.warning("Cannot remove the record of %s: %s", key,
+                               error.strerror or error)
 
     def restart_heard(self) -> None:
         """A scheduler has heard ``machine_restarted``: not said again by this process, and

@@ -1,6 +1,7 @@
 """The job runner's orders to supervisors: an order for an attempt whose key an earlier run
 still holds (a held attempt dropped, then sent again under the same key) waits for the next
-run's supervisor; it is never told to the earlier one, which is on its way out."""
+run's supervisor; it is never told to the earlier one, which is on its way out. A Proceed is
+told before the record of the end acknowledged with it goes."""
 
 from __future__ import annotations
 
@@ -189,9 +190,9 @@ async def test_an_acknowledged_record_goes_after_the_proceed_that_came_with_it(t
     runner = JobRunner(str(tmp_path), "w1", 1.0, on_event=lambda event: None)
     ended = record_path(str(tmp_path), "job-1.1")
     write_record(ended, new_record("job-1.1", {"command": ["true"]}, (), "log", "w1"))
-    held = Supervisor(42)
-    runner._supervisors["job-2.1"], runner._owners["job-2.1"] = held, None
-    runner._runs["job-2.1"] = None
+    held, run = Supervisor(42), asyncio.get_running_loop().create_future()
+    runner._supervisors["job-2.1"], runner._owners["job-2.1"] = held, run
+    runner._runs["job-2.1"] = run
     seen: list = []
     held.stdin.write = lambda data: seen.append((data, os.path.exists(ended)))
     runner.forget("job-1.1")
@@ -199,3 +200,29 @@ async def test_an_acknowledged_record_goes_after_the_proceed_that_came_with_it(t
     assert seen == [(b"go\n", True)]  # told while the record is still there
     await asyncio.sleep(0)  # the rest of the loop's turn
     assert not os.path.exists(ended)
+
+
+async def test_a_record_that_cannot_be_removed_is_said_and_the_others_still_go(tmp_path,
+                                                                             monkeypatch,
+                                                                             caplog):
+    from dsched.worker import jobrunner
+    from dsched.worker.jobrecords import new_record, record_path, write_record
+
+    runner = JobRunner(str(tmp_path), "w1", 1.0, on_event=lambda event: None)
+    paths = {}
+    for key in ("job-1.1", "job-2.1"):
+        paths[key] = record_path(str(tmp_path), key)
+        write_record(paths[key], new_record(key, {"command": ["true"]}, (), "log", "w1"))
+    removing = jobrunner.remove_record
+
+    def failing(directory: str, key: str) -> None:
+        if key == "job-1.1":
+            raise OSError(5, "Input/output error")
+        removing(directory, key)
+
+    monkeypatch.setattr(jobrunner, "remove_record", failing)
+    runner.forget("job-1.1")
+    runner.forget("job-2.1")
+    await asyncio.sleep(0)  # the rest of the loop's turn
+    assert os.path.exists(paths["job-1.1"]) and not os.path.exists(paths["job-2.1"])
+    assert "Cannot remove the record of job-1.1: Input/output error" in caplog.text
