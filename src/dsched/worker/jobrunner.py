@@ -135,20 +135,21 @@ class JobRunner:
                                                 f"{error.strerror or error}")
         cgroup = self.containment.cgroup_for(key)
         process: Any = None
-        opened: list = []  # the supervisor whose stdin orders went to while it was forked
+        # A supervisor forked by the spawner had orders told on its stdin as it was forked
+        # (``_opened``); one started as a program in its place hears them once it runs.
+        as_program = False
         try:
             if await self._spawner.ready():  # forked in a millisecond
                 lease = self.lease_until  # the latest: the spawner may have just started
                 try:
                     process = await self._spawner.spawn(
                         [record, str(lock_fd), repr(self.kill_grace), repr(lease), cgroup],
-                        lock_fd, lambda spawned: (opened.append(spawned),
-                                                  self._opened(key, spawned, this, lease)))
+                        lock_fd, lambda spawned: self._opened(key, spawned, this, lease))
                 except OSError:  # not sent, or not forked: nothing started
                     self._supervisors.pop(key, None)
                     self._owners.pop(key, None)
             if process is None:  # a fresh interpreter: a tenth of a second or more
-                lease = self.lease_until
+                lease, as_program = self.lease_until, True
                 process = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "dsched.worker.jobsupervisor", record, str(lock_fd),
                     repr(self.kill_grace), repr(lease), *((cgroup,) if cgroup else ()),
@@ -163,12 +164,12 @@ class JobRunner:
         self._supervisors[key], self._owners[key] = process, this
         cgroup = getattr(process, "cgroup", cgroup)  # a spare's, where it was handed one
         logger.debug("Started job attempt %s (supervisor pid %s)", key, process.pid)
-        if self.lease_until > lease and process not in opened:  # it grew while a supervisor
-            # started as a program (told only then: each line wakes the supervisor)
-            self._tell(key, repr(self.lease_until))
         kept = self._orders.pop(this, None)
-        if kept is not None and process not in opened:  # else told already, on the stdin it
-            self._tell(key, kept)  # reads (each line wakes it): not to a replacement
+        if as_program:  # told only now, and only once: each line wakes the supervisor
+            if self.lease_until > lease:  # it grew while the supervisor started
+                self._tell(key, repr(self.lease_until))
+            if kept is not None:
+                self._tell(key, kept)
         ended = False
         assert process.stdout is not None
         async for line in process.stdout:
