@@ -17,7 +17,6 @@ worker stops, and the group cancels the rest.
 from __future__ import annotations
 
 import asyncio
-import collections
 import gc
 import itertools
 import logging
@@ -46,6 +45,7 @@ from .journal import Journal
 from .optables import CLIENT_OPS, TO_CLIENTS, TO_WORKER, WORKER_OPS, joined
 from .pacedlog import PacedLog
 from .state import SchedulerState
+from .workerlinks import WorkerLinks
 from .views import processing_count, task_counts, waiting, who_has, worker_info
 
 logger = logging.getLogger("dsched.scheduler")
@@ -59,26 +59,19 @@ class Scheduler:
         self.config, self.comm_config, self.token, self.ssl = config, comm, token, ssl
         self.state = SchedulerState(SchedulerPolicy.from_config(config))
         self.journal = journal
+        #: Each worker's connection, and what may go on it (``workerlinks.py``).
+        self.links = WorkerLinks()
         self.commits = GroupCommit(
             journal, self._carry_out, self._fail, self._committed,
             spawn=lambda commit: self.activities.spawn(commit, "carrying out a journal commit"),
-            flush=self._flush_to_workers)
-        #: The workers' connections written to since the group commit last flushed them: what
-        #: a commit tells workers goes at once, not after the loop's turn
-        #: (``_flush_to_workers``).
-        self._to_flush: set[Comm] = set()
+            flush=self.links.flush)
         self._log = PacedLog(logger)
         #: Where history queries run, one after another, off the event loop.
         self._history_thread = ThreadPoolExecutor(1, thread_name_prefix="sched-history")
         #: Set, with the reason, when the scheduler cannot go on (the journal failed).
         self.fatal: asyncio.Future | None = None
         self.core_failed = ""  # set when the core raised: nothing more is decided
-        self.workers: dict[str, Comm] = {}
-        #: The workers' connections that have been told Registered: only those hear more.
-        self._greeted: set[Comm] = set()
-        #: By address, in order, the connections whose registration awaits its answer (a
-        #: Registered, or a refusal): each answer is for the first, whatever came since.
-        self._registering: dict[str, collections.deque] = {}
+        self.workers = self.links.workers  # each registered worker's connection, by address
         self.clients: dict[str, Comm] = {}
         self.listener: Listener | None = None
         self._address: str | None = None
@@ -223,13 +216,11 @@ class Scheduler:
             comm.protocol_error(error)
             return
         address = first.address
-        old = self.workers.pop(address, None)
+        old = self.links.register(address, comm)
         if old is not None:
             # The same worker again (it reconnected before we saw its old connection close):
             # the new registration replaces the old one, and the state reconciles the two.
             old.abort("the worker registered again")
-        self.workers[address] = comm
-        self._registering.setdefault(address, collections.deque()).append(comm)
         reason, expected = "connection closed", False
         try:
             self._handle(joined(first, self.now()))  # accepted: it hears so first
@@ -247,10 +238,7 @@ class Scheduler:
             reason = f"protocol error: {error}"
             comm.protocol_error(error)
         finally:
-            self._greeted.discard(comm)
-            self._to_flush.discard(comm)  # written to outside commits, maybe: not kept
-            if self.workers.get(address) is comm:
-                del self.workers[address]
+            if self.links.ended(address, comm):
                 self._handle(ev.WorkerLeft(address=address, reason=reason, expected=expected,
                                            now=self.now()))
             if not comm.closed:
@@ -371,33 +359,15 @@ class Scheduler:
         if self.fatal is not None and not self.fatal.done():
             self.fatal.set_result(reason)
 
-    def _flush_to_workers(self) -> None:
-        """Send whatever was written to workers since the last flush now, not after the
-        loop's turn, each worker's in one message. The group commit calls it once the held
-        attempts a commit starts are written (the workers prepare them while the commit's
-        thread writes), and once the commit's Proceeds and acknowledgements are (before what
-        clients are told is made)."""
-        for comm in self._to_flush:
-            comm.flush_now()
-        self._to_flush.clear()
-
     def _carry_out(self, action: Any) -> None:
         kind = type(action)
         make = TO_WORKER.get(kind)
         if make is not None:
-            comm = self.workers.get(action.worker)
-            if kind is act.WorkerAccepted:  # for the connection its registration came on
-                if self._answering(action.worker) is not comm:
-                    return  # gone since, replaced by one that registered again
-                self._greeted.add(comm)
-            elif comm not in self._greeted:  # decided for an earlier connection: the
-                return  # registration on this one has made the state forget it
-            if comm is not None and not comm.closed:  # else its WorkerLeft is on the way
-                # A large spec is bulk: held here until the task ends anyway, and sent for at
-                # most as many tasks as the worker can start, so not held to the outbox limit.
-                bulk = kind is act.SendExecute and any_out_of_band(action.spec)
-                comm.write_nowait(make(action).to_wire(), bulk=bulk)
-                self._to_flush.add(comm)
+            # A large spec is bulk: held here until the task ends anyway, and sent for at most
+            # as many tasks as the worker can start, so not held to the outbox limit.
+            self.links.send(action.worker, make(action).to_wire(),
+                            accepted=kind is act.WorkerAccepted,
+                            bulk=kind is act.SendExecute and any_out_of_band(action.spec))
             return
         make = TO_CLIENTS.get(kind)
         if make is not None:
@@ -421,26 +391,12 @@ class Scheduler:
         elif kind is act.LogLine:
             self._log.write(action, self.now())
         elif kind is act.CloseWorker:
-            if action.refused:  # it is listening: tell it why, so it does not come back
-                comm = self._answering(action.worker)
-                if comm is not None:
-                    comm.close_nowait(f"refused: {action.reason}")
-            else:  # it stopped answering (not one that registered again since)
-                comm = self.workers.get(action.worker)
-                if comm in self._greeted:
-                    comm.abort(action.reason)
+            if action.refused:
+                self.links.refuse(action.worker, action.reason)
+            else:
+                self.links.cut(action.worker, action.reason)
         else:
             raise TypeError(f"unknown scheduler action {action!r}")
-
-    def _answering(self, address: str) -> Comm | None:
-        """The connection the next answer to a registration from ``address`` is for."""
-        waiting = self._registering.get(address)
-        if not waiting:
-            return None
-        comm = waiting.popleft()
-        if not waiting:
-            del self._registering[address]
-        return comm
 
     async def _tick(self) -> None:
         while True:

@@ -6,7 +6,6 @@ about, and a worker whose first op is not Registered gives up."""
 
 from __future__ import annotations
 
-import collections
 from dataclasses import replace
 
 from dsched.resources import Resources
@@ -36,8 +35,8 @@ class Comm:
 
 def register(scheduler: Scheduler) -> Comm:
     """A connection from W1 whose register op came, as ``_serve_worker`` books it."""
-    comm = scheduler.workers[W1] = Comm()
-    scheduler._registering.setdefault(W1, collections.deque()).append(comm)
+    comm = Comm()
+    scheduler.links.register(W1, comm)
     return comm
 
 
@@ -87,8 +86,8 @@ def test_a_commits_held_attempts_go_to_a_worker_in_one_message():
     for key in ("job-1.1", "job-2.1"):
         scheduler._carry_out(replace(execute(key), hold=True))
     assert comm.sent == ["registered", "execute", "execute"]  # not flushed one by one
-    scheduler._flush_to_workers()  # the group commit: every attempt of its write went ahead
-    scheduler._flush_to_workers()  # nothing more to send
+    scheduler.links.flush()  # the group commit: every attempt of its write went ahead
+    scheduler.links.flush()  # nothing more to send
     assert comm.sent == ["registered", "execute", "execute", "(sent)"]
 
 
@@ -99,7 +98,7 @@ def test_a_commits_acknowledgements_and_proceeds_go_to_a_worker_when_flushed():
     scheduler._carry_out(act.SendAttemptAck(worker=W1, keys=("job-1.1",)))
     scheduler._carry_out(act.SendProceed(worker=W1, keys=("job-2.1",)))
     assert comm.sent == ["registered", "attempt-ack", "proceed"]
-    scheduler._flush_to_workers()  # the group commit, once its worker ops are carried out
+    scheduler.links.flush()  # the group commit, once its worker ops are carried out
     assert comm.sent == ["registered", "attempt-ack", "proceed", "(sent)"]
 
 
@@ -126,4 +125,4 @@ async def test_a_connection_that_ends_is_not_kept_for_the_next_flush():
     comm = Leaving()
     await scheduler._serve_worker(comm)
     assert "registered" in comm.sent  # written to: it was in the set while it lasted
-    assert comm not in scheduler._to_flush
+    assert comm not in scheduler.links._to_flush
