@@ -20,6 +20,10 @@
 4. Where Debian's task-spooler (``tsp``) is on PATH: the same shapes through it, on a private
    socket, and dsched's figure over its (``vs_tsp``). Its times are whole seconds, so the
    handoff of both is also given as the mean gap, ``(wall time - the jobs' run times) / n``.
+   Before them, ``file_create_us``: what making an empty file costs on this file system now
+   (about 20 µs when rested; hundreds in the minutes after thousands of files were deleted,
+   when every job's log costs as much: the job figures are then low, and a line on stderr
+   says so).
 
 5. ``sched submit`` from a shell loop, per call, and ``sched status`` with 2,000 jobs queued
    (``bench/cli_timing.py``); an array of 10,000 submitted from the shell, and 1,000,000 queued
@@ -201,6 +205,20 @@ def with_cluster(tmp: str, token: str, nthreads: int, resources: str | None, com
                 stop(process)
 
 
+def file_create_us(directory: str, n: int = 200) -> float:
+    """The median microseconds this file system takes to make an empty file in a new
+    directory under ``directory`` (the files stay until the run's clean-up): above 100, it is
+    still busy with files deleted minutes ago (README), and every job's log costs as much."""
+    os.makedirs(os.path.join(directory, "probe"))
+    times = []
+    for i in range(n):
+        started = time.perf_counter()
+        os.close(os.open(os.path.join(directory, "probe", str(i)), os.O_WRONLY | os.O_CREAT |
+                         os.O_EXCL, 0o600))
+        times.append((time.perf_counter() - started) * 1e6)
+    return round(statistics.median(times))
+
+
 def handoffs(results: list) -> list[float]:
     """Milliseconds from each job's end to the next one's start, in the order they ran."""
     ran = sorted(results, key=lambda r: r.started)
@@ -305,6 +323,11 @@ def main() -> None:
         # ext4 without a journal looks past an inode freed in the last 60 s each time it
         # makes a file, in the last 360 s while its inode table block is unwritten (README).
         os.sync()
+        result["file_create_us"] = file_create_us(tmp)
+        if result["file_create_us"] > 100:
+            print(f"bench/jobs.py: making a file takes {result['file_create_us']} µs here "
+                  "(about 20 on a rested file system): files deleted in the last minutes slow "
+                  "every job's log; the job figures will be low (README)", file=sys.stderr)
         jobs = dsched_job_figures(os.path.join(tmp, "c"), token, args.true_jobs, args.handoffs)
         result.update(jobs)
         os.sync()
