@@ -325,9 +325,9 @@ def main() -> None:
         os.sync()
         result["file_create_us"] = file_create_us(tmp)
         if result["file_create_us"] > 100:
-            print(f"bench/jobs.py: making a file takes {result['file_create_us']} µs here "
-                  "(about 20 on a rested file system): files deleted in the last minutes slow "
-                  "every job's log; the job figures will be low (README)", file=sys.stderr)
+            print(f"bench/jobs.py: making a file takes {result['file_create_us']} microseconds "
+                  "here (about 20 on a rested file system): files deleted in the last minutes "
+                  "slow every job's log; the job figures will be low (README)", file=sys.stderr)
         jobs = dsched_job_figures(os.path.join(tmp, "c"), token, args.true_jobs, args.handoffs)
         result.update(jobs)
         os.sync()
