@@ -17,13 +17,13 @@
    ``gpu0=1``; ``true_cpu_ms_per_job``, the CPU time a job of ``true`` cost the scheduler, the
    worker, and the spawner with the supervisors it forked (their guards and commands
    included). Each figure is ``{"value": ..., "target": ..., "met": ...}``.
-4. Where Debian's task-spooler (``tsp``) is on PATH: the same shapes through it, on a private
-   socket, and dsched's figure over its (``vs_tsp``). Its times are whole seconds, so the
-   handoff of both is also given as the mean gap, ``(wall time - the jobs' run times) / n``.
    Before them, ``file_create_us``: what making an empty file costs on this file system now
    (about 20 µs when rested; hundreds in the minutes after thousands of files were deleted,
    when every job's log costs as much: the job figures are then low, and a line on stderr
    says so).
+4. Where Debian's task-spooler (``tsp``) is on PATH: the same shapes through it, on a private
+   socket, and dsched's figure over its (``vs_tsp``). Its times are whole seconds, so the
+   handoff of both is also given as the mean gap, ``(wall time - the jobs' run times) / n``.
 
 5. ``sched submit`` from a shell loop, per call, and ``sched status`` with 2,000 jobs queued
    (``bench/cli_timing.py``); an array of 10,000 submitted from the shell, and 1,000,000 queued
@@ -205,7 +205,7 @@ def with_cluster(tmp: str, token: str, nthreads: int, resources: str | None, com
                 stop(process)
 
 
-def file_create_us(directory: str, n: int = 200) -> float:
+def file_create_us(directory: str, n: int = 200) -> int:
     """The median microseconds this file system takes to make an empty file in a new
     directory under ``directory`` (the files stay until the run's clean-up): above 100, it is
     still busy with files deleted minutes ago (README), and every job's log costs as much."""
